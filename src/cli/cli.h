@@ -1,0 +1,9 @@
+// Subcommands of the `strata` binary. Each takes argc/argv starting at its own name, prints its own --help,
+// and returns the process exit code (0 ok, 1 runtime error, 2 usage error).
+#ifndef STRATA_CLI_CLI_H
+#define STRATA_CLI_CLI_H
+
+int cmd_info(int argc, char **argv);
+int cmd_make_model(int argc, char **argv);
+
+#endif

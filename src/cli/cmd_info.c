@@ -1,0 +1,9 @@
+#include <stdio.h>
+#include "cli/cli.h"
+
+int cmd_info(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "not built yet\n");
+    return 1;
+}

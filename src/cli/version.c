@@ -1,0 +1,3 @@
+#include "strata.h"
+
+const char *strata_version(void) { return "0.1.0"; }
