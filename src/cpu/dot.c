@@ -1,0 +1,107 @@
+// Kernel dispatch: one table per ISA, filled once; missing entries fall back to the next lower ISA.
+#include <pthread.h>
+
+#include "cpu/dot_impl.h"
+#include "util/err.h"
+
+static st_cpu_kernels g_native[ST_CPU_ISA_COUNT];    // as each ISA file filled it (NULL = no kernel)
+static st_cpu_kernels g_resolved[ST_CPU_ISA_COUNT];  // with fallbacks applied
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_tables(void) {
+    st_cpu_kernels_init_portable(&g_native[ST_CPU_ISA_PORTABLE]);
+#ifdef ST_CPU_X86
+    // Filling a table only stores function pointers; the ISA's instructions run only when dispatched.
+    st_cpu_kernels_init_avx2(&g_native[ST_CPU_ISA_AVX2]);
+    st_cpu_kernels_init_avx512(&g_native[ST_CPU_ISA_AVX512]);
+#endif
+    for (int isa = 0; isa < ST_CPU_ISA_COUNT; isa++) {
+        st_cpu_kernels *r = &g_resolved[isa];
+        *r = g_native[isa];
+        if (isa == 0) continue;
+        const st_cpu_kernels *lo = &g_resolved[isa - 1];
+        for (int t = 0; t < ST_TYPE_COUNT; t++)
+            if (!r->dot[t]) r->dot[t] = lo->dot[t];
+        if (!r->quant_q8_0) r->quant_q8_0 = lo->quant_q8_0;
+        if (!r->quant_q8_1) r->quant_q8_1 = lo->quant_q8_1;
+        if (!r->quant_q8_K) r->quant_q8_K = lo->quant_q8_K;
+    }
+}
+
+static const st_cpu_kernels *kernels(st_cpu_isa isa) {
+    pthread_once(&g_once, init_tables);
+    if ((unsigned)isa >= ST_CPU_ISA_COUNT) isa = ST_CPU_ISA_PORTABLE;
+    return &g_resolved[isa];
+}
+
+int st_cpu_act_type(int t) {
+    switch (t) {
+    case ST_TYPE_F32:
+    case ST_TYPE_F16:
+    case ST_TYPE_BF16: return ST_TYPE_F32;
+    case ST_TYPE_Q4_0:
+    case ST_TYPE_Q5_0:
+    case ST_TYPE_Q8_0:
+    case ST_TYPE_IQ4_NL:
+    case ST_TYPE_MXFP4: return ST_TYPE_Q8_0;
+    case ST_TYPE_Q4_1:
+    case ST_TYPE_Q5_1: return ST_TYPE_Q8_1;
+    case ST_TYPE_Q2_K:
+    case ST_TYPE_Q3_K:
+    case ST_TYPE_Q4_K:
+    case ST_TYPE_Q5_K:
+    case ST_TYPE_Q6_K:
+    case ST_TYPE_IQ2_XXS:
+    case ST_TYPE_IQ2_XS:
+    case ST_TYPE_IQ2_S:
+    case ST_TYPE_IQ3_XXS:
+    case ST_TYPE_IQ3_S:
+    case ST_TYPE_IQ1_S:
+    case ST_TYPE_IQ1_M:
+    case ST_TYPE_IQ4_XS: return ST_TYPE_Q8_K;
+    default: return -1;
+    }
+}
+
+size_t st_cpu_act_row_size(int weight_type, int64_t n) {
+    int at = st_cpu_act_type(weight_type);
+    if (at < 0 || st_row_size(weight_type, n) == 0) return 0;
+    return st_row_size(at, n);
+}
+
+st_vec_dot_fn st_cpu_vec_dot(int weight_type, st_cpu_isa isa) {
+    if (st_cpu_act_type(weight_type) < 0) return NULL;
+    return kernels(isa)->dot[weight_type];
+}
+
+st_vec_dot4_fn st_cpu_vec_dot4(int weight_type, st_cpu_isa isa) {
+    if (weight_type < 0 || weight_type >= ST_TYPE_COUNT) return NULL;
+    return kernels(isa)->dot4[weight_type];
+}
+
+int st_cpu_vec_dot_native(int weight_type, st_cpu_isa isa) {
+    if (weight_type < 0 || weight_type >= ST_TYPE_COUNT || (unsigned)isa >= ST_CPU_ISA_COUNT) return 0;
+    pthread_once(&g_once, init_tables);
+    return g_native[isa].dot[weight_type] != NULL;
+}
+
+int st_cpu_quantize_act(int act_type, const float *x, void *dst, int64_t n, st_cpu_isa isa) {
+    const st_cpu_kernels *k = kernels(isa);
+    switch (act_type) {
+    case ST_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); return 0;
+    case ST_TYPE_Q8_0:
+    case ST_TYPE_Q8_1:
+        if (n % 32) return st_err("st_cpu_quantize_act: %s row of %lld elements is not a multiple of 32",
+                                  st_type_name(act_type), (long long)n);
+        (act_type == ST_TYPE_Q8_0 ? k->quant_q8_0 : k->quant_q8_1)(x, dst, n);
+        return 0;
+    case ST_TYPE_Q8_K:
+        if (n % 256) return st_err("st_cpu_quantize_act: Q8_K row of %lld elements is not a multiple of 256",
+                                   (long long)n);
+        k->quant_q8_K(x, dst, n);
+        return 0;
+    default:
+        return st_err("st_cpu_quantize_act: %s is not an activation type (expected F32, Q8_0, Q8_1 or Q8_K)",
+                      st_type_name(act_type));
+    }
+}

@@ -1,0 +1,162 @@
+#include "cpu/matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/dot.h"
+#include "cpu/dot_impl.h"
+#include "quant/quant.h"
+#include "util/err.h"
+
+void st_cpu_scratch_free(st_cpu_scratch *s) {
+    free(s->data);
+    s->data = NULL;
+    s->size = 0;
+}
+
+void *st_cpu_scratch_get(st_cpu_scratch *s, size_t size) {
+    if (s->size >= size && s->data) return s->data;
+    size_t want = (size + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, want ? want : 64) != 0) {
+        st_err("cpu matmul: cannot allocate %zu bytes of scratch", want);
+        return NULL;
+    }
+    free(s->data);
+    s->data = p;
+    s->size = want;
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Activation quantization, one task per token row.
+
+typedef struct {
+    int act_type;
+    st_cpu_isa isa;
+    const float *X;
+    int64_t ne0;
+    uint8_t *Xq;
+    size_t xq_stride;
+} quant_job;
+
+static void quant_task(void *ud, int64_t t, int thread) {
+    (void)thread;
+    const quant_job *j = ud;
+    st_cpu_quantize_act(j->act_type, j->X + t * j->ne0, j->Xq + (size_t)t * j->xq_stride, j->ne0, j->isa);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tiled products.
+
+typedef struct {
+    st_vec_dot_fn dot;
+    st_vec_dot4_fn dot4;  // NULL: per-token dot only
+    const uint8_t *W;     // row row0
+    size_t w_stride;      // bytes per weight row
+    int64_t ne0, n_rows, n_tok;
+    const uint8_t *Xq;
+    size_t xq_stride;
+    float *Y;
+    int64_t ldy;
+    int64_t tile_rows, tile_toks, n_row_tiles;
+} mm_job;
+
+static void mm_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    const mm_job *j = ud;
+    const int64_t rt = task % j->n_row_tiles, tt = task / j->n_row_tiles;
+    const int64_t r0 = rt * j->tile_rows, r1 = r0 + j->tile_rows < j->n_rows ? r0 + j->tile_rows : j->n_rows;
+    const int64_t t0 = tt * j->tile_toks, t1 = t0 + j->tile_toks < j->n_tok ? t0 + j->tile_toks : j->n_tok;
+    // Row-outer: one weight row stays in L1 while the tile's activation rows (sized to fit L2) stream past it.
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = j->W + (size_t)r * j->w_stride;
+        int64_t t = t0;
+        if (j->dot4) {
+            for (; t + 4 <= t1; t += 4) {
+                float out[4];
+                j->dot4(j->ne0, w, j->Xq + (size_t)t * j->xq_stride, j->xq_stride, out);
+                for (int c = 0; c < 4; c++) j->Y[(t + c) * j->ldy + r] = out[c];
+            }
+        }
+        for (; t < t1; t++) j->Y[t * j->ldy + r] = j->dot(j->ne0, w, j->Xq + (size_t)t * j->xq_stride);
+    }
+}
+
+static int check_shape(int weight_type, int64_t ne0, const char *what) {
+    if (st_cpu_act_type(weight_type) < 0)
+        return st_err("%s: weight type %s has no CPU kernel", what, st_type_name(weight_type));
+    if (ne0 <= 0 || st_row_size(weight_type, ne0) == 0 || st_cpu_act_row_size(weight_type, ne0) == 0)
+        return st_err("%s: row length %lld is not a multiple of the %s block size", what, (long long)ne0,
+                      st_type_name(weight_type));
+    return 0;
+}
+
+int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t row0, int64_t n_rows,
+                         const void *Xq, size_t xq_stride, int64_t n_tok, float *Y, int64_t ldy) {
+    if (check_shape(weight_type, ne0, "st_cpu_matmul_rows_q") < 0) return -1;
+    if (n_rows <= 0 || n_tok <= 0) return 0;
+    const st_cpu_isa isa = st_cpu_isa_active();
+    mm_job j = {
+        .dot = st_cpu_vec_dot(weight_type, isa),
+        .dot4 = n_tok >= 4 ? st_cpu_vec_dot4(weight_type, isa) : NULL,
+        .w_stride = st_row_size(weight_type, ne0),
+        .ne0 = ne0,
+        .n_rows = n_rows,
+        .n_tok = n_tok,
+        .Xq = Xq,
+        .xq_stride = xq_stride,
+        .Y = Y,
+        .ldy = ldy,
+    };
+    j.W = (const uint8_t *)W + (size_t)row0 * j.w_stride;
+    const int n_threads = pool ? st_pool_threads(pool) : 1;
+    // Token tile: activation rows that fit in ~128 KiB of L2. Row tile: enough tasks for load balance
+    // (about 8 per thread for a single token tile), each at least a few rows.
+    int64_t tt = (int64_t)((128 << 10) / (xq_stride ? xq_stride : 1));
+    if (tt < 1) tt = 1;
+    if (tt > n_tok) tt = n_tok;
+    const int64_t n_tok_tiles = (n_tok + tt - 1) / tt;
+    int64_t tr = n_rows / ((int64_t)n_threads * 8 / n_tok_tiles + 1);
+    const int64_t max_rows = (int64_t)((256 << 10) / j.w_stride) + 1;  // keep a tile's weights L2-sized
+    if (tr > max_rows) tr = max_rows;
+    if (tr < 4) tr = 4;
+    if (tr > n_rows) tr = n_rows;
+    j.tile_rows = tr;
+    j.tile_toks = tt;
+    j.n_row_tiles = (n_rows + tr - 1) / tr;
+    const int64_t n_tasks = j.n_row_tiles * n_tok_tiles;
+    if (pool && n_threads > 1 && n_tasks > 1) {
+        st_pool_run(pool, n_tasks, mm_task, &j);
+    } else {
+        for (int64_t t = 0; t < n_tasks; t++) mm_task(&j, t, 0);
+    }
+    return 0;
+}
+
+int st_cpu_matmul_rows(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t row0, int64_t n_rows,
+                       const float *X, int64_t n_tok, float *Y, int64_t ldy, st_cpu_scratch *scratch) {
+    if (check_shape(weight_type, ne0, "st_cpu_matmul") < 0) return -1;
+    if (n_rows <= 0 || n_tok <= 0) return 0;
+    const int act_type = st_cpu_act_type(weight_type);
+    const size_t ab = st_cpu_act_row_size(weight_type, ne0);
+    const size_t stride = (ab + 63) & ~(size_t)63;  // cache-line aligned rows
+    st_cpu_scratch local = {0};
+    st_cpu_scratch *s = scratch ? scratch : &local;
+    uint8_t *Xq = st_cpu_scratch_get(s, stride * (size_t)n_tok);
+    if (!Xq) return -1;
+    quant_job qj = {act_type, st_cpu_isa_active(), X, ne0, Xq, stride};
+    if (pool && st_pool_threads(pool) > 1 && n_tok > 1) {
+        st_pool_run(pool, n_tok, quant_task, &qj);
+    } else {
+        for (int64_t t = 0; t < n_tok; t++) quant_task(&qj, t, 0);
+    }
+    int rc = st_cpu_matmul_rows_q(pool, weight_type, W, ne0, row0, n_rows, Xq, stride, n_tok, Y, ldy);
+    if (!scratch) st_cpu_scratch_free(&local);
+    return rc;
+}
+
+int st_cpu_matmul(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t n_out, const float *X,
+                  int64_t n_tok, float *Y, st_cpu_scratch *scratch) {
+    return st_cpu_matmul_rows(pool, weight_type, W, ne0, 0, n_out, X, n_tok, Y, n_out, scratch);
+}
