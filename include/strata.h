@@ -1,14 +1,108 @@
-// Strata public API: an engine (a loaded, immutable model) and sessions (one timeline each, owning its KV cache).
-// The CLI, the server and the benchmarks are users of this header only.
+// Strata public API.
+//
+// An *engine* is a loaded, immutable model (weights, tokenizer, compute threads). A *session* is one timeline over
+// an engine: it owns a KV cache holding a prefix of tokens, extended by eval and cut back by truncate (which is how a
+// prompt-prefix cache reuses work). The CLI, the server and the benchmarks use only this header.
+//
+// Errors: functions return NULL or a negative value and leave a message for strata_last_error() on the calling
+// thread, naming the file, tensor, key or argument at fault.
 #ifndef STRATA_H
 #define STRATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// "0.1.0"
-const char *strata_version(void);
+const char *strata_version(void);  // "0.1.0"
+const char *strata_last_error(void);
+
+// ---- engine ----------------------------------------------------------------------------------------------------
+
+typedef struct strata_engine strata_engine;
+
+typedef struct strata_engine_params {
+    const char *model_path;  // GGUF file (first part of a split model)
+    int n_threads;           // compute threads; <= 0: all CPUs this process may use
+} strata_engine_params;
+
+strata_engine_params strata_engine_default_params(void);
+strata_engine *strata_engine_load(const strata_engine_params *params);
+void strata_engine_free(strata_engine *engine);
+
+int32_t strata_n_vocab(const strata_engine *engine);
+int32_t strata_n_ctx_train(const strata_engine *engine);
+const char *strata_arch_name(const strata_engine *engine);  // "llama", "qwen3", "qwen3moe"
+int strata_n_threads(const strata_engine *engine);
+
+// ---- tokens ----------------------------------------------------------------------------------------------------
+
+// Tokenizes text. add_special adds BOS/EOS as the model's metadata says; parse_special turns special-token text
+// (e.g. "<|im_start|>") into its token. Returns the count, or -(needed) when max_out is too small, or INT32_MIN on
+// error.
+int32_t strata_tokenize(const strata_engine *engine, const char *text, size_t len, bool add_special,
+                        bool parse_special, int32_t *out, int32_t max_out);
+// The bytes of one token (may be part of a UTF-8 character). Returns the length, or -(needed) if buf is too small.
+int32_t strata_token_to_piece(const strata_engine *engine, int32_t token, char *buf, int32_t buflen);
+bool strata_token_is_eog(const strata_engine *engine, int32_t token);  // end of generation (EOS, EOT, ...)
+int32_t strata_token_bos(const strata_engine *engine);                 // -1 if none
+// The model's tokenizer.chat_template, or NULL.
+const char *strata_chat_template(const strata_engine *engine);
+
+// Streaming detokenizer: feeds token ids, yields only complete UTF-8 sequences.
+typedef struct strata_detok strata_detok;
+strata_detok *strata_detok_new(const strata_engine *engine);
+// Appends the text of `token` that is complete so far to buf (NUL-terminated). Returns the byte count written.
+int32_t strata_detok_push(strata_detok *d, int32_t token, char *buf, int32_t buflen);
+// Flushes whatever is pending (an incomplete tail becomes U+FFFD). Returns the byte count written.
+int32_t strata_detok_flush(strata_detok *d, char *buf, int32_t buflen);
+void strata_detok_free(strata_detok *d);
+
+// ---- sessions --------------------------------------------------------------------------------------------------
+
+typedef struct strata_session strata_session;
+
+typedef struct strata_session_params {
+    int32_t n_ctx;   // KV capacity in tokens; <= 0: the model's trained context
+    bool kv_f32;     // float32 K/V (exact, for tests); default IEEE half
+} strata_session_params;
+
+strata_session_params strata_session_default_params(void);
+strata_session *strata_session_new(strata_engine *engine, const strata_session_params *params);
+void strata_session_free(strata_session *session);
+
+// Evaluates tokens after the cached prefix. logits (may be NULL) receives [n][n_vocab] when all_logits, else the
+// last token's [n_vocab]. Returns 0, or -1 (context full, bad token) with the cache unchanged.
+int strata_session_eval(strata_session *session, const int32_t *tokens, int32_t n, float *logits, bool all_logits);
+int32_t strata_session_n_past(const strata_session *session);
+int32_t strata_session_n_ctx(const strata_session *session);
+const int32_t *strata_session_tokens(const strata_session *session);  // [n_past] cached tokens
+void strata_session_truncate(strata_session *session, int32_t n_keep);
+
+// ---- sampling --------------------------------------------------------------------------------------------------
+
+// Order as llama.cpp's default chain: penalties -> top-k -> top-p -> min-p -> temperature -> draw.
+typedef struct strata_sampler_params {
+    float temperature;        // <= 0: greedy (argmax)
+    int32_t top_k;            // <= 0: off
+    float top_p;              // >= 1: off
+    float min_p;              // <= 0: off
+    float repeat_penalty;     // 1: off; divides positive logits / multiplies negative ones of recent tokens
+    float presence_penalty;   // 0: off; subtracted once per distinct recent token
+    float frequency_penalty;  // 0: off; subtracted per occurrence
+    int32_t penalty_last_n;   // recent tokens the penalties look at
+    uint64_t seed;
+} strata_sampler_params;
+
+typedef struct strata_sampler strata_sampler;
+strata_sampler_params strata_sampler_default_params(void);  // greedy, no penalties
+strata_sampler *strata_sampler_new(const strata_sampler_params *params);
+void strata_sampler_free(strata_sampler *sampler);
+void strata_sampler_accept(strata_sampler *sampler, int32_t token);
+int32_t strata_sampler_sample(strata_sampler *sampler, const float *logits, int32_t n_vocab);
 
 #ifdef __cplusplus
 }

@@ -5,5 +5,8 @@
 
 int cmd_info(int argc, char **argv);
 int cmd_make_model(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

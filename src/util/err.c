@@ -19,13 +19,19 @@ int st_err(const char *fmt, ...) {
 }
 
 int st_err_prefix(const char *fmt, ...) {
-    char prefix[ST_ERR_MAX], old[ST_ERR_MAX];
+    char old[ST_ERR_MAX];
+    memcpy(old, g_errmsg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
     va_end(ap);
-    memcpy(old, g_errmsg, sizeof old);
-    snprintf(g_errmsg, sizeof g_errmsg, "%s%s", prefix, old);
+    if (n < 0) n = 0;
+    if ((size_t)n < sizeof g_errmsg) {
+        size_t room = sizeof g_errmsg - (size_t)n, len = strlen(old);
+        if (len >= room) len = room - 1;  // keep the prefix; the message is cut, not lost
+        memcpy(g_errmsg + n, old, len);
+        g_errmsg[(size_t)n + len] = '\0';
+    }
     return -1;
 }
 

@@ -1,0 +1,182 @@
+// strata bench: prompt processing (pp) and token generation (tg) speed, with llama-bench's meanings:
+// ppN evaluates N tokens in one batch, tgN generates N tokens one at a time, -d DEPTH fills the KV cache with
+// DEPTH tokens first (not timed), -r repeats each test and reports mean and standard deviation.
+// Achieved memory bandwidth is reported for tg: the bytes one token must read (weights it touches + KV cache).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "engine/internal.h"
+#include "strata.h"
+#include "util/log.h"
+#include "util/rng.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: strata bench -m MODEL [-p N] [-n N] [-d DEPTH] [-r REPS] [-t THREADS] [-o md|json]\n\n"
+            "Measures prompt processing (ppN: N tokens in one batch) and token generation (tgN: N tokens one at a\n"
+            "time) like llama-bench, on random token ids, optionally after DEPTH tokens already in the KV cache.\n\n"
+            "options:\n"
+            "  -m, --model FILE       GGUF model\n"
+            "  -p, --n-prompt N       prompt tokens for the pp test (default 512; 0: skip)\n"
+            "  -n, --n-gen N          generated tokens for the tg test (default 128; 0: skip)\n"
+            "  -d, --n-depth N        tokens in the KV cache before each test (default 0)\n"
+            "  -r, --repetitions N    repetitions of each test (default 3)\n"
+            "  -t, --threads N        compute threads (default: all CPUs)\n"
+            "  -ctk, --cache-type T   KV cache element type: f16 (default) or f32\n"
+            "  -o, --output FMT       md (default) or json\n"
+            "  -h, --help             this help\n");
+}
+
+typedef struct {
+    const char *name;
+    double mean, sd;      // tok/s
+    double gbps;          // achieved GB/s (tg only; 0 otherwise)
+} result;
+
+// Bytes one decoded token reads: every non-expert weight, n_used/n_expert of the expert stacks (uniform
+// routing), the token's embedding row instead of the whole table (unless tied), and the KV cache at `depth`.
+static double bytes_per_token(const strata_engine *e, const st_model *m, int64_t depth, int kv_bytes) {
+    const st_hparams *hp = &m->hp;
+    double bytes = 0;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        double b = (double)t->nbytes;
+        if (strstr(t->name, "_exps.")) b *= (double)hp->n_expert_used / (double)hp->n_expert;
+        if (!strcmp(t->name, "token_embd.weight") && !hp->tied_output) b = b / (double)t->ne[1];
+        bytes += b;
+    }
+    bytes += (double)hp->n_layer * (double)depth * hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) * kv_bytes;
+    (void)e;
+    return bytes;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *fmt = "md";
+    int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 3, n_threads = 0;
+    bool kv_f32 = false;
+    st_args a = {argc, argv, 1, "bench", false};
+    for (; a.i < argc && !a.failed; a.i++) {
+        if (st_args_is(&a, "-h", "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (st_args_is(&a, "-m", "--model")) model = st_args_str(&a);
+        else if (st_args_is(&a, "-p", "--n-prompt")) n_prompt = st_args_int(&a, 0, 1 << 20);
+        else if (st_args_is(&a, "-n", "--n-gen")) n_gen = st_args_int(&a, 0, 1 << 20);
+        else if (st_args_is(&a, "-d", "--n-depth")) depth = st_args_int(&a, 0, 1 << 22);
+        else if (st_args_is(&a, "-r", "--repetitions")) reps = st_args_int(&a, 1, 1000);
+        else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
+        else if (st_args_is(&a, "-o", "--output")) fmt = st_args_str(&a);
+        else if (st_args_is(&a, "-ctk", "--cache-type")) {
+            const char *t = st_args_str(&a);
+            kv_f32 = !strcmp(t, "f32");
+            if (!kv_f32 && strcmp(t, "f16") && !a.failed) {
+                fprintf(stderr, "strata bench: --cache-type must be f16 or f32, got '%s'\n", t);
+                return 2;
+            }
+        } else st_args_unknown(&a);
+    }
+    if (a.failed) return 2;
+    if (!model) {
+        fprintf(stderr, "strata bench: no model given: pass -m MODEL.gguf (see strata bench --help)\n");
+        return 2;
+    }
+    if (strcmp(fmt, "md") && strcmp(fmt, "json")) {
+        fprintf(stderr, "strata bench: -o must be md or json, got '%s'\n", fmt);
+        return 2;
+    }
+    strata_engine_params ep = strata_engine_default_params();
+    ep.model_path = model;
+    ep.n_threads = (int)n_threads;
+    strata_engine *e = strata_engine_load(&ep);
+    if (!e) {
+        fprintf(stderr, "strata bench: %s\n", strata_last_error());
+        return 1;
+    }
+    const st_model *m = strata_engine_model(e);
+    int32_t nv = strata_n_vocab(e);
+    int64_t n_max = n_prompt > n_gen ? n_prompt : n_gen;
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = (int32_t)(depth + n_max + 1);
+    sp.kv_f32 = kv_f32;
+    strata_session *s = strata_session_new(e, &sp);
+    if (!s) {
+        fprintf(stderr, "strata bench: %s\n", strata_last_error());
+        strata_engine_free(e);
+        return 1;
+    }
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(depth + n_max + 1));
+    st_rng rng;
+    st_rng_init(&rng, 1234, 0);
+    for (int64_t i = 0; i < depth + n_max + 1; i++) toks[i] = (int32_t)st_rng_below(&rng, (uint32_t)nv);
+    float *logits = malloc(sizeof(float) * (size_t)nv);
+    result res[2];
+    int n_res = 0;
+    char name[2][64];
+    int rc = 0;
+    for (int test = 0; test < 2 && rc == 0; test++) {
+        int64_t n = test == 0 ? n_prompt : n_gen;
+        if (n == 0) continue;
+        double sum = 0, sum2 = 0;
+        for (int64_t r = 0; r < reps + 1 && rc == 0; r++) {  // the first run warms up and is not counted
+            strata_session_truncate(s, 0);
+            if (depth > 0 && strata_session_eval(s, toks, (int32_t)depth, NULL, false)) rc = 1;
+            double t0 = st_now();
+            if (test == 0) {
+                if (!rc && strata_session_eval(s, toks + depth, (int32_t)n, logits, false)) rc = 1;
+            } else {
+                for (int64_t i = 0; i < n && !rc; i++)
+                    if (strata_session_eval(s, toks + depth + i, 1, logits, false)) rc = 1;
+            }
+            double tps = (double)n / (st_now() - t0);
+            if (r > 0) {
+                sum += tps;
+                sum2 += tps * tps;
+            }
+        }
+        if (rc) {
+            fprintf(stderr, "strata bench: %s\n", strata_last_error());
+            break;
+        }
+        double mean = sum / (double)reps, var = sum2 / (double)reps - mean * mean;
+        snprintf(name[n_res], sizeof name[n_res], "%s%lld%s", test == 0 ? "pp" : "tg", (long long)n, "");
+        if (depth) snprintf(name[n_res] + strlen(name[n_res]), 32, " @ d%lld", (long long)depth);
+        res[n_res].name = name[n_res];
+        res[n_res].mean = mean;
+        res[n_res].sd = var > 0 ? sqrt(var) : 0;
+        res[n_res].gbps = test == 1 ? mean * bytes_per_token(e, m, depth + n / 2, kv_f32 ? 4 : 2) / 1e9 : 0;
+        n_res++;
+    }
+    if (rc == 0) {
+        char size[32];
+        st_fmt_bytes(size, sizeof size, (double)m->gguf->total_bytes);
+        const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
+        if (!strcmp(fmt, "md")) {
+            printf("| model | size | backend | threads | test | t/s | GB/s |\n");
+            printf("| --- | ---: | --- | ---: | --- | ---: | ---: |\n");
+            for (int i = 0; i < n_res; i++) {
+                printf("| %s %s | %s | CPU | %d | %s | %.2f ± %.2f | ", base, strata_arch_name(e), size,
+                       strata_n_threads(e), res[i].name, res[i].mean, res[i].sd);
+                if (res[i].gbps > 0) printf("%.1f |\n", res[i].gbps);
+                else printf("- |\n");
+            }
+        } else {
+            printf("[");
+            for (int i = 0; i < n_res; i++)
+                printf("%s\n  {\"model\": \"%s\", \"arch\": \"%s\", \"size_bytes\": %llu, \"backend\": \"CPU\", "
+                       "\"threads\": %d, \"test\": \"%s\", \"n_depth\": %lld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
+                       "\"gbps\": %.3f}",
+                       i ? "," : "", base, strata_arch_name(e), (unsigned long long)m->gguf->total_bytes,
+                       strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
+            printf("\n]\n");
+        }
+    }
+    free(logits);
+    free(toks);
+    strata_session_free(s);
+    strata_engine_free(e);
+    return rc;
+}

@@ -1,0 +1,190 @@
+// The public API (include/strata.h) over the model, tokenizer, sessions and sampler.
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "strata.h"
+#include "tokenizer/tokenizer.h"
+#include "util/err.h"
+#include "util/pool.h"
+
+struct strata_engine {
+    st_model *model;
+    st_tokenizer *tok;
+    st_pool *pool;
+    char *chat_template;  // tokenizer.chat_template or NULL
+};
+
+struct strata_session {
+    strata_engine *engine;
+    st_session *s;
+};
+
+struct strata_sampler {
+    st_sampler s;
+};
+
+struct strata_detok {
+    st_detok_stream *stream;
+};
+
+const char *strata_version(void) { return "0.1.0"; }
+const char *strata_last_error(void) { return st_errmsg(); }
+
+strata_engine_params strata_engine_default_params(void) {
+    strata_engine_params p = {0};
+    return p;
+}
+
+strata_engine *strata_engine_load(const strata_engine_params *p) {
+    if (!p || !p->model_path) return st_err("strata_engine_load: no model path"), NULL;
+    strata_engine *e = calloc(1, sizeof *e);
+    if (!e) return st_err("out of memory"), NULL;
+    e->model = st_model_load(p->model_path);
+    if (!e->model) goto fail;
+    e->tok = st_tokenizer_load(e->model->gguf);
+    if (!e->tok) {
+        st_err_prefix("%s: tokenizer: ", p->model_path);
+        goto fail;
+    }
+    if (st_tokenizer_n_vocab(e->tok) > (int)e->model->hp.n_vocab) {
+        st_err("%s: the tokenizer has %d tokens but the model's embedding only %u", p->model_path,
+               st_tokenizer_n_vocab(e->tok), e->model->hp.n_vocab);
+        goto fail;
+    }
+    e->chat_template = gguf_get_str_dup(e->model->gguf, "tokenizer.chat_template");
+    e->pool = st_pool_create(p->n_threads);
+    if (!e->pool) {
+        st_err("cannot start %d compute threads", p->n_threads);
+        goto fail;
+    }
+    return e;
+fail:
+    strata_engine_free(e);
+    return NULL;
+}
+
+void strata_engine_free(strata_engine *e) {
+    if (!e) return;
+    st_pool_destroy(e->pool);
+    st_tokenizer_free(e->tok);
+    st_model_free(e->model);
+    free(e->chat_template);
+    free(e);
+}
+
+int32_t strata_n_vocab(const strata_engine *e) { return (int32_t)e->model->hp.n_vocab; }
+int32_t strata_n_ctx_train(const strata_engine *e) { return (int32_t)e->model->hp.n_ctx_train; }
+const char *strata_arch_name(const strata_engine *e) { return st_arch_name(e->model->hp.arch); }
+int strata_n_threads(const strata_engine *e) { return st_pool_threads(e->pool); }
+
+const st_model *strata_engine_model(const strata_engine *e) { return e->model; }
+
+int32_t strata_tokenize(const strata_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t *out, int32_t max_out) {
+    return st_tokenize(e->tok, text, len, add_special, parse_special, out, max_out);
+}
+
+int32_t strata_token_to_piece(const strata_engine *e, int32_t token, char *buf, int32_t buflen) {
+    return st_token_to_piece(e->tok, token, buf, buflen, false);
+}
+
+bool strata_token_is_eog(const strata_engine *e, int32_t token) { return st_token_is_eog(e->tok, token); }
+int32_t strata_token_bos(const strata_engine *e) { return st_token_bos(e->tok); }
+const char *strata_chat_template(const strata_engine *e) { return e->chat_template; }
+
+strata_detok *strata_detok_new(const strata_engine *e) {
+    strata_detok *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->stream = st_detok_stream_new(e->tok, 0);
+    if (!d->stream) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static int32_t copy_out(const char *s, size_t n, char *buf, int32_t buflen) {
+    if (!s || buflen <= 0) return 0;
+    if (n >= (size_t)buflen) n = (size_t)buflen - 1;  // callers size buf for a token's worth of text
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return (int32_t)n;
+}
+
+int32_t strata_detok_push(strata_detok *d, int32_t token, char *buf, int32_t buflen) {
+    size_t n = 0;
+    const char *s = st_detok_stream_push(d->stream, token, &n);
+    return copy_out(s, n, buf, buflen);
+}
+
+int32_t strata_detok_flush(strata_detok *d, char *buf, int32_t buflen) {
+    size_t n = 0;
+    const char *s = st_detok_stream_flush(d->stream, &n);
+    return copy_out(s, n, buf, buflen);
+}
+
+void strata_detok_free(strata_detok *d) {
+    if (!d) return;
+    st_detok_stream_free(d->stream);
+    free(d);
+}
+
+strata_session_params strata_session_default_params(void) {
+    strata_session_params p = {0};
+    return p;
+}
+
+strata_session *strata_session_new(strata_engine *e, const strata_session_params *p) {
+    strata_session_params def = strata_session_default_params();
+    if (!p) p = &def;
+    strata_session *s = calloc(1, sizeof *s);
+    if (!s) return st_err("out of memory"), NULL;
+    s->engine = e;
+    s->s = st_session_new(e->model, e->pool, p->n_ctx, !p->kv_f32);
+    if (!s->s) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void strata_session_free(strata_session *s) {
+    if (!s) return;
+    st_session_free(s->s);
+    free(s);
+}
+
+int strata_session_eval(strata_session *s, const int32_t *tokens, int32_t n, float *logits, bool all_logits) {
+    return st_session_eval(s->s, tokens, n, logits, all_logits);
+}
+
+int32_t strata_session_n_past(const strata_session *s) { return (int32_t)s->s->n_past; }
+int32_t strata_session_n_ctx(const strata_session *s) { return (int32_t)s->s->n_ctx; }
+const int32_t *strata_session_tokens(const strata_session *s) { return s->s->tokens; }
+void strata_session_truncate(strata_session *s, int32_t n_keep) { st_session_truncate(s->s, n_keep); }
+
+strata_sampler *strata_sampler_new(const strata_sampler_params *p) {
+    strata_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (st_sampler_init(&s->s, p)) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void strata_sampler_free(strata_sampler *s) {
+    if (!s) return;
+    st_sampler_free(&s->s);
+    free(s);
+}
+
+void strata_sampler_accept(strata_sampler *s, int32_t token) { st_sampler_accept(&s->s, token); }
+
+int32_t strata_sampler_sample(strata_sampler *s, const float *logits, int32_t n_vocab) {
+    return st_sampler_sample(&s->s, logits, n_vocab);
+}

@@ -1,0 +1,262 @@
+// The CPU forward pass of llama / qwen3 / qwen3moe over a chunk of tokens, and the session's KV cache.
+#include "engine/session.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "quant/quant.h"
+#include "util/err.h"
+#include "util/log.h"
+
+#define MAX_BATCH_DEFAULT 256
+
+static void *xalloc(size_t n, int *fail) {
+    void *p = calloc(1, n ? n : 1);
+    if (!p) *fail = 1;
+    return p;
+}
+
+st_session *st_session_new(const st_model *m, st_pool *pool, int64_t n_ctx, int kv_f16) {
+    const st_hparams *hp = &m->hp;
+    if (n_ctx <= 0) n_ctx = hp->n_ctx_train ? hp->n_ctx_train : 4096;
+    st_session *s = calloc(1, sizeof *s);
+    if (!s) return st_err("out of memory"), NULL;
+    s->model = m;
+    s->pool = pool;
+    s->n_ctx = n_ctx;
+    s->kv_f16 = kv_f16;
+    s->max_batch = MAX_BATCH_DEFAULT;
+    int fail = 0;
+    size_t el = kv_f16 ? 2 : 4, B = (size_t)s->max_batch;
+    size_t kdim = (size_t)hp->n_head_kv * hp->head_dim_k, vdim = (size_t)hp->n_head_kv * hp->head_dim_v;
+    s->k_cache = xalloc(sizeof(void *) * hp->n_layer, &fail);
+    s->v_cache = xalloc(sizeof(void *) * hp->n_layer, &fail);
+    for (uint32_t l = 0; l < hp->n_layer && !fail; l++) {
+        s->k_cache[l] = xalloc((size_t)n_ctx * kdim * el, &fail);
+        s->v_cache[l] = xalloc((size_t)n_ctx * vdim * el, &fail);
+    }
+    size_t ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    size_t ku = hp->n_expert_used ? hp->n_expert_used : 1;
+    s->tokens = xalloc(sizeof(int32_t) * (size_t)n_ctx, &fail);
+    s->x = xalloc(sizeof(float) * B * hp->n_embd, &fail);
+    s->xn = xalloc(sizeof(float) * B * hp->n_embd, &fail);
+    s->q = xalloc(sizeof(float) * B * hp->n_head * hp->head_dim_k, &fail);
+    s->k = xalloc(sizeof(float) * B * kdim, &fail);
+    s->v = xalloc(sizeof(float) * B * vdim, &fail);
+    s->attn = xalloc(sizeof(float) * B * hp->n_head * hp->head_dim_v, &fail);
+    s->ffn_a = xalloc(sizeof(float) * B * ff, &fail);
+    s->ffn_b = xalloc(sizeof(float) * B * ff, &fail);
+    s->ffn_out = xalloc(sizeof(float) * B * hp->n_embd, &fail);
+    s->router = xalloc(sizeof(float) * B * (hp->n_expert ? hp->n_expert : 1), &fail);
+    s->sel_expert = xalloc(sizeof(int32_t) * B * ku, &fail);
+    s->sel_weight = xalloc(sizeof(float) * B * ku, &fail);
+    s->group_tok = xalloc(sizeof(int32_t) * B * ku, &fail);
+    s->gx = xalloc(sizeof(float) * B * hp->n_embd, &fail);
+    if (fail) {
+        st_session_free(s);
+        char a[32];
+        st_err("cannot allocate a session of %lld positions (KV cache %s): out of memory", (long long)n_ctx,
+               st_fmt_bytes(a, sizeof a, (double)st_hparams_kv_bytes(hp, (uint64_t)n_ctx, (int)el)));
+        return NULL;
+    }
+    return s;
+}
+
+void st_session_free(st_session *s) {
+    if (!s) return;
+    for (uint32_t l = 0; s->k_cache && l < s->model->hp.n_layer; l++) {
+        free(s->k_cache[l]);
+        free(s->v_cache[l]);
+    }
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s->tokens);
+    free(s->x);
+    free(s->xn);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->attn);
+    free(s->ffn_a);
+    free(s->ffn_b);
+    free(s->ffn_out);
+    free(s->router);
+    free(s->sel_expert);
+    free(s->sel_weight);
+    free(s->group_tok);
+    free(s->gx);
+    st_cpu_scratch_free(&s->mm_scratch);
+    free(s);
+}
+
+void st_session_truncate(st_session *s, int64_t n_keep) {
+    if (n_keep < s->n_past) s->n_past = n_keep < 0 ? 0 : n_keep;
+}
+
+// Y[n][rows] = X[n][ne0] . W^T for a matrix, or for expert `expert` of a 3D stack (expert < 0: plain matrix).
+static int matmul(st_session *s, const st_weight *w, int64_t expert, const float *X, int64_t n, float *Y) {
+    int64_t rows = w->ne[1];
+    const uint8_t *base = w->data + (expert >= 0 ? (size_t)expert * (size_t)rows * w->row_bytes : 0);
+    return st_cpu_matmul(s->pool, w->type, base, w->ne[0], rows, X, n, Y, &s->mm_scratch);
+}
+
+static void store_kv(st_session *s, int layer, int64_t pos0, int64_t n) {
+    const st_hparams *hp = &s->model->hp;
+    int64_t kd = (int64_t)hp->n_head_kv * hp->head_dim_k, vd = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    if (s->kv_f16) {
+        uint16_t *kc = (uint16_t *)s->k_cache[layer] + pos0 * kd, *vc = (uint16_t *)s->v_cache[layer] + pos0 * vd;
+        for (int64_t i = 0; i < n * kd; i++) kc[i] = st_f32_to_f16(s->k[i]);
+        for (int64_t i = 0; i < n * vd; i++) vc[i] = st_f32_to_f16(s->v[i]);
+    } else {
+        memcpy((float *)s->k_cache[layer] + pos0 * kd, s->k, sizeof(float) * (size_t)(n * kd));
+        memcpy((float *)s->v_cache[layer] + pos0 * vd, s->v, sizeof(float) * (size_t)(n * vd));
+    }
+}
+
+static int attention_block(st_session *s, const st_layer *L, int layer, int64_t pos0, int64_t n) {
+    const st_hparams *hp = &s->model->hp;
+    int64_t d = hp->n_embd, hk = hp->head_dim_k;
+    for (int64_t t = 0; t < n; t++) st_rmsnorm(s->xn + t * d, s->x + t * d, L->attn_norm, d, hp->rms_eps);
+    if (matmul(s, &L->wq, -1, s->xn, n, s->q) || matmul(s, &L->wk, -1, s->xn, n, s->k) ||
+        matmul(s, &L->wv, -1, s->xn, n, s->v))
+        return -1;
+    int neox = hp->rope_type == ST_ROPE_NEOX;
+    for (int64_t t = 0; t < n; t++) {
+        for (uint32_t h = 0; h < hp->n_head; h++) {
+            float *qh = s->q + (t * hp->n_head + h) * hk;
+            if (L->q_norm) st_rmsnorm(qh, qh, L->q_norm, hk, hp->rms_eps);
+            st_rope(qh, hk, hp->n_rot, pos0 + t, hp->rope_freq_base, hp->rope_freq_scale, neox);
+        }
+        for (uint32_t h = 0; h < hp->n_head_kv; h++) {
+            float *kh = s->k + (t * hp->n_head_kv + h) * hk;
+            if (L->k_norm) st_rmsnorm(kh, kh, L->k_norm, hk, hp->rms_eps);
+            st_rope(kh, hk, hp->n_rot, pos0 + t, hp->rope_freq_base, hp->rope_freq_scale, neox);
+        }
+    }
+    store_kv(s, layer, pos0, n);
+    st_attention(s->pool, s->attn, s->q, s->k_cache[layer], s->v_cache[layer], s->kv_f16, n, pos0, hp->n_head,
+                 hp->n_head_kv, hk, 1.0f / sqrtf((float)hk));
+    if (matmul(s, &L->wo, -1, s->attn, n, s->ffn_out)) return -1;
+    for (int64_t i = 0; i < n * d; i++) s->x[i] += s->ffn_out[i];
+    return 0;
+}
+
+static int dense_ffn(st_session *s, const st_layer *L, int64_t n) {
+    const st_hparams *hp = &s->model->hp;
+    if (matmul(s, &L->ffn_gate, -1, s->xn, n, s->ffn_a) || matmul(s, &L->ffn_up, -1, s->xn, n, s->ffn_b)) return -1;
+    st_swiglu(s->ffn_a, s->ffn_a, s->ffn_b, n * hp->n_ff);
+    if (matmul(s, &L->ffn_down, -1, s->ffn_a, n, s->ffn_out)) return -1;
+    return 0;
+}
+
+// Router: softmax over experts, top-k by probability, optional renormalisation of the k weights (qwen3moe).
+static void route(st_session *s, int64_t n) {
+    const st_hparams *hp = &s->model->hp;
+    int64_t E = hp->n_expert, K = hp->n_expert_used;
+    for (int64_t t = 0; t < n; t++) {
+        float *p = s->router + t * E;
+        st_softmax(p, E);
+        int32_t *sel = s->sel_expert + t * K;
+        float *wt = s->sel_weight + t * K;
+        for (int64_t k = 0; k < K; k++) {  // K is small (8): selection by repeated max, ties to the lower id
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int64_t j = 0; j < k; j++) taken |= sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            wt[k] = p[best];
+        }
+        if (hp->expert_weights_norm) {
+            float sum = 0;
+            for (int64_t k = 0; k < K; k++) sum += wt[k];
+            for (int64_t k = 0; k < K; k++) wt[k] /= sum;
+        }
+    }
+}
+
+// MoE FFN with tokens grouped by expert, so each selected expert's weights are read once per chunk.
+static int moe_ffn(st_session *s, const st_layer *L, int64_t n) {
+    const st_hparams *hp = &s->model->hp;
+    int64_t d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
+    if (matmul(s, &L->router, -1, s->xn, n, s->router)) return -1;
+    route(s, n);
+    memset(s->ffn_out, 0, sizeof(float) * (size_t)(n * d));
+    for (int32_t e = 0; e < E; e++) {
+        int64_t cnt = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t k = 0; k < K; k++)
+                if (s->sel_expert[t * K + k] == e) s->group_tok[cnt++] = (int32_t)(t * K + k);
+        if (!cnt) continue;
+        for (int64_t i = 0; i < cnt; i++)
+            memcpy(s->gx + i * d, s->xn + (s->group_tok[i] / K) * d, sizeof(float) * (size_t)d);
+        if (matmul(s, &L->gate_exps, e, s->gx, cnt, s->ffn_a) || matmul(s, &L->up_exps, e, s->gx, cnt, s->ffn_b))
+            return -1;
+        st_swiglu(s->ffn_a, s->ffn_a, s->ffn_b, cnt * F);
+        if (matmul(s, &L->down_exps, e, s->ffn_a, cnt, s->gx)) return -1;
+        for (int64_t i = 0; i < cnt; i++) {
+            int64_t t = s->group_tok[i] / K;
+            float w = s->sel_weight[s->group_tok[i]];
+            const float *y = s->gx + i * d;
+            float *o = s->ffn_out + t * d;
+            for (int64_t j = 0; j < d; j++) o[j] += w * y[j];
+        }
+    }
+    return 0;
+}
+
+static int eval_chunk(st_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits) {
+    const st_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    int64_t d = hp->n_embd, pos0 = s->n_past;
+    for (int64_t t = 0; t < n; t++) {
+        const uint8_t *row = m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes;
+        if (st_dequantize_row(m->token_embd.type, row, s->x + t * d, d)) return -1;
+    }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const st_layer *L = &m->layers[l];
+        if (attention_block(s, L, (int)l, pos0, n)) return -1;
+        for (int64_t t = 0; t < n; t++) st_rmsnorm(s->xn + t * d, s->x + t * d, L->ffn_norm, d, hp->rms_eps);
+        if (hp->n_expert ? moe_ffn(s, L, n) : dense_ffn(s, L, n)) return -1;
+        for (int64_t i = 0; i < n * d; i++) s->x[i] += s->ffn_out[i];
+    }
+    if (logits) {
+        int64_t first = all_logits ? 0 : n - 1, cnt = n - first;
+        for (int64_t t = first; t < n; t++)
+            st_rmsnorm(s->xn + (t - first) * d, s->x + t * d, m->output_norm, d, hp->rms_eps);
+        if (matmul(s, &m->output, -1, s->xn, cnt, logits)) return -1;
+    }
+    memcpy(s->tokens + pos0, tokens, sizeof(int32_t) * (size_t)n);
+    s->n_past += n;
+    return 0;
+}
+
+int st_session_eval(st_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits) {
+    const st_hparams *hp = &s->model->hp;
+    if (n <= 0) return 0;
+    if (s->n_past + n > s->n_ctx)
+        return st_err("context full: %lld cached + %lld new tokens exceed the context of %lld (raise -c)",
+                      (long long)s->n_past, (long long)n, (long long)s->n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
+            return st_err("token id %d at index %lld is outside the vocabulary (%u)", tokens[i], (long long)i,
+                          hp->n_vocab);
+    int64_t start = s->n_past;
+    for (int64_t off = 0; off < n; off += s->max_batch) {
+        int64_t c = n - off < s->max_batch ? n - off : s->max_batch;
+        float *out = NULL;
+        if (logits) {
+            if (all_logits) out = logits + off * (int64_t)hp->n_vocab;
+            else if (off + c == n) out = logits;
+        }
+        if (eval_chunk(s, tokens + off, c, out, all_logits)) {
+            s->n_past = start;
+            return -1;
+        }
+    }
+    return 0;
+}
