@@ -6,14 +6,19 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+// Workers spin briefly on the generation counter before sleeping on the condition variable: decode issues a few
+// hundred small jobs per token, and a futex wake-up per job costs more than the job itself.
+#define SPIN_ITERATIONS 20000
+
 struct st_pool {
     int n_threads;                 // including the caller
     pthread_t *workers;            // n_threads - 1
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
-    uint64_t generation;           // bumped for each st_pool_run
-    int n_busy;                    // workers still inside the current generation
-    int stop;
+    _Atomic uint64_t generation;   // bumped for each st_pool_run
+    _Atomic int n_busy;            // workers still inside the current generation
+    int n_sleeping;                // workers blocked on `wake` (under lock)
+    _Atomic int stop;
     // current job
     st_task_fn task;
     void *ud;
@@ -34,23 +39,36 @@ static void drain(st_pool *p, int thread) {
     }
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
     st_pool *p = wa->pool;
     int index = wa->index;
     free(wa);
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
+        for (int i = 0; i < SPIN_ITERATIONS && atomic_load(&p->generation) == seen && !p->stop; i++) cpu_relax();
+        if (atomic_load(&p->generation) == seen) {
+            pthread_mutex_lock(&p->lock);
+            p->n_sleeping++;
+            while (!p->stop && atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->lock);
+            p->n_sleeping--;
+            pthread_mutex_unlock(&p->lock);
+        }
         if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->lock);
+        seen = atomic_load(&p->generation);
         drain(p, index);
-        pthread_mutex_lock(&p->lock);
-        if (--p->n_busy == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->n_busy, 1) == 1) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
-    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
@@ -90,6 +108,7 @@ void st_pool_destroy(st_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
     p->stop = 1;
+    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->workers[i - 1], NULL);
@@ -108,17 +127,20 @@ void st_pool_run(st_pool *p, int64_t n_tasks, st_task_fn task, void *ud) {
         for (int64_t i = 0; i < n_tasks; i++) task(ud, i, 0);
         return;
     }
-    pthread_mutex_lock(&p->lock);
     p->task = task;
     p->ud = ud;
     p->n_tasks = n_tasks;
     atomic_store(&p->next, 0);
-    p->n_busy = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
+    atomic_store(&p->n_busy, p->n_threads - 1);
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add(&p->generation, 1);  // publishes the job (seq_cst) to spinning workers
+    if (p->n_sleeping) pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     drain(p, 0);
-    pthread_mutex_lock(&p->lock);
-    while (p->n_busy > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < SPIN_ITERATIONS && atomic_load(&p->n_busy) > 0; i++) cpu_relax();
+    if (atomic_load(&p->n_busy) > 0) {
+        pthread_mutex_lock(&p->lock);
+        while (atomic_load(&p->n_busy) > 0) pthread_cond_wait(&p->done, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+    }
 }
