@@ -27,6 +27,7 @@ typedef struct strata_engine strata_engine;
 typedef struct strata_engine_params {
     const char *model_path;  // GGUF file (first part of a split model)
     int n_threads;           // compute threads; <= 0: all CPUs this process may use
+    const char *device;      // "cpu", "cuda" or "cuda:N"; NULL: CUDA when built with it and a GPU exists, else CPU
 } strata_engine_params;
 
 strata_engine_params strata_engine_default_params(void);
@@ -37,6 +38,8 @@ int32_t strata_n_vocab(const strata_engine *engine);
 int32_t strata_n_ctx_train(const strata_engine *engine);
 const char *strata_arch_name(const strata_engine *engine);  // "llama", "qwen3", "qwen3moe"
 int strata_n_threads(const strata_engine *engine);
+// "CPU" or the GPU's name ("NVIDIA H200").
+const char *strata_backend_name(const strata_engine *engine);
 
 // ---- tokens ----------------------------------------------------------------------------------------------------
 

@@ -8,5 +8,6 @@ int cmd_make_model(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "  -n, --n-gen N          generated tokens for the tg test (default 128; 0: skip)\n"
             "  -d, --n-depth N        tokens in the KV cache before each test (default 0)\n"
             "  -r, --repetitions N    repetitions of each test (default 3)\n"
+            "  -dev, --device DEV     cpu, cuda or cuda:N (default: cuda when available)\n"
             "  -t, --threads N        compute threads (default: all CPUs)\n"
             "  -ctk, --cache-type T   KV cache element type: f16 (default) or f32\n"
             "  -o, --output FMT       md (default) or json\n"
@@ -58,6 +59,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md";
     int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 3, n_threads = 0;
     bool kv_f32 = false;
+    const char *device = NULL;
     st_args a = {argc, argv, 1, "bench", false};
     for (; a.i < argc && !a.failed; a.i++) {
         if (st_args_is(&a, "-h", "--help")) {
@@ -68,6 +70,7 @@ int cmd_bench(int argc, char **argv) {
         else if (st_args_is(&a, "-n", "--n-gen")) n_gen = st_args_int(&a, 0, 1 << 20);
         else if (st_args_is(&a, "-d", "--n-depth")) depth = st_args_int(&a, 0, 1 << 22);
         else if (st_args_is(&a, "-r", "--repetitions")) reps = st_args_int(&a, 1, 1000);
+        else if (st_args_is(&a, "-dev", "--device")) device = st_args_str(&a);
         else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, "-o", "--output")) fmt = st_args_str(&a);
         else if (st_args_is(&a, "-ctk", "--cache-type")) {
@@ -91,6 +94,7 @@ int cmd_bench(int argc, char **argv) {
     strata_engine_params ep = strata_engine_default_params();
     ep.model_path = model;
     ep.n_threads = (int)n_threads;
+    ep.device = device;
     strata_engine *e = strata_engine_load(&ep);
     if (!e) {
         fprintf(stderr, "strata bench: %s\n", strata_last_error());
@@ -158,19 +162,19 @@ int cmd_bench(int argc, char **argv) {
             printf("| model | size | backend | threads | test | t/s | GB/s |\n");
             printf("| --- | ---: | --- | ---: | --- | ---: | ---: |\n");
             for (int i = 0; i < n_res; i++) {
-                printf("| %s %s | %s | CPU | %d | %s | %.2f ± %.2f | ", base, strata_arch_name(e), size,
-                       strata_n_threads(e), res[i].name, res[i].mean, res[i].sd);
+                printf("| %s %s | %s | %s | %d | %s | %.2f ± %.2f | ", base, strata_arch_name(e), size,
+                       strata_backend_name(e), strata_n_threads(e), res[i].name, res[i].mean, res[i].sd);
                 if (res[i].gbps > 0) printf("%.1f |\n", res[i].gbps);
                 else printf("- |\n");
             }
         } else {
             printf("[");
             for (int i = 0; i < n_res; i++)
-                printf("%s\n  {\"model\": \"%s\", \"arch\": \"%s\", \"size_bytes\": %llu, \"backend\": \"CPU\", "
+                printf("%s\n  {\"model\": \"%s\", \"arch\": \"%s\", \"size_bytes\": %llu, \"backend\": \"%s\", "
                        "\"threads\": %d, \"test\": \"%s\", \"n_depth\": %lld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
                        "\"gbps\": %.3f}",
                        i ? "," : "", base, strata_arch_name(e), (unsigned long long)m->gguf->total_bytes,
-                       strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
+                       strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
             printf("\n]\n");
         }
     }

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  -p, --prompt TEXT      prompt text\n"
             "  -f, --file FILE        read the prompt from FILE\n"
             "      --top K            logits per position (default 10)\n"
+            "  -dev, --device DEV     cpu, cuda or cuda:N (default: cuda when available)\n"
             "  -t, --threads N        compute threads (default: all CPUs)\n"
             "  -ctk, --cache-type T   KV cache element type: f32 (default here, exact) or f16\n"
             "      --no-special       do not parse special-token text in the prompt\n"
@@ -33,6 +34,7 @@ int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
     int64_t top = 10, n_threads = 0, n_greedy = 0;
     bool kv_f32 = true, parse_special = true;
+    const char *device = NULL;
     st_args a = {argc, argv, 1, "logits", false};
     for (; a.i < argc && !a.failed; a.i++) {
         if (st_args_is(&a, "-h", "--help")) {
@@ -42,6 +44,7 @@ int cmd_logits(int argc, char **argv) {
         else if (st_args_is(&a, "-p", "--prompt")) prompt = st_args_str(&a);
         else if (st_args_is(&a, "-f", "--file")) prompt_file = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--top")) top = st_args_int(&a, 1, 1 << 20);
+        else if (st_args_is(&a, "-dev", "--device")) device = st_args_str(&a);
         else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, NULL, "--no-special")) parse_special = false;
         else if (st_args_is(&a, NULL, "--greedy")) n_greedy = st_args_int(&a, 0, 1 << 20);
@@ -70,6 +73,7 @@ int cmd_logits(int argc, char **argv) {
     strata_engine_params ep = strata_engine_default_params();
     ep.model_path = model;
     ep.n_threads = (int)n_threads;
+    ep.device = device;
     strata_engine *e = strata_engine_load(&ep);
     if (!e) {
         fprintf(stderr, "strata logits: %s\n", strata_last_error());

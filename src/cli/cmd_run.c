@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  -f, --file FILE           read the prompt from FILE\n"
             "  -n, --n-predict N         tokens to generate (default 256; -1: until end of generation or context)\n"
             "  -c, --ctx-size N          context size in tokens (default 4096; 0: the model's trained context)\n"
+            "  -dev, --device DEV        cpu, cuda or cuda:N (default: cuda when available)\n"
             "  -t, --threads N           compute threads (default: all CPUs)\n"
             "      --chat                wrap the prompt as one user turn in the model's chat format\n"
             "  -sys, --system TEXT       system message for --chat\n"
@@ -70,6 +71,7 @@ int cmd_run(int argc, char **argv) {
     sp.top_k = 40;
     sp.top_p = 0.95f;
     sp.min_p = 0.05f;
+    const char *device = NULL;
     st_args a = {argc, argv, 1, "run", false};
     for (; a.i < argc && !a.failed; a.i++) {
         if (st_args_is(&a, "-h", "--help")) {
@@ -80,6 +82,7 @@ int cmd_run(int argc, char **argv) {
         else if (st_args_is(&a, "-f", "--file")) prompt_file = st_args_str(&a);
         else if (st_args_is(&a, "-n", "--n-predict")) n_predict = st_args_int(&a, -1, 1 << 30);
         else if (st_args_is(&a, "-c", "--ctx-size")) n_ctx = st_args_int(&a, 0, 1 << 30);
+        else if (st_args_is(&a, "-dev", "--device")) device = st_args_str(&a);
         else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, NULL, "--chat")) chat = true;
         else if (st_args_is(&a, "-sys", "--system")) system = st_args_str(&a);
@@ -127,6 +130,7 @@ int cmd_run(int argc, char **argv) {
     strata_engine_params ep = strata_engine_default_params();
     ep.model_path = model;
     ep.n_threads = (int)n_threads;
+    ep.device = device;
     strata_engine *e = strata_engine_load(&ep);
     if (!e) {
         fprintf(stderr, "strata run: %s\n", strata_last_error());

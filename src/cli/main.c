@@ -15,6 +15,7 @@ static const subcommand commands[] = {
     {"info", cmd_info, "show a GGUF model's metadata, tensors, parameter counts and memory needs"},
     {"make-model", cmd_make_model, "write a GGUF of a real model's shape with deterministic random weights"},
     {"run", cmd_run, "generate text from a prompt (streams it, then prints prompt and generation speed)"},
+    {"serve", cmd_serve, "serve the model over HTTP (OpenAI-compatible API) with a supervised engine worker"},
     {"bench", cmd_bench, "measure prompt processing and generation speed (llama-bench's pp/tg/-d/-r/-o)"},
     {"logits", cmd_logits, "print a prompt's token ids and the top-K logits at every position as JSON"},
 };

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/gpu.h"
 #include "engine/internal.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -9,18 +10,22 @@
 #include "strata.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/pool.h"
 
 struct strata_engine {
     st_model *model;
     st_tokenizer *tok;
     st_pool *pool;
+    st_gpu_model *gpu;    // weights in VRAM when the CUDA backend runs this engine, else NULL
     char *chat_template;  // tokenizer.chat_template or NULL
 };
 
+// A session runs on the engine's backend: exactly one of cpu / gpu is set.
 struct strata_session {
     strata_engine *engine;
-    st_session *s;
+    st_session *cpu;
+    st_gpu_session *gpu;
 };
 
 struct strata_sampler {
@@ -37,6 +42,39 @@ const char *strata_last_error(void) { return st_errmsg(); }
 strata_engine_params strata_engine_default_params(void) {
     strata_engine_params p = {0};
     return p;
+}
+
+// Parses "cpu" / "cuda" / "cuda:N"; NULL means CUDA if available. Loads the weights into VRAM for CUDA.
+static int pick_gpu(strata_engine *e, const char *device) {
+    int want_gpu = 0, index = 0;
+    if (!device || !*device) {
+        want_gpu = -1;  // if available
+    } else if (!strcmp(device, "cpu")) {
+        return 0;
+    } else if (!strncmp(device, "cuda", 4) && (device[4] == '\0' || device[4] == ':')) {
+        want_gpu = 1;
+        if (device[4] == ':') {
+            char *end;
+            long v = strtol(device + 5, &end, 10);
+            if (*end || v < 0 || end == device + 5)
+                return st_err("device '%s': expected cpu, cuda or cuda:N", device);
+            index = (int)v;
+        }
+    } else {
+        return st_err("device '%s': expected cpu, cuda or cuda:N", device);
+    }
+    if (!st_gpu_available()) {
+        if (want_gpu == 1) return st_err_prefix("device '%s': ", device);
+        st_err_clear();
+        return 0;
+    }
+    e->gpu = st_gpu_model_load(e->model, index);
+    if (!e->gpu) {
+        if (want_gpu == 1) return -1;
+        st_warn("the CUDA backend cannot run this model (%s); using the CPU", st_errmsg());
+        st_err_clear();
+    }
+    return 0;
 }
 
 strata_engine *strata_engine_load(const strata_engine_params *p) {
@@ -56,6 +94,7 @@ strata_engine *strata_engine_load(const strata_engine_params *p) {
         goto fail;
     }
     e->chat_template = gguf_get_str_dup(e->model->gguf, "tokenizer.chat_template");
+    if (pick_gpu(e, p->device)) goto fail;
     e->pool = st_pool_create(p->n_threads);
     if (!e->pool) {
         st_err("cannot start %d compute threads", p->n_threads);
@@ -69,6 +108,7 @@ fail:
 
 void strata_engine_free(strata_engine *e) {
     if (!e) return;
+    st_gpu_model_free(e->gpu);
     st_pool_destroy(e->pool);
     st_tokenizer_free(e->tok);
     st_model_free(e->model);
@@ -80,6 +120,7 @@ int32_t strata_n_vocab(const strata_engine *e) { return (int32_t)e->model->hp.n_
 int32_t strata_n_ctx_train(const strata_engine *e) { return (int32_t)e->model->hp.n_ctx_train; }
 const char *strata_arch_name(const strata_engine *e) { return st_arch_name(e->model->hp.arch); }
 int strata_n_threads(const strata_engine *e) { return st_pool_threads(e->pool); }
+const char *strata_backend_name(const strata_engine *e) { return e->gpu ? st_gpu_device_name(e->gpu) : "CPU"; }
 
 const st_model *strata_engine_model(const strata_engine *e) { return e->model; }
 
@@ -144,8 +185,9 @@ strata_session *strata_session_new(strata_engine *e, const strata_session_params
     strata_session *s = calloc(1, sizeof *s);
     if (!s) return st_err("out of memory"), NULL;
     s->engine = e;
-    s->s = st_session_new(e->model, e->pool, p->n_ctx, !p->kv_f32);
-    if (!s->s) {
+    if (e->gpu) s->gpu = st_gpu_session_new(e->gpu, p->n_ctx, !p->kv_f32);
+    else s->cpu = st_session_new(e->model, e->pool, p->n_ctx, !p->kv_f32);
+    if (!s->cpu && !s->gpu) {
         free(s);
         return NULL;
     }
@@ -154,18 +196,29 @@ strata_session *strata_session_new(strata_engine *e, const strata_session_params
 
 void strata_session_free(strata_session *s) {
     if (!s) return;
-    st_session_free(s->s);
+    st_session_free(s->cpu);
+    st_gpu_session_free(s->gpu);
     free(s);
 }
 
 int strata_session_eval(strata_session *s, const int32_t *tokens, int32_t n, float *logits, bool all_logits) {
-    return st_session_eval(s->s, tokens, n, logits, all_logits);
+    if (s->gpu) return st_gpu_session_eval(s->gpu, tokens, n, logits, all_logits);
+    return st_session_eval(s->cpu, tokens, n, logits, all_logits);
 }
 
-int32_t strata_session_n_past(const strata_session *s) { return (int32_t)s->s->n_past; }
-int32_t strata_session_n_ctx(const strata_session *s) { return (int32_t)s->s->n_ctx; }
-const int32_t *strata_session_tokens(const strata_session *s) { return s->s->tokens; }
-void strata_session_truncate(strata_session *s, int32_t n_keep) { st_session_truncate(s->s, n_keep); }
+int32_t strata_session_n_past(const strata_session *s) {
+    return (int32_t)(s->gpu ? st_gpu_session_n_past(s->gpu) : s->cpu->n_past);
+}
+int32_t strata_session_n_ctx(const strata_session *s) {
+    return (int32_t)(s->gpu ? st_gpu_session_n_ctx(s->gpu) : s->cpu->n_ctx);
+}
+const int32_t *strata_session_tokens(const strata_session *s) {
+    return s->gpu ? st_gpu_session_tokens(s->gpu) : s->cpu->tokens;
+}
+void strata_session_truncate(strata_session *s, int32_t n_keep) {
+    if (s->gpu) st_gpu_session_truncate(s->gpu, n_keep);
+    else st_session_truncate(s->cpu, n_keep);
+}
 
 strata_sampler *strata_sampler_new(const strata_sampler_params *p) {
     strata_sampler *s = calloc(1, sizeof *s);

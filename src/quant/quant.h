@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum st_type {
     ST_TYPE_F32 = 0,
     ST_TYPE_F16 = 1,
@@ -79,5 +83,9 @@ float st_f16_to_f32(uint16_t h);
 uint16_t st_f32_to_f16(float f);
 float st_bf16_to_f32(uint16_t h);
 uint16_t st_f32_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

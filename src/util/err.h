@@ -7,6 +7,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__GNUC__)
 #define ST_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -23,5 +27,9 @@ int st_err_prefix(const char *fmt, ...) ST_PRINTF(1, 2);
 // The last message set on this thread ("" if none).
 const char *st_errmsg(void);
 void st_err_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

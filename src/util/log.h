@@ -5,6 +5,10 @@
 #include <stdint.h>
 #include "util/err.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { ST_LOG_ERROR = 0, ST_LOG_WARN = 1, ST_LOG_INFO = 2, ST_LOG_DEBUG = 3 } st_log_level;
 
 // Messages above this level are dropped. Default INFO; STRATA_LOG=debug|info|warn|error overrides.
@@ -37,5 +41,9 @@ void st_progress_end(st_progress *p);
 double st_now(void);
 // "1.50 GiB" style; returns buf.
 const char *st_fmt_bytes(char *buf, int buflen, double bytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,23 @@
+// Float matrix-vector products for small float weights that must stay exact (the MoE router: a flipped expert
+// choice changes the output, so its logits use float activations, not int8 ones as mmvq does).
+#ifndef STRATA_CUDA_MATVEC_F32_H
+#define STRATA_CUDA_MATVEC_F32_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// y[t][r] = dot(W row r, x[t]) for t < n_tok; W [n_out][ne0] rows of F32 (weight_type 0) or F16 (1), x [n_tok][ne0]
+// f32, y [n_tok][n_out] f32. One warp per (row, token). Returns 0 or -1 (unsupported type, launch error).
+int st_cuda_matvec_float(int weight_type, const void *W, int64_t ne0, int64_t n_out, const float *x, int n_tok,
+                         float *y, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

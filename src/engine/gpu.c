@@ -1,0 +1,462 @@
+// CUDA forward pass: weights uploaded once into one device arena, a KV cache per session, decode steps of one token
+// captured in a CUDA graph and replayed. The math follows engine/session.c (the CPU reference) operator by
+// operator; tests/gpu/test_gpu_e2e checks greedy output against it.
+#include "engine/gpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/attention.h"
+#include "cuda/matvec_f32.h"
+#include "cuda/mmvq.h"
+#include "cuda/ops.h"
+#include "cuda/runtime.h"
+#include "quant/quant.h"
+#include "util/err.h"
+#include "util/log.h"
+
+#define ARENA_ALIGN 256
+#define SMALL_BATCH ST_MMVQ_MAX_TOK  // tokens per step of the matrix-vector path
+
+typedef struct gweight {
+    const uint8_t *d;      // device copy of the GGUF tensor data (same block layout)
+    int type;              // st_type
+    int64_t ne[GGUF_MAX_DIMS];
+    size_t row_bytes;
+} gweight;
+
+typedef struct glayer {
+    float *attn_norm, *ffn_norm;  // [n_embd] f32 (device)
+    float *q_norm, *k_norm;       // [head_dim_k] f32 or NULL
+    gweight wq, wk, wv, wo;
+    gweight ffn_gate, ffn_up, ffn_down;
+    gweight router, gate_exps, up_exps, down_exps;
+} glayer;
+
+struct st_gpu_model {
+    const st_model *m;
+    st_cuda_ctx ctx;
+    uint8_t *arena;        // every weight, ARENA_ALIGN-aligned sub-allocations
+    size_t arena_bytes;
+    gweight token_embd, output;
+    float *output_norm;    // [n_embd] f32
+    glayer *layers;        // [n_layer]
+};
+
+struct st_gpu_session {
+    st_gpu_model *g;
+    cudaStream_t stream;
+    int64_t n_ctx;
+    int kv_f16;
+    void **k_cache, **v_cache;  // [n_layer] -> device [n_ctx][n_head_kv * head_dim] half or float
+    int32_t *tokens;            // host [n_ctx]
+    int64_t n_past;
+    // device scratch for up to SMALL_BATCH tokens (float32 rows [token][features])
+    int32_t *d_tokens;          // [SMALL_BATCH]
+    int32_t *d_pos;             // [1] position of the first token of the step
+    float *x, *xn;              // [B][n_embd]
+    float *q, *k, *v, *attn;    // [B][n_head*hd], [B][n_kv*hd] x2, [B][n_head*hd_v]
+    float *ffn_a, *ffn_b;       // [B * n_expert_used][max(n_ff, n_ff_exp)]
+    float *ffn_out;             // [B * n_expert_used][n_embd] (MoE: per (token, slot) down outputs)
+    float *router;              // [B][n_expert]
+    int32_t *d_ids;             // [B][n_expert_used] selected experts
+    float *d_wts;               // [B][n_expert_used] their weights
+    int32_t *d_xrow;            // [B * n_expert_used]: activation row of pair p = p / n_expert_used
+    void *xq;                   // [B * n_expert_used] planar q8_1 rows of the widest input
+    float *logits;              // [B][n_vocab]
+    void *attn_ws;
+    int n_split;
+    int32_t *h_io;              // pinned host [SMALL_BATCH + 1]: tokens, then the position
+    cudaGraphExec_t graph;      // the one-token decode step
+    int graph_ready;
+    int graph_failed;
+    int warm;                   // one eager one-token step has run (kernels loaded) before capture
+};
+
+int st_gpu_available(void) { return st_cuda_device_count() > 0; }
+
+const char *st_gpu_device_name(const st_gpu_model *g) { return g->ctx.name; }
+
+// ---- weights ----------------------------------------------------------------------------------------------------
+
+typedef struct {
+    st_gpu_model *g;
+    size_t off;
+    int copy;  // 0: only measure; 1: copy into the arena
+    int failed;
+} placer;
+
+static void *place_bytes(placer *p, const void *src, size_t bytes, const char *what) {
+    size_t at = p->off;
+    p->off += (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (!p->copy || p->failed) return NULL;
+    void *dst = p->g->arena + at;
+    if (st_cuda_memcpy_h2d(&p->g->ctx, dst, src, bytes, NULL)) {
+        st_err_prefix("uploading %s: ", what);
+        p->failed = 1;
+    }
+    return dst;
+}
+
+static void place_weight(placer *p, gweight *gw, const st_weight *w) {
+    memset(gw, 0, sizeof *gw);
+    if (!w->data) return;
+    size_t bytes = w->row_bytes * (size_t)w->ne[1] * (size_t)w->ne[2] * (size_t)w->ne[3];
+    gw->d = place_bytes(p, w->data, bytes, w->name);
+    gw->type = w->type;
+    memcpy(gw->ne, w->ne, sizeof gw->ne);
+    gw->row_bytes = w->row_bytes;
+}
+
+static float *place_vec(placer *p, const float *v, int64_t n, const char *what) {
+    if (!v) return NULL;
+    return place_bytes(p, v, sizeof(float) * (size_t)n, what);
+}
+
+static void place_all(placer *p) {
+    st_gpu_model *g = p->g;
+    const st_model *m = g->m;
+    const st_hparams *hp = &m->hp;
+    place_weight(p, &g->token_embd, &m->token_embd);
+    if (m->output.data == m->token_embd.data) g->output = g->token_embd;
+    else place_weight(p, &g->output, &m->output);
+    g->output_norm = place_vec(p, m->output_norm, hp->n_embd, "output_norm");
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        const st_layer *L = &m->layers[i];
+        glayer *G = &g->layers[i];
+        G->attn_norm = place_vec(p, L->attn_norm, hp->n_embd, "attn_norm");
+        G->ffn_norm = place_vec(p, L->ffn_norm, hp->n_embd, "ffn_norm");
+        G->q_norm = place_vec(p, L->q_norm, hp->head_dim_k, "attn_q_norm");
+        G->k_norm = place_vec(p, L->k_norm, hp->head_dim_k, "attn_k_norm");
+        place_weight(p, &G->wq, &L->wq);
+        place_weight(p, &G->wk, &L->wk);
+        place_weight(p, &G->wv, &L->wv);
+        place_weight(p, &G->wo, &L->wo);
+        place_weight(p, &G->ffn_gate, &L->ffn_gate);
+        place_weight(p, &G->ffn_up, &L->ffn_up);
+        place_weight(p, &G->ffn_down, &L->ffn_down);
+        place_weight(p, &G->router, &L->router);
+        place_weight(p, &G->gate_exps, &L->gate_exps);
+        place_weight(p, &G->up_exps, &L->up_exps);
+        place_weight(p, &G->down_exps, &L->down_exps);
+    }
+}
+
+static int check_types(const st_model *m) {
+    const st_hparams *hp = &m->hp;
+    const st_weight *ws[] = {&m->output};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        if (!st_cuda_mmvq_supported(ws[i]->type))
+            return st_err("%s: tensor '%s' has type %s, which the CUDA backend cannot multiply yet", m->path,
+                          ws[i]->name, st_type_name(ws[i]->type));
+    if (!st_cuda_get_rows_supported(m->token_embd.type))
+        return st_err("%s: token_embd.weight has type %s, which the CUDA embedding lookup does not support yet",
+                      m->path, st_type_name(m->token_embd.type));
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        const st_layer *L = &m->layers[i];
+        const st_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                                 &L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t j = 0; j < sizeof lw / sizeof lw[0]; j++)
+            if (lw[j]->data && !st_cuda_mmvq_supported(lw[j]->type))
+                return st_err("%s: tensor '%s' has type %s, which the CUDA backend cannot multiply yet", m->path,
+                              lw[j]->name, st_type_name(lw[j]->type));
+        if (L->router.data && L->router.type != ST_TYPE_F32 && L->router.type != ST_TYPE_F16)
+            return st_err("%s: router '%s' has type %s; the CUDA backend needs F32 or F16", m->path, L->router.name,
+                          st_type_name(L->router.type));
+    }
+    if (!st_cuda_attn_supported((int)hp->head_dim_k, (int)hp->n_head, (int)hp->n_head_kv) ||
+        hp->head_dim_k != hp->head_dim_v)
+        return st_err("%s: attention with head_dim %u/%u, %u/%u heads is not supported by the CUDA kernels", m->path,
+                      hp->head_dim_k, hp->head_dim_v, hp->n_head, hp->n_head_kv);
+    return 0;
+}
+
+st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
+    if (check_types(m)) return NULL;
+    st_gpu_model *g = calloc(1, sizeof *g);
+    if (!g) return st_err("out of memory"), NULL;
+    g->m = m;
+    g->layers = calloc(m->hp.n_layer, sizeof *g->layers);
+    if (!g->layers || st_cuda_init(&g->ctx, device, 1, 0)) goto fail;
+    placer p = {g, 0, 0, 0};
+    place_all(&p);
+    g->arena_bytes = p.off;
+    double t0 = st_now();
+    g->arena = st_cuda_alloc(&g->ctx, g->arena_bytes, "model weights");
+    if (!g->arena) {
+        st_err_prefix("%s: ", m->path);
+        goto fail;
+    }
+    placer q = {g, 0, 1, 0};
+    place_all(&q);
+    if (q.failed) goto fail;
+    char a[32];
+    st_info("uploaded %s of weights to %s (cuda:%d) in %.2f s", st_fmt_bytes(a, sizeof a, (double)g->arena_bytes),
+            g->ctx.name, device, st_now() - t0);
+    return g;
+fail:
+    st_gpu_model_free(g);
+    return NULL;
+}
+
+void st_gpu_model_free(st_gpu_model *g) {
+    if (!g) return;
+    if (g->arena) st_cuda_free(&g->ctx, g->arena);
+    st_cuda_destroy(&g->ctx);
+    free(g->layers);
+    free(g);
+}
+
+// ---- sessions ---------------------------------------------------------------------------------------------------
+
+static void *dalloc(st_gpu_session *s, size_t bytes, const char *what, int *fail) {
+    if (*fail) return NULL;
+    void *p = st_cuda_alloc(&s->g->ctx, bytes ? bytes : 16, what);
+    if (!p) *fail = 1;
+    return p;
+}
+
+st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
+    const st_hparams *hp = &g->m->hp;
+    if (n_ctx <= 0) n_ctx = hp->n_ctx_train ? hp->n_ctx_train : 4096;
+    st_gpu_session *s = calloc(1, sizeof *s);
+    if (!s) return st_err("out of memory"), NULL;
+    s->g = g;
+    s->n_ctx = n_ctx;
+    s->kv_f16 = kv_f16;
+    s->stream = g->ctx.streams[0];
+    int fail = 0;
+    size_t B = SMALL_BATCH, K = hp->n_expert_used ? hp->n_expert_used : 1, d = hp->n_embd;
+    size_t kd = (size_t)hp->n_head_kv * hp->head_dim_k, qd = (size_t)hp->n_head * hp->head_dim_k;
+    size_t ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    size_t el = kv_f16 ? 2 : 4;
+    s->tokens = calloc((size_t)n_ctx, sizeof(int32_t));
+    s->k_cache = calloc(hp->n_layer, sizeof(void *));
+    s->v_cache = calloc(hp->n_layer, sizeof(void *));
+    if (!s->tokens || !s->k_cache || !s->v_cache) fail = 1;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        s->k_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
+        s->v_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
+    }
+    s->d_tokens = dalloc(s, sizeof(int32_t) * B, "tokens", &fail);
+    s->d_pos = dalloc(s, sizeof(int32_t), "position", &fail);
+    s->x = dalloc(s, sizeof(float) * B * d, "activations", &fail);
+    s->xn = dalloc(s, sizeof(float) * B * d, "activations", &fail);
+    s->q = dalloc(s, sizeof(float) * B * qd, "activations", &fail);
+    s->k = dalloc(s, sizeof(float) * B * kd, "activations", &fail);
+    s->v = dalloc(s, sizeof(float) * B * kd, "activations", &fail);
+    s->attn = dalloc(s, sizeof(float) * B * qd, "activations", &fail);
+    s->ffn_a = dalloc(s, sizeof(float) * B * K * ff, "activations", &fail);
+    s->ffn_b = dalloc(s, sizeof(float) * B * K * ff, "activations", &fail);
+    s->ffn_out = dalloc(s, sizeof(float) * B * K * d, "activations", &fail);
+    s->router = dalloc(s, sizeof(float) * B * (hp->n_expert ? hp->n_expert : 1), "router", &fail);
+    s->d_ids = dalloc(s, sizeof(int32_t) * B * K, "router", &fail);
+    s->d_wts = dalloc(s, sizeof(float) * B * K, "router", &fail);
+    s->d_xrow = dalloc(s, sizeof(int32_t) * B * K, "router", &fail);
+    size_t widest = d > qd ? d : qd;
+    if (ff > widest) widest = ff;
+    s->xq = dalloc(s, (size_t)st_cuda_q8_1_row_bytes((int64_t)widest) * B * K, "quantized activations", &fail);
+    s->logits = dalloc(s, sizeof(float) * B * hp->n_vocab, "logits", &fail);
+    s->n_split = st_cuda_attn_decode_splits((int)hp->n_head_kv, g->ctx.sm_count);
+    s->attn_ws = dalloc(s, st_cuda_attn_decode_workspace_bytes((int)hp->n_head, (int)hp->head_dim_k, s->n_split),
+                        "attention workspace", &fail);
+    if (!fail && cudaMallocHost((void **)&s->h_io, sizeof(int32_t) * (B + 1)) != cudaSuccess) {
+        st_err("cannot allocate pinned host memory");
+        fail = 1;
+    }
+    if (!fail) {
+        int32_t xrow[SMALL_BATCH * 64];
+        size_t n = B * K < sizeof xrow / sizeof xrow[0] ? B * K : sizeof xrow / sizeof xrow[0];
+        for (size_t p = 0; p < n; p++) xrow[p] = (int32_t)(p / K);
+        if (st_cuda_memcpy_h2d(&g->ctx, s->d_xrow, xrow, sizeof(int32_t) * n, NULL)) fail = 1;
+    }
+    if (fail) {
+        char a[32];
+        st_err_prefix("session of %lld positions (KV cache %s): ", (long long)n_ctx,
+                      st_fmt_bytes(a, sizeof a, (double)st_hparams_kv_bytes(hp, (uint64_t)n_ctx, (int)el)));
+        st_gpu_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void st_gpu_session_free(st_gpu_session *s) {
+    if (!s) return;
+    st_cuda_ctx *c = &s->g->ctx;
+    if (s->graph_ready) cudaGraphExecDestroy(s->graph);
+    for (uint32_t l = 0; s->k_cache && l < s->g->m->hp.n_layer; l++) {
+        if (s->k_cache[l]) st_cuda_free(c, s->k_cache[l]);
+        if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
+    }
+    void *bufs[] = {s->d_tokens, s->d_pos, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
+                    s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) st_cuda_free(c, bufs[i]);
+    if (s->h_io) cudaFreeHost(s->h_io);
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s->tokens);
+    free(s);
+}
+
+void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep) {
+    if (n_keep < s->n_past) s->n_past = n_keep < 0 ? 0 : n_keep;
+}
+int64_t st_gpu_session_n_past(const st_gpu_session *s) { return s->n_past; }
+int64_t st_gpu_session_n_ctx(const st_gpu_session *s) { return s->n_ctx; }
+const int32_t *st_gpu_session_tokens(const st_gpu_session *s) { return s->tokens; }
+
+// ---- forward ----------------------------------------------------------------------------------------------------
+
+// y[n][rows] = W . x[n] through int8 activations: quantize x into xq, then the matrix-vector kernel.
+static int mv(st_gpu_session *s, const gweight *w, const float *x, int n, float *y) {
+    st_cuda_ctx *c = &s->g->ctx;
+    if (st_cuda_quantize_q8_1(c, x, s->xq, n, w->ne[0], s->stream)) return -1;
+    return st_cuda_mmvq(c, w->type, w->d, w->ne[0], w->ne[1], s->xq, n, y, s->stream);
+}
+
+// One step of n <= SMALL_BATCH tokens whose ids are in d_tokens and first position in d_pos. Enqueues only
+// (capturable): no host synchronisation, no allocation.
+static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
+    st_gpu_model *g = s->g;
+    st_cuda_ctx *c = &g->ctx;
+    const st_hparams *hp = &g->m->hp;
+    cudaStream_t st = s->stream;
+    int d = (int)hp->n_embd, hd = (int)hp->head_dim_k, K = (int)hp->n_expert_used;
+    int neox = hp->rope_type == ST_ROPE_NEOX;
+    float scale = 1.0f / sqrtf((float)hd);
+    if (st_cuda_get_rows(s->x, g->token_embd.d, g->token_embd.type, g->token_embd.row_bytes, hp->n_vocab,
+                         s->d_tokens, n, d, st))
+        return -1;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        glayer *L = &g->layers[l];
+        if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
+        if (mv(s, &L->wq, s->xn, n, s->q) || st_cuda_mmvq(c, L->wk.type, L->wk.d, d, L->wk.ne[1], s->xq, n, s->k, st) ||
+            st_cuda_mmvq(c, L->wv.type, L->wv.d, d, L->wv.ne[1], s->xq, n, s->v, st))
+            return -1;
+        if (st_cuda_qk_norm_rope_kv(s->q, s->k, s->v, L->q_norm, L->k_norm, s->k_cache[l], s->v_cache[l], s->kv_f16,
+                                    s->d_pos, n, (int)hp->n_head, (int)hp->n_head_kv, hd, (int)hp->n_rot,
+                                    hp->rms_eps, hp->rope_freq_base, hp->rope_freq_scale, neox, st))
+            return -1;
+        int rc = n == 1 ? st_cuda_attn_decode(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
+                                              (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split, s->attn_ws,
+                                              st)
+                        : st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n,
+                                               (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st);
+        if (rc || mv(s, &L->wo, s->attn, n, s->ffn_out)) return -1;
+        // x += attention output; xn = ffn_norm(x)
+        if (st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st)) return -1;
+        if (hp->n_expert == 0) {
+            int ff = (int)hp->n_ff;
+            if (mv(s, &L->ffn_gate, s->xn, n, s->ffn_a) ||
+                st_cuda_mmvq(c, L->ffn_up.type, L->ffn_up.d, d, ff, s->xq, n, s->ffn_b, st) ||
+                st_cuda_swiglu(s->ffn_a, NULL, s->ffn_a, s->ffn_b, n, ff, st) ||
+                mv(s, &L->ffn_down, s->ffn_a, n, s->ffn_out) ||
+                st_cuda_add(s->x, s->x, s->ffn_out, (int64_t)n * d, st))
+                return -1;
+        } else {
+            int F = (int)hp->n_ff_exp, E = (int)hp->n_expert, sel = n * K;
+            if (st_cuda_matvec_float(L->router.type, L->router.d, d, E, s->xn, n, s->router, st) ||
+                st_cuda_moe_route(s->d_ids, s->d_wts, s->router, n, E, K, hp->expert_weights_norm, st) ||
+                st_cuda_quantize_q8_1(c, s->xn, s->xq, n, d, st) ||
+                st_cuda_mmvq_ids_glu(c, L->gate_exps.type, L->gate_exps.d, L->up_exps.d, d, F, E, s->xq, n, s->d_ids,
+                                     s->d_xrow, sel, s->ffn_a, st) ||
+                st_cuda_quantize_q8_1(c, s->ffn_a, s->xq, sel, F, st) ||
+                st_cuda_mmvq_ids(c, L->down_exps.type, L->down_exps.d, F, d, E, s->xq, sel, s->d_ids, NULL, sel,
+                                 s->ffn_out, st) ||
+                st_cuda_moe_sum(s->x, s->x, s->ffn_out, s->d_wts, n, K, d, st))
+                return -1;
+        }
+    }
+    if (out_rows > 0) {
+        if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
+                            st) ||
+            mv(s, &g->output, s->xn, out_rows, s->logits))
+            return -1;
+    }
+    return 0;
+}
+
+// Runs the one-token step through a CUDA graph captured on the second use (the first runs eagerly so every kernel
+// is loaded before capture). Falls back to eager launches if capture fails; STRATA_NO_GRAPH=1 forces that (A/B).
+static int step_one(st_gpu_session *s) {
+    cudaStream_t st = s->stream;
+    if (!s->warm) {
+        s->warm = 1;
+        return step(s, 1, 0, 1);
+    }
+    if (!s->graph_ready && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL) {
+        cudaGraph_t graph;
+        if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+            int rc = step(s, 1, 0, 1);
+            cudaError_t e = cudaStreamEndCapture(st, &graph);
+            if (rc == 0 && e == cudaSuccess && cudaGraphInstantiate(&s->graph, graph, 0) == cudaSuccess) {
+                s->graph_ready = 1;
+            } else {
+                s->graph_failed = 1;
+                st_warn("CUDA graph capture failed (%s); decoding with eager launches",
+                        rc ? st_errmsg() : cudaGetErrorString(e));
+                cudaGetLastError();
+            }
+            if (e == cudaSuccess) cudaGraphDestroy(graph);
+        } else {
+            s->graph_failed = 1;
+            cudaGetLastError();
+        }
+    }
+    if (s->graph_ready) {
+        cudaError_t e = cudaGraphLaunch(s->graph, st);
+        if (e != cudaSuccess) return st_cuda_check_at(e, "cudaGraphLaunch", __FILE__, __LINE__);
+        return 0;
+    }
+    return step(s, 1, 0, 1);
+}
+
+int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits) {
+    st_gpu_model *g = s->g;
+    st_cuda_ctx *c = &g->ctx;
+    const st_hparams *hp = &g->m->hp;
+    if (n <= 0) return 0;
+    if (s->n_past + n > s->n_ctx)
+        return st_err("context full: %lld cached + %lld new tokens exceed the context of %lld (raise -c)",
+                      (long long)s->n_past, (long long)n, (long long)s->n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
+            return st_err("token id %d at index %lld is outside the vocabulary (%u)", tokens[i], (long long)i,
+                          hp->n_vocab);
+    int64_t start = s->n_past;
+    size_t nv = hp->n_vocab;
+    for (int64_t off = 0; off < n; off += SMALL_BATCH) {
+        int c_n = (int)(n - off < SMALL_BATCH ? n - off : SMALL_BATCH);
+        int last_chunk = off + c_n == n;
+        int want = logits && (all_logits || last_chunk);
+        int out_first = all_logits ? 0 : c_n - 1, out_rows = want ? (all_logits ? c_n : 1) : 0;
+        memcpy(s->h_io, tokens + off, sizeof(int32_t) * (size_t)c_n);
+        s->h_io[SMALL_BATCH] = (int32_t)s->n_past;
+        if (cudaMemcpyAsync(s->d_tokens, s->h_io, sizeof(int32_t) * (size_t)c_n, cudaMemcpyHostToDevice,
+                            s->stream) != cudaSuccess ||
+            cudaMemcpyAsync(s->d_pos, s->h_io + SMALL_BATCH, sizeof(int32_t), cudaMemcpyHostToDevice, s->stream) !=
+                cudaSuccess) {
+            s->n_past = start;
+            return st_err("copying tokens to the GPU: %s", cudaGetErrorString(cudaGetLastError()));
+        }
+        // The captured graph always computes the last token's logits; other one-token steps go eagerly.
+        int rc = (c_n == 1 && (out_rows == 1 || !logits)) ? step_one(s) : step(s, c_n, out_first, out_rows);
+        if (rc == 0 && want) {
+            float *dst = all_logits ? logits + (size_t)off * nv : logits;
+            rc = st_cuda_memcpy_d2h(c, dst, s->logits, sizeof(float) * nv * (size_t)out_rows, s->stream);
+        }
+        if (rc == 0) rc = st_cuda_sync(c, s->stream);
+        if (rc) {
+            s->n_past = start;
+            return -1;
+        }
+        memcpy(s->tokens + s->n_past, tokens + off, sizeof(int32_t) * (size_t)c_n);
+        s->n_past += c_n;
+    }
+    return 0;
+}

@@ -1,0 +1,26 @@
+// The CUDA backend's entry points in a build without CUDA: no device is ever available, so the engine uses the CPU.
+#include "engine/gpu.h"
+#include "util/err.h"
+
+int st_gpu_available(void) { return st_err("this build of Strata has no CUDA backend (rebuild with -DSTRATA_ENABLE_CUDA=ON)"), 0; }
+st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
+    (void)m;
+    (void)device;
+    st_gpu_available();
+    return NULL;
+}
+void st_gpu_model_free(st_gpu_model *g) { (void)g; }
+const char *st_gpu_device_name(const st_gpu_model *g) { return (void)g, "none"; }
+st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
+    (void)g, (void)n_ctx, (void)kv_f16;
+    return NULL;
+}
+void st_gpu_session_free(st_gpu_session *s) { (void)s; }
+int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits) {
+    (void)s, (void)tokens, (void)n, (void)logits, (void)all_logits;
+    return st_err("no CUDA backend in this build");
+}
+void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep) { (void)s, (void)n_keep; }
+int64_t st_gpu_session_n_past(const st_gpu_session *s) { return (void)s, 0; }
+int64_t st_gpu_session_n_ctx(const st_gpu_session *s) { return (void)s, 0; }
+const int32_t *st_gpu_session_tokens(const st_gpu_session *s) { return (void)s, (const int32_t *)0; }

@@ -1,0 +1,49 @@
+// strata serve: an HTTP server (OpenAI- and Anthropic-style APIs) in front of an engine worker process.
+//
+// Process model: the HTTP process never loads the model. It supervises one worker process (the same binary,
+// re-executed as `strata serve --engine-worker FD ...`) that owns the engine, the session (KV cache) and the prompt
+// prefix cache, and talks to it over a socketpair (proto.h). When the worker dies or stops answering, the server
+// fails the request in flight, kills and reaps the worker, and starts a new one after a back-off; nothing of the old
+// engine's state is kept.
+#ifndef STRATA_SERVER_SERVER_H
+#define STRATA_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct st_server_config {
+    // model / engine (forwarded to the worker)
+    const char *model_path;
+    const char *alias;          // model name reported by the API; NULL: the file's base name
+    int n_ctx;                  // context tokens; 0: the model's trained context
+    int n_threads;              // 0: all CPUs
+    bool kv_f32;
+    bool chatml;                // --chat-format chatml: the built-in ChatML format instead of the model's template
+    bool prefix_cache;          // reuse the KV of the longest common prefix with the live session
+    // HTTP
+    const char *host;           // bind address (default 127.0.0.1)
+    int port;                   // default 8080; 0: any free port (printed)
+    const char *api_key;        // NULL: no auth
+    int64_t max_body;           // bytes (413 past it)
+    int queue_max;              // requests waiting for the engine (429 past it)
+    int max_connections;
+    int timeout_s;              // idle connection timeout (MHD) and the limit for receiving one request's body
+    int queue_wait_s;           // how long a request may wait for a (re)loading engine before 503
+    double keepalive_s;         // SSE keep-alive comment interval while no tokens flow
+    // supervision
+    double watchdog_s;          // busy with no message, or idle without answering a ping, this long: kill it
+    double load_timeout_s;      // a worker not ready after this long is killed
+    double backoff_min_s, backoff_max_s;
+    // worker mode (set by the hidden --engine-worker flag)
+    int worker_fd;              // -1: run the HTTP server
+    int argc;                   // the serve command line, forwarded to workers
+    char **argv;
+} st_server_config;
+
+void st_server_config_defaults(st_server_config *c);
+// The HTTP server; returns the process exit code (runs until SIGINT/SIGTERM).
+int st_server_main(const st_server_config *c);
+// The engine worker (fd: its end of the socketpair); returns the process exit code.
+int st_worker_main(const st_server_config *c);
+
+#endif

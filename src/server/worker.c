@@ -1,0 +1,432 @@
+// The engine worker process: owns the engine, one session (the live KV timeline) and the prompt-prefix cache, and
+// serves one generation at a time for the HTTP process over the framed channel (proto.h). Between prefill chunks and
+// tokens it reads side messages (cancel, ping, tokenize) so that a cancel stops work promptly and a busy worker
+// keeps the supervisor's watchdog fed.
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "server/proto.h"
+#include "server/server.h"
+#include "strata.h"
+#include "util/log.h"
+
+#define PREFILL_CHUNK 256  // tokens per eval during prefill: the granularity of progress, heartbeat and cancel
+
+typedef struct worker {
+    int fd;
+    strata_engine *e;
+    strata_session *s;
+    int32_t n_vocab;
+    float *logits;      // [n_vocab] logits of the last evaluated token
+    bool prefix_cache;
+    json_int_t cur_id;  // the generation in progress, 0 when idle
+    bool cancel;        // a cancel for cur_id arrived
+    bool gone;          // the server closed the channel: stop everything and exit
+} worker;
+
+static void send_msg(worker *w, json_t *msg) {
+    if (!msg) {  // json_pack failed (e.g. text that is not UTF-8): a bug, but not a reason to drop the channel
+        st_warn("engine worker: could not encode a message");
+        return;
+    }
+    if (!w->gone && st_proto_send(w->fd, msg)) w->gone = true;
+    json_decref(msg);
+}
+
+static void send_error(worker *w, json_int_t id, int status, const char *code, const char *param, const char *fmt,
+                       ...) ST_PRINTF(6, 7);
+static void send_error(worker *w, json_int_t id, int status, const char *code, const char *param, const char *fmt,
+                       ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    json_t *m = json_pack("{s:s, s:I, s:i, s:s, s:s}", "t", "error", "id", id, "status", status, "code", code,
+                          "message", buf);
+    if (param) json_object_set_new(m, "param", json_string(param));
+    send_msg(w, m);
+}
+
+// Tokenizes into a malloc'd array; returns the count or -1 (st_err-style message in strata_last_error()).
+static int32_t tokenize(worker *w, const char *text, size_t len, bool add_special, bool parse_special, int32_t **out) {
+    int32_t cap = (int32_t)(len < (1u << 28) ? len : (1u << 28)) + 8;
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
+    int32_t n = strata_tokenize(w->e, text, len, add_special, parse_special, t, cap);
+    if (n < 0 && n != INT32_MIN) {
+        cap = -n;
+        t = realloc(t, sizeof(int32_t) * (size_t)cap);
+        n = strata_tokenize(w->e, text, len, add_special, parse_special, t, cap);
+    }
+    if (n < 0) {
+        free(t);
+        return -1;
+    }
+    // Chat templates usually write the BOS text themselves; with add_special that would give BOS twice.
+    int32_t bos = strata_token_bos(w->e);
+    if (n >= 2 && bos >= 0 && t[0] == bos && t[1] == bos) {
+        memmove(t, t + 1, sizeof(int32_t) * (size_t)(n - 1));
+        n--;
+    }
+    *out = t;
+    return n;
+}
+
+// Reads a JSON array of token ids; returns the count or -1 naming the bad element.
+static int32_t read_tokens(worker *w, json_t *arr, int32_t **out, char *why, size_t why_len) {
+    size_t n = json_array_size(arr);
+    int32_t *t = malloc(sizeof(int32_t) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= w->n_vocab) {
+            snprintf(why, why_len, "token %zu is not a token id in [0, %d)", i, w->n_vocab);
+            free(t);
+            return -1;
+        }
+        t[i] = (int32_t)json_integer_value(v);
+    }
+    *out = t;
+    return (int32_t)n;
+}
+
+static void do_tokenize(worker *w, json_t *m, json_int_t id) {
+    const char *text = json_string_value(json_object_get(m, "text"));
+    size_t len = json_string_length(json_object_get(m, "text"));
+    int32_t *t = NULL;
+    int32_t n = tokenize(w, text ? text : "", text ? len : 0, json_is_true(json_object_get(m, "add_special")),
+                         json_is_true(json_object_get(m, "parse_special")), &t);
+    if (n < 0) {
+        send_error(w, id, 400, "tokenize_failed", "content", "cannot tokenize: %s", strata_last_error());
+        return;
+    }
+    json_t *arr = json_array();
+    for (int32_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(t[i]));
+    free(t);
+    send_msg(w, json_pack("{s:s, s:I, s:o}", "t", "tokens", "id", id, "tokens", arr));
+}
+
+static void do_detokenize(worker *w, json_t *m, json_int_t id) {
+    int32_t *t = NULL;
+    char why[128];
+    int32_t n = read_tokens(w, json_object_get(m, "tokens"), &t, why, sizeof why);
+    if (n < 0) {
+        send_error(w, id, 400, "invalid_tokens", "tokens", "tokens: %s", why);
+        return;
+    }
+    strata_detok *d = strata_detok_new(w->e);
+    size_t cap = 256, len = 0;
+    char *out = malloc(cap), piece[512];
+    out[0] = 0;
+    for (int32_t i = 0; i <= n; i++) {
+        int32_t k = i < n ? strata_detok_push(d, t[i], piece, sizeof piece) : strata_detok_flush(d, piece, sizeof piece);
+        if (k <= 0) continue;
+        if (len + (size_t)k + 1 > cap) out = realloc(out, cap = 2 * (cap + (size_t)k));
+        memcpy(out + len, piece, (size_t)k + 1);
+        len += (size_t)k;
+    }
+    strata_detok_free(d);
+    free(t);
+    send_msg(w, json_pack("{s:s, s:I, s:s%}", "t", "text", "id", id, "text", out, len));
+    free(out);
+}
+
+// A message that may arrive while a generation runs.
+static void handle_side(worker *w, json_t *m) {
+    const char *t = json_string_value(json_object_get(m, "t"));
+    json_int_t id = json_integer_value(json_object_get(m, "id"));
+    if (!t) return;
+    if (!strcmp(t, "cancel")) {
+        if (id == w->cur_id) w->cancel = true;
+    } else if (!strcmp(t, "ping")) {
+        send_msg(w, json_pack("{s:s, s:I, s:i}", "t", "pong", "id", id, "kv_used", strata_session_n_past(w->s)));
+    } else if (!strcmp(t, "tokenize")) {
+        do_tokenize(w, m, id);
+    } else if (!strcmp(t, "detokenize")) {
+        do_detokenize(w, m, id);
+    } else if (!strcmp(t, "gen")) {
+        send_error(w, id, 500, "engine_busy", NULL, "the engine is already generating (the server sends one at a time)");
+    }
+}
+
+// Handles whatever side messages are waiting, without blocking.
+static void poll_side(worker *w) {
+    for (;;) {
+        int eof = 0;
+        json_t *m = st_proto_recv(w->fd, 0, &eof);
+        if (eof) w->gone = true;
+        if (!m) return;
+        handle_side(w, m);
+        json_decref(m);
+    }
+}
+
+static double num(json_t *o, const char *key, double def) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+// Stop strings: text is held back while it could still be the start of a stop string, so that a stop string never
+// reaches the client. Returns the bytes of `pending` that may be emitted; *hit is set when a stop string matched
+// (pending is then cut at the match).
+static size_t stop_scan(char *pending, size_t len, json_t *stops, bool *hit) {
+    size_t hold = 0;
+    for (size_t i = 0; i < json_array_size(stops); i++) {
+        const char *s = json_string_value(json_array_get(stops, i));
+        size_t sl = s ? strlen(s) : 0;
+        if (!sl) continue;
+        char *p = memmem(pending, len, s, sl);
+        if (p) {
+            *hit = true;
+            len = (size_t)(p - pending);
+            pending[len] = 0;
+            hold = 0;
+            continue;
+        }
+        for (size_t k = sl - 1 < len ? sl - 1 : len; k > hold; k--)
+            if (!memcmp(pending + len - k, s, k)) {
+                hold = k;
+                break;
+            }
+    }
+    return *hit ? len : len - hold;
+}
+
+static void do_generate(worker *w, json_t *m, json_int_t id) {
+    int32_t *toks = NULL;
+    int32_t n_prompt;
+    json_t *jt = json_object_get(m, "tokens");
+    if (json_is_array(jt)) {
+        char why[128];
+        n_prompt = read_tokens(w, jt, &toks, why, sizeof why);
+        if (n_prompt < 0) {
+            send_error(w, id, 400, "invalid_prompt", "prompt", "prompt: %s", why);
+            return;
+        }
+    } else {
+        json_t *jp = json_object_get(m, "prompt");
+        n_prompt = tokenize(w, json_string_value(jp) ? json_string_value(jp) : "", json_string_length(jp),
+                            !json_is_false(json_object_get(m, "add_special")),
+                            !json_is_false(json_object_get(m, "parse_special")), &toks);
+        if (n_prompt < 0) {
+            send_error(w, id, 400, "tokenize_failed", "prompt", "cannot tokenize the prompt: %s", strata_last_error());
+            return;
+        }
+    }
+    int32_t n_ctx = strata_session_n_ctx(w->s);
+    if (n_prompt == 0) {
+        send_error(w, id, 400, "empty_prompt", "prompt", "the prompt is empty (0 tokens)");
+        free(toks);
+        return;
+    }
+    if (n_prompt >= n_ctx) {
+        send_error(w, id, 400, "context_length_exceeded", "messages",
+                   "the prompt has %d tokens but the context is %d tokens (at most %d prompt tokens, leaving room for "
+                   "one generated token); shorten the prompt or start the server with a larger -c",
+                   n_prompt, n_ctx, n_ctx - 1);
+        free(toks);
+        return;
+    }
+    // max_tokens is clamped to what the context can still hold.
+    json_int_t max_tokens = json_integer_value(json_object_get(m, "max_tokens"));
+    if (max_tokens <= 0 || max_tokens > n_ctx - n_prompt) max_tokens = n_ctx - n_prompt;
+
+    // Prefix cache: keep the longest common prefix of the live session, evaluate only the rest. At least the last
+    // prompt token is evaluated again, since its logits are needed and the session keeps only K/V.
+    int32_t n_cached = 0;
+    if (w->prefix_cache && !json_is_false(json_object_get(m, "cache"))) {
+        int32_t n_past = strata_session_n_past(w->s);
+        const int32_t *past = strata_session_tokens(w->s);
+        while (n_cached < n_past && n_cached < n_prompt && past[n_cached] == toks[n_cached]) n_cached++;
+        if (n_cached == n_prompt) n_cached--;
+    }
+    strata_session_truncate(w->s, n_cached);
+    send_msg(w, json_pack("{s:s, s:I, s:i, s:i}", "t", "prompt", "id", id, "n_prompt", n_prompt, "n_cached", n_cached));
+
+    w->cur_id = id;
+    w->cancel = false;
+    const char *finish = "stop";
+    int32_t n_gen = 0;
+    double t0 = st_now(), t_prefill = 0, t_decode = 0;
+    strata_sampler *smp = NULL;
+    strata_detok *dt = NULL;
+    char *pending = NULL;
+    for (int32_t i = n_cached; i < n_prompt && !w->cancel && !w->gone;) {
+        int32_t n = n_prompt - i < PREFILL_CHUNK ? n_prompt - i : PREFILL_CHUNK;
+        if (strata_session_eval(w->s, toks + i, n, w->logits, false)) {
+            send_error(w, id, 500, "engine_error", NULL, "prefill failed at token %d: %s", i, strata_last_error());
+            strata_session_truncate(w->s, 0);
+            goto out;
+        }
+        i += n;
+        send_msg(w, json_pack("{s:s, s:I, s:i, s:i}", "t", "prefill", "id", id, "done", i - n_cached, "total",
+                              n_prompt - n_cached));
+        poll_side(w);
+    }
+    t_prefill = st_now() - t0;
+    if (w->cancel || w->gone) {
+        finish = "cancelled";
+        goto done;
+    }
+
+    json_t *js = json_object_get(m, "sampling");
+    strata_sampler_params sp = strata_sampler_default_params();
+    sp.temperature = (float)num(js, "temperature", sp.temperature);
+    sp.top_k = (int32_t)num(js, "top_k", sp.top_k);
+    sp.top_p = (float)num(js, "top_p", sp.top_p);
+    sp.min_p = (float)num(js, "min_p", sp.min_p);
+    sp.repeat_penalty = (float)num(js, "repeat_penalty", sp.repeat_penalty);
+    sp.presence_penalty = (float)num(js, "presence_penalty", sp.presence_penalty);
+    sp.frequency_penalty = (float)num(js, "frequency_penalty", sp.frequency_penalty);
+    sp.penalty_last_n = (int32_t)num(js, "penalty_last_n", sp.penalty_last_n);
+    sp.seed = (uint64_t)json_integer_value(json_object_get(js, "seed"));
+    smp = strata_sampler_new(&sp);
+    for (int32_t i = 0; i < n_prompt; i++) strata_sampler_accept(smp, toks[i]);
+    dt = strata_detok_new(w->e);
+    json_t *stops = json_object_get(m, "stop");
+    bool ignore_eos = json_is_true(json_object_get(m, "ignore_eos"));
+    size_t cap = 4096, len = 0;
+    pending = malloc(cap);
+    pending[0] = 0;
+    char piece[1024];
+    bool hit = false;
+    double t1 = st_now();
+    finish = "length";
+    for (;;) {
+        int32_t tok = strata_sampler_sample(smp, w->logits, w->n_vocab);
+        if (tok < 0) {
+            send_error(w, id, 500, "engine_error", NULL, "sampling failed: %s", strata_last_error());
+            goto out;
+        }
+        strata_sampler_accept(smp, tok);
+        n_gen++;
+        if (!ignore_eos && strata_token_is_eog(w->e, tok)) {
+            finish = "stop";
+            break;
+        }
+        int32_t k = strata_detok_push(dt, tok, piece, sizeof piece);
+        if (k > 0) {
+            if (len + (size_t)k + 1 > cap) pending = realloc(pending, cap = 2 * (cap + (size_t)k));
+            memcpy(pending + len, piece, (size_t)k + 1);
+            len += (size_t)k;
+        }
+        size_t emit = stop_scan(pending, len, stops, &hit);
+        send_msg(w, json_pack("{s:s, s:I, s:s%, s:i}", "t", "tok", "id", id, "text", pending, emit, "n_gen", n_gen));
+        memmove(pending, pending + emit, len - emit + 1);
+        len -= emit;
+        if (hit) {
+            finish = "stop";
+            break;
+        }
+        if (n_gen >= max_tokens) break;
+        if (strata_session_n_past(w->s) >= n_ctx) break;
+        if (strata_session_eval(w->s, &tok, 1, w->logits, false)) {
+            send_error(w, id, 500, "engine_error", NULL, "decode failed after %d tokens: %s", n_gen,
+                       strata_last_error());
+            strata_session_truncate(w->s, 0);
+            goto out;
+        }
+        poll_side(w);
+        if (w->cancel || w->gone) {
+            finish = "cancelled";
+            break;
+        }
+    }
+    if (!hit) {
+        int32_t k = strata_detok_flush(dt, piece, sizeof piece);
+        if (k > 0 || len > 0) {
+            if (len + (size_t)k + 1 > cap) pending = realloc(pending, cap = len + (size_t)k + 1);
+            memcpy(pending + len, piece, (size_t)k + 1);
+            len += (size_t)k;
+            bool hit2 = false;
+            size_t emit = stop_scan(pending, len, stops, &hit2);
+            if (hit2) finish = "stop";
+            else emit = len;  // at the end, a partial stop-string prefix is just text
+            send_msg(w, json_pack("{s:s, s:I, s:s%, s:i}", "t", "tok", "id", id, "text", pending, emit, "n_gen", n_gen));
+        }
+    }
+    t_decode = st_now() - t1;
+done:
+    send_msg(w, json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:f, s:f, s:i}", "t", "done", "id", id, "finish", finish,
+                          "n_prompt", n_prompt, "n_cached", n_cached, "n_gen", n_gen, "t_prefill", t_prefill,
+                          "t_decode", t_decode, "kv_used", strata_session_n_past(w->s)));
+out:
+    w->cur_id = 0;
+    free(pending);
+    strata_detok_free(dt);
+    strata_sampler_free(smp);
+    free(toks);
+}
+
+int st_worker_main(const st_server_config *c) {
+    // The worker must never outlive the server: die with it (and check it is not already gone).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) return 1;
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, SIG_IGN);  // Ctrl-C reaches the whole process group; the server decides when the worker ends
+    worker w = {.fd = c->worker_fd, .prefix_cache = c->prefix_cache};
+    st_info("engine worker %d: loading %s", (int)getpid(), c->model_path);
+    double t0 = st_now();
+    strata_engine_params ep = strata_engine_default_params();
+    ep.model_path = c->model_path;
+    ep.n_threads = c->n_threads;
+    w.e = strata_engine_load(&ep);
+    if (!w.e) {
+        st_error("engine worker: %s", strata_last_error());
+        return 1;
+    }
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = c->n_ctx;
+    if (sp.n_ctx <= 0) {
+        // Default: the trained context, capped so a 128K-context model does not reserve a huge KV by surprise.
+        sp.n_ctx = strata_n_ctx_train(w.e);
+        if (sp.n_ctx > 32768) sp.n_ctx = 32768;
+    }
+    sp.kv_f32 = c->kv_f32;
+    w.s = strata_session_new(w.e, &sp);
+    if (!w.s) {
+        st_error("engine worker: %s", strata_last_error());
+        strata_engine_free(w.e);
+        return 1;
+    }
+    w.n_vocab = strata_n_vocab(w.e);
+    w.logits = malloc(sizeof(float) * (size_t)w.n_vocab);
+    const char *tmpl = strata_chat_template(w.e);
+    char bos[256] = "";
+    int32_t bos_id = strata_token_bos(w.e);
+    if (bos_id >= 0) {
+        int32_t k = strata_token_to_piece(w.e, bos_id, bos, sizeof bos - 1);
+        bos[k > 0 ? k : 0] = 0;
+    }
+    double load_s = st_now() - t0;
+    st_info("engine worker %d: ready in %.2f s (context %d tokens, %d threads)", (int)getpid(), load_s,
+            strata_session_n_ctx(w.s), strata_n_threads(w.e));
+    json_t *ready = json_pack("{s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:f, s:i}", "t", "ready", "n_ctx",
+                              strata_session_n_ctx(w.s), "n_ctx_train", strata_n_ctx_train(w.e), "n_vocab",
+                              w.n_vocab, "arch", strata_arch_name(w.e), "threads", strata_n_threads(w.e), "bos_token",
+                              bos, "load_s", load_s, "pid", (int)getpid());
+    if (tmpl) json_object_set_new(ready, "chat_template", json_string(tmpl));
+    send_msg(&w, ready);
+
+    while (!w.gone) {
+        int eof = 0;
+        json_t *m = st_proto_recv(w.fd, -1, &eof);
+        if (!m) {
+            if (eof) break;
+            continue;
+        }
+        const char *t = json_string_value(json_object_get(m, "t"));
+        json_int_t id = json_integer_value(json_object_get(m, "id"));
+        if (t && !strcmp(t, "gen")) do_generate(&w, m, id);
+        else handle_side(&w, m);
+        json_decref(m);
+    }
+    free(w.logits);
+    strata_session_free(w.s);
+    strata_engine_free(w.e);
+    return 0;
+}
