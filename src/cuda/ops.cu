@@ -543,6 +543,10 @@ extern "C" int st_cuda_moe_sum(float *out, const float *add, const float *y, con
 //      CPU's arithmetic: top-k, softmax at temperature 1, top-p on the running sum, min-p, then the draw at T.
 // When more than ST_CUDA_SAMPLE_CAP logits would have to be gathered (a nearly flat distribution with a loose
 // top-p/top-k), the gather keeps whole bins up to the cap, the draw is approximate and the debug flag says so.
+// The truncated set is then the best prefix of the CPU's list that fits: its temperature-1 probabilities are
+// still taken against the mass of the whole (top-k) set (exact without top-k, the histogram's estimate with it),
+// so top-p and min-p cut where the CPU would; normalising over the gathered subset instead made top-p cut that
+// subset again (e.g. 14405 CPU survivors -> ~8150 gathered -> ~4900 kept), dropping mass the cap did not require.
 
 #define AMAX_BLOCKS 128
 #define AMAX_THREADS 256
@@ -561,6 +565,7 @@ typedef struct sample_ws {
     int32_t n_gather;              // atomic slot counter of the gather
     int32_t flags;                 // 1: truncated to the cap
     double z;                      // mass of all candidates (sum of exp(l - max))
+    double z_topk;                 // with a top-k cut: histogram estimate of the top-k set's mass (used if truncated)
     unsigned long long draws;      // draw counter (persistent across calls)
     float cand_val[ST_CUDA_SAMPLE_CAP];
     int32_t cand_id[ST_CUDA_SAMPLE_CAP];
@@ -750,7 +755,17 @@ __global__ void k_sample_plan(sample_ws *ws, st_cuda_sample_params p) {
             flags = 1;
             while (last > 0 && cc[last] > ST_CUDA_SAMPLE_CAP) last--;
         }
+        // The top-k set's mass from the histogram: the bins before b_k whole, plus b_k's share at its mean mass.
+        // Only needed when the gather is truncated (otherwise the final pass sums the exact top-k set).
+        double z_topk = z;
+        if (topk_cut) {
+            const int pc = b_k > 0 ? cc[b_k - 1] : 0;
+            const double pm = b_k > 0 ? cm[b_k - 1] : 0.0;
+            const int bc = cc[b_k] - pc;  // > 0: cc[b_k] >= n1 > pc
+            z_topk = pm + (double)(n1 - pc) * ((cm[b_k] - pm) / (double)(bc > 0 ? bc : 1));
+        }
         ws->n_cand = n_c;
+        ws->z_topk = z_topk;
         ws->last_bin = last;
         ws->flags = flags;
         ws->z = z;
@@ -844,7 +859,11 @@ __global__ void k_sample_final(int32_t *d_token, sample_ws *ws, st_cuda_sample_p
         double part = 0;
         for (int i = lo; i < hi; i++) part += (double)expf(sv[i] - maxl);
         z1 = block_sum(part);
-        if (!topk_cut && !(ws->flags & 1)) z1 = ws->z;  // all candidates: the histogram pass summed them
+        // Without top-k the set is all candidates: the histogram pass summed their mass, also when the gather was
+        // truncated (probabilities must be relative to the whole set, or top-p would cut the truncated subset
+        // again). With top-k and a truncated gather, only the histogram's estimate of the top-k mass is available.
+        if (!topk_cut) z1 = ws->z;
+        else if (ws->flags & 1) z1 = ws->z_topk;
     }
     if (tid == 0) s_n2 = n1, s_n3 = n1;
     for (int i = lo; i < hi; i++) sp[i] = (float)((double)expf(sv[i] - maxl) / z1);

@@ -11,9 +11,11 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/attention.h"
+#include "cuda/gemm.h"
 #include "cuda/matvec_f32.h"
 #include "cuda/mmvq.h"
 #include "cuda/ops.h"
+#include "cuda/quantize_act.h"
 #include "cuda/runtime.h"
 #include "quant/quant.h"
 #include "util/err.h"
@@ -21,6 +23,8 @@
 
 #define ARENA_ALIGN 256
 #define SMALL_BATCH ST_MMVQ_MAX_TOK  // tokens per step of the matrix-vector path
+#define PREFILL_CHUNK 512            // tokens per step of the matrix-matrix (GEMM) path
+#define GEMM_MIN_DEFAULT 64          // inputs of at least this many tokens take the GEMM path (STRATA_GEMM_MIN)
 
 typedef struct gweight {
     const uint8_t *d;      // device copy of the GGUF tensor data (same block layout)
@@ -40,6 +44,7 @@ typedef struct glayer {
 struct st_gpu_model {
     const st_model *m;
     st_cuda_ctx ctx;
+    st_gemm_ctx *gemm;     // cuBLAS handle and workspace for prefill
     uint8_t *arena;        // every weight, ARENA_ALIGN-aligned sub-allocations
     size_t arena_bytes;
     gweight token_embd, output;
@@ -55,8 +60,9 @@ struct st_gpu_session {
     void **k_cache, **v_cache;  // [n_layer] -> device [n_ctx][n_head_kv * head_dim] half or float
     int32_t *tokens;            // host [n_ctx]
     int64_t n_past;
-    // device scratch for up to SMALL_BATCH tokens (float32 rows [token][features])
-    int32_t *d_tokens;          // [SMALL_BATCH]
+    // device scratch for up to PREFILL_CHUNK tokens (float32 rows [token][features]); the matrix-vector path uses
+    // the first SMALL_BATCH rows
+    int32_t *d_tokens;          // [PREFILL_CHUNK]
     int32_t *d_pos;             // [1] position of the first token of the step
     float *x, *xn;              // [B][n_embd]
     float *q, *k, *v, *attn;    // [B][n_head*hd], [B][n_kv*hd] x2, [B][n_head*hd_v]
@@ -67,10 +73,14 @@ struct st_gpu_session {
     float *d_wts;               // [B][n_expert_used] their weights
     int32_t *d_xrow;            // [B * n_expert_used]: activation row of pair p = p / n_expert_used
     void *xq;                   // [B * n_expert_used] planar q8_1 rows of the widest input
-    float *logits;              // [B][n_vocab]
+    float *logits;              // [logits_rows][n_vocab]
+    int64_t logits_rows;        // grows on demand (all-position logits of a prefill chunk)
+    void *gemm_scratch;         // prefill GEMM / MoE scratch [gemm_scratch_bytes]
+    size_t gemm_scratch_bytes;
+    int gemm_min;               // inputs of at least this many tokens use the GEMM path
     void *attn_ws;
     int n_split;
-    int32_t *h_io;              // pinned host [SMALL_BATCH + 1]: tokens, then the position
+    int32_t *h_io;              // pinned host [PREFILL_CHUNK + 1]: tokens, then the position
     cudaGraphExec_t graph;      // the one-token decode step
     int graph_ready;
     int graph_failed;
@@ -164,9 +174,9 @@ static int check_types(const st_model *m) {
             if (lw[j]->data && !st_cuda_mmvq_supported(lw[j]->type))
                 return st_err("%s: tensor '%s' has type %s, which the CUDA backend cannot multiply yet", m->path,
                               lw[j]->name, st_type_name(lw[j]->type));
-        if (L->router.data && L->router.type != ST_TYPE_F32 && L->router.type != ST_TYPE_F16)
-            return st_err("%s: router '%s' has type %s; the CUDA backend needs F32 or F16", m->path, L->router.name,
-                          st_type_name(L->router.type));
+        if (L->router.data && !st_cuda_matvec_float_supported(L->router.type))
+            return st_err("%s: router '%s' has type %s; the CUDA backend needs F32, F16 or BF16", m->path,
+                          L->router.name, st_type_name(L->router.type));
     }
     if (!st_cuda_attn_supported((int)hp->head_dim_k, (int)hp->n_head, (int)hp->n_head_kv) ||
         hp->head_dim_k != hp->head_dim_v)
@@ -194,6 +204,8 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
     placer q = {g, 0, 1, 0};
     place_all(&q);
     if (q.failed) goto fail;
+    g->gemm = st_cuda_gemm_create(&g->ctx);
+    if (!g->gemm) goto fail;
     char a[32];
     st_info("uploaded %s of weights to %s (cuda:%d) in %.2f s", st_fmt_bytes(a, sizeof a, (double)g->arena_bytes),
             g->ctx.name, device, st_now() - t0);
@@ -205,6 +217,7 @@ fail:
 
 void st_gpu_model_free(st_gpu_model *g) {
     if (!g) return;
+    if (g->gemm) st_cuda_gemm_destroy(g->gemm);
     if (g->arena) st_cuda_free(&g->ctx, g->arena);
     st_cuda_destroy(&g->ctx);
     free(g->layers);
@@ -212,6 +225,43 @@ void st_gpu_model_free(st_gpu_model *g) {
 }
 
 // ---- sessions ---------------------------------------------------------------------------------------------------
+
+static int moe_engine(const glayer *L) {
+    return st_cuda_mmq_supported(L->gate_exps.type) && st_cuda_mmq_supported(L->down_exps.type) ? ST_MOE_MMQ
+                                                                                                : ST_MOE_CUBLAS_LOOP;
+}
+
+// The largest scratch any prefill GEMM or MoE call of a PREFILL_CHUNK-token chunk needs.
+static size_t gemm_scratch_need(const st_gpu_model *g) {
+    const st_hparams *hp = &g->m->hp;
+    size_t need = 0;
+#define NEED(w, n)                                                                                                 \
+    do {                                                                                                           \
+        if ((w)->d) {                                                                                              \
+            size_t b_ = st_cuda_gemm_scratch_bytes(ST_GEMM_AUTO, (w)->type, (w)->ne[0], (w)->ne[1], (n));          \
+            if (b_ > need) need = b_;                                                                              \
+        }                                                                                                          \
+    } while (0)
+    NEED(&g->output, PREFILL_CHUNK);
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const glayer *L = &g->layers[l];
+        NEED(&L->wq, PREFILL_CHUNK);
+        NEED(&L->wk, PREFILL_CHUNK);
+        NEED(&L->wv, PREFILL_CHUNK);
+        NEED(&L->wo, PREFILL_CHUNK);
+        NEED(&L->ffn_gate, PREFILL_CHUNK);
+        NEED(&L->ffn_up, PREFILL_CHUNK);
+        NEED(&L->ffn_down, PREFILL_CHUNK);
+        if (L->gate_exps.d) {
+            size_t b = st_cuda_moe_scratch_bytes(moe_engine(L), L->gate_exps.type, L->down_exps.type, hp->n_embd,
+                                                 hp->n_ff_exp, (int)hp->n_expert, PREFILL_CHUNK,
+                                                 (int)hp->n_expert_used);
+            if (b > need) need = b;
+        }
+    }
+#undef NEED
+    return need;
+}
 
 static void *dalloc(st_gpu_session *s, size_t bytes, const char *what, int *fail) {
     if (*fail) return NULL;
@@ -230,7 +280,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->kv_f16 = kv_f16;
     s->stream = g->ctx.streams[0];
     int fail = 0;
-    size_t B = SMALL_BATCH, K = hp->n_expert_used ? hp->n_expert_used : 1, d = hp->n_embd;
+    size_t B = SMALL_BATCH, P = PREFILL_CHUNK, K = hp->n_expert_used ? hp->n_expert_used : 1, d = hp->n_embd;
     size_t kd = (size_t)hp->n_head_kv * hp->head_dim_k, qd = (size_t)hp->n_head * hp->head_dim_k;
     size_t ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
     size_t el = kv_f16 ? 2 : 4;
@@ -242,29 +292,38 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         s->k_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
         s->v_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
     }
-    s->d_tokens = dalloc(s, sizeof(int32_t) * B, "tokens", &fail);
+    // FFN rows: SMALL_BATCH * K (token, expert) pairs on the matrix-vector path, PREFILL_CHUNK tokens of a dense
+    // FFN on the GEMM path (the MoE GEMM path keeps its pairs in gemm_scratch).
+    size_t ffn_rows = B * K > P ? B * K : P;
+    s->d_tokens = dalloc(s, sizeof(int32_t) * P, "tokens", &fail);
     s->d_pos = dalloc(s, sizeof(int32_t), "position", &fail);
-    s->x = dalloc(s, sizeof(float) * B * d, "activations", &fail);
-    s->xn = dalloc(s, sizeof(float) * B * d, "activations", &fail);
-    s->q = dalloc(s, sizeof(float) * B * qd, "activations", &fail);
-    s->k = dalloc(s, sizeof(float) * B * kd, "activations", &fail);
-    s->v = dalloc(s, sizeof(float) * B * kd, "activations", &fail);
-    s->attn = dalloc(s, sizeof(float) * B * qd, "activations", &fail);
-    s->ffn_a = dalloc(s, sizeof(float) * B * K * ff, "activations", &fail);
-    s->ffn_b = dalloc(s, sizeof(float) * B * K * ff, "activations", &fail);
-    s->ffn_out = dalloc(s, sizeof(float) * B * K * d, "activations", &fail);
-    s->router = dalloc(s, sizeof(float) * B * (hp->n_expert ? hp->n_expert : 1), "router", &fail);
-    s->d_ids = dalloc(s, sizeof(int32_t) * B * K, "router", &fail);
-    s->d_wts = dalloc(s, sizeof(float) * B * K, "router", &fail);
+    s->x = dalloc(s, sizeof(float) * P * d, "activations", &fail);
+    s->xn = dalloc(s, sizeof(float) * P * d, "activations", &fail);
+    s->q = dalloc(s, sizeof(float) * P * qd, "activations", &fail);
+    s->k = dalloc(s, sizeof(float) * P * kd, "activations", &fail);
+    s->v = dalloc(s, sizeof(float) * P * kd, "activations", &fail);
+    s->attn = dalloc(s, sizeof(float) * P * qd, "activations", &fail);
+    s->ffn_a = dalloc(s, sizeof(float) * ffn_rows * ff, "activations", &fail);
+    s->ffn_b = dalloc(s, sizeof(float) * ffn_rows * ff, "activations", &fail);
+    s->ffn_out = dalloc(s, sizeof(float) * ffn_rows * d, "activations", &fail);
+    s->router = dalloc(s, sizeof(float) * P * (hp->n_expert ? hp->n_expert : 1), "router", &fail);
+    s->d_ids = dalloc(s, sizeof(int32_t) * P * K, "router", &fail);
+    s->d_wts = dalloc(s, sizeof(float) * P * K, "router", &fail);
     s->d_xrow = dalloc(s, sizeof(int32_t) * B * K, "router", &fail);
     size_t widest = d > qd ? d : qd;
     if (ff > widest) widest = ff;
     s->xq = dalloc(s, (size_t)st_cuda_q8_1_row_bytes((int64_t)widest) * B * K, "quantized activations", &fail);
+    s->logits_rows = B;
     s->logits = dalloc(s, sizeof(float) * B * hp->n_vocab, "logits", &fail);
+    s->gemm_min = GEMM_MIN_DEFAULT;
+    const char *gm = getenv("STRATA_GEMM_MIN");
+    if (gm && atoi(gm) > 0) s->gemm_min = atoi(gm);
+    s->gemm_scratch_bytes = gemm_scratch_need(g);
+    s->gemm_scratch = dalloc(s, s->gemm_scratch_bytes, "prefill scratch", &fail);
     s->n_split = st_cuda_attn_decode_splits((int)hp->n_head_kv, g->ctx.sm_count);
     s->attn_ws = dalloc(s, st_cuda_attn_decode_workspace_bytes((int)hp->n_head, (int)hp->head_dim_k, s->n_split),
                         "attention workspace", &fail);
-    if (!fail && cudaMallocHost((void **)&s->h_io, sizeof(int32_t) * (B + 1)) != cudaSuccess) {
+    if (!fail && cudaMallocHost((void **)&s->h_io, sizeof(int32_t) * (P + 1)) != cudaSuccess) {
         st_err("cannot allocate pinned host memory");
         fail = 1;
     }
@@ -293,7 +352,7 @@ void st_gpu_session_free(st_gpu_session *s) {
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
-                    s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws};
+                    s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -312,11 +371,23 @@ const int32_t *st_gpu_session_tokens(const st_gpu_session *s) { return s->tokens
 
 // ---- forward ----------------------------------------------------------------------------------------------------
 
-// y[n][rows] = W . x[n] through int8 activations: quantize x into xq, then the matrix-vector kernel.
-static int mv(st_gpu_session *s, const gweight *w, const float *x, int n, float *y) {
-    st_cuda_ctx *c = &s->g->ctx;
-    if (st_cuda_quantize_q8_1(c, x, s->xq, n, w->ne[0], s->stream)) return -1;
-    return st_cuda_mmvq(c, w->type, w->d, w->ne[0], w->ne[1], s->xq, n, y, s->stream);
+// Quantizes x [n][ne0] into s->xq in the CPU backend's activation format for weights of `type`.
+static int quant(st_gpu_session *s, int type, const float *x, int n, int64_t ne0) {
+    return st_cuda_quantize_act(&s->g->ctx, st_cuda_act_format(type), x, s->xq, n, ne0, s->stream);
+}
+
+// y[n][rows] = W . x[n]. Float weights take float activations; quantized weights int8 activations in the CPU's
+// format, quantized here unless `reuse` says s->xq already holds x in that format (Q, K, V share one input).
+static int mv(st_gpu_session *s, const gweight *w, const float *x, int n, float *y, int reuse) {
+    if (st_cuda_matvec_float_supported(w->type))
+        return st_cuda_matvec_float(w->type, w->d, w->ne[0], w->ne[1], x, n, y, s->stream);
+    if (!reuse && quant(s, w->type, x, n, w->ne[0])) return -1;
+    return st_cuda_mmvq(&s->g->ctx, w->type, w->d, w->ne[0], w->ne[1], s->xq, n, y, s->stream);
+}
+
+// Whether b can reuse the activations quantized for a (same input, same format).
+static int same_act(const gweight *a, const gweight *b) {
+    return !st_cuda_matvec_float_supported(a->type) && st_cuda_act_format(a->type) == st_cuda_act_format(b->type);
 }
 
 // One step of n <= SMALL_BATCH tokens whose ids are in d_tokens and first position in d_pos. Enqueues only
@@ -335,8 +406,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
-        if (mv(s, &L->wq, s->xn, n, s->q) || st_cuda_mmvq(c, L->wk.type, L->wk.d, d, L->wk.ne[1], s->xq, n, s->k, st) ||
-            st_cuda_mmvq(c, L->wv.type, L->wv.d, d, L->wv.ne[1], s->xq, n, s->v, st))
+        if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||
+            mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
             return -1;
         if (st_cuda_qk_norm_rope_kv(s->q, s->k, s->v, L->q_norm, L->k_norm, s->k_cache[l], s->v_cache[l], s->kv_f16,
                                     s->d_pos, n, (int)hp->n_head, (int)hp->n_head_kv, hd, (int)hp->n_rot,
@@ -347,35 +418,104 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                               st)
                         : st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n,
                                                (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st);
-        if (rc || mv(s, &L->wo, s->attn, n, s->ffn_out)) return -1;
+        if (rc || mv(s, &L->wo, s->attn, n, s->ffn_out, 0)) return -1;
         // x += attention output; xn = ffn_norm(x)
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st)) return -1;
         if (hp->n_expert == 0) {
             int ff = (int)hp->n_ff;
-            if (mv(s, &L->ffn_gate, s->xn, n, s->ffn_a) ||
-                st_cuda_mmvq(c, L->ffn_up.type, L->ffn_up.d, d, ff, s->xq, n, s->ffn_b, st) ||
+            if (mv(s, &L->ffn_gate, s->xn, n, s->ffn_a, 0) ||
+                mv(s, &L->ffn_up, s->xn, n, s->ffn_b, same_act(&L->ffn_gate, &L->ffn_up)) ||
                 st_cuda_swiglu(s->ffn_a, NULL, s->ffn_a, s->ffn_b, n, ff, st) ||
-                mv(s, &L->ffn_down, s->ffn_a, n, s->ffn_out) ||
+                mv(s, &L->ffn_down, s->ffn_a, n, s->ffn_out, 0) ||
                 st_cuda_add(s->x, s->x, s->ffn_out, (int64_t)n * d, st))
                 return -1;
         } else {
             int F = (int)hp->n_ff_exp, E = (int)hp->n_expert, sel = n * K;
             if (st_cuda_matvec_float(L->router.type, L->router.d, d, E, s->xn, n, s->router, st) ||
-                st_cuda_moe_route(s->d_ids, s->d_wts, s->router, n, E, K, hp->expert_weights_norm, st) ||
-                st_cuda_quantize_q8_1(c, s->xn, s->xq, n, d, st) ||
-                st_cuda_mmvq_ids_glu(c, L->gate_exps.type, L->gate_exps.d, L->up_exps.d, d, F, E, s->xq, n, s->d_ids,
-                                     s->d_xrow, sel, s->ffn_a, st) ||
-                st_cuda_quantize_q8_1(c, s->ffn_a, s->xq, sel, F, st) ||
-                st_cuda_mmvq_ids(c, L->down_exps.type, L->down_exps.d, F, d, E, s->xq, sel, s->d_ids, NULL, sel,
-                                 s->ffn_out, st) ||
-                st_cuda_moe_sum(s->x, s->x, s->ffn_out, s->d_wts, n, K, d, st))
+                st_cuda_moe_route(s->d_ids, s->d_wts, s->router, n, E, K, hp->expert_weights_norm, st))
                 return -1;
+            if (st_cuda_matvec_float_supported(L->gate_exps.type)) {  // float experts (test models)
+                if (st_cuda_matvec_float_ids(L->gate_exps.type, L->gate_exps.d, d, F, s->xn, s->d_ids, s->d_xrow, sel,
+                                             s->ffn_a, st) ||
+                    st_cuda_matvec_float_ids(L->up_exps.type, L->up_exps.d, d, F, s->xn, s->d_ids, s->d_xrow, sel,
+                                             s->ffn_b, st) ||
+                    st_cuda_swiglu(s->ffn_a, NULL, s->ffn_a, s->ffn_b, sel, F, st))
+                    return -1;
+            } else if (quant(s, L->gate_exps.type, s->xn, n, d) ||
+                       st_cuda_mmvq_ids_glu(c, L->gate_exps.type, L->gate_exps.d, L->up_exps.d, d, F, E, s->xq, n,
+                                            s->d_ids, s->d_xrow, sel, s->ffn_a, st)) {
+                return -1;
+            }
+            int rc2 = st_cuda_matvec_float_supported(L->down_exps.type)
+                          ? st_cuda_matvec_float_ids(L->down_exps.type, L->down_exps.d, F, d, s->ffn_a, s->d_ids, NULL,
+                                                     sel, s->ffn_out, st)
+                          : (quant(s, L->down_exps.type, s->ffn_a, sel, F) ||
+                             st_cuda_mmvq_ids(c, L->down_exps.type, L->down_exps.d, F, d, E, s->xq, sel, s->d_ids,
+                                              NULL, sel, s->ffn_out, st));
+            if (rc2 || st_cuda_moe_sum(s->x, s->x, s->ffn_out, s->d_wts, n, K, d, st)) return -1;
         }
     }
     if (out_rows > 0) {
         if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
                             st) ||
-            mv(s, &g->output, s->xn, out_rows, s->logits))
+            mv(s, &g->output, s->xn, out_rows, s->logits, 0))
+            return -1;
+    }
+    return 0;
+}
+
+static int gemm(st_gpu_session *s, const gweight *w, const float *x, int n, float *y) {
+    return st_cuda_gemm(s->g->gemm, ST_GEMM_AUTO, w->type, w->d, w->ne[0], w->ne[1], x, n, y, s->gemm_scratch,
+                        s->gemm_scratch_bytes, s->stream);
+}
+
+// One chunk of PREFILL_CHUNK >= n > SMALL_BATCH tokens through matrix-matrix products (tensor cores): the same
+// operators as step(), with GEMMs for the projections and the grouped MoE.
+static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
+    st_gpu_model *g = s->g;
+    const st_hparams *hp = &g->m->hp;
+    cudaStream_t st = s->stream;
+    int d = (int)hp->n_embd, hd = (int)hp->head_dim_k;
+    int neox = hp->rope_type == ST_ROPE_NEOX;
+    float scale = 1.0f / sqrtf((float)hd);
+    if (st_cuda_get_rows(s->x, g->token_embd.d, g->token_embd.type, g->token_embd.row_bytes, hp->n_vocab,
+                         s->d_tokens, n, d, st))
+        return -1;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        glayer *L = &g->layers[l];
+        if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st) ||
+            gemm(s, &L->wq, s->xn, n, s->q) || gemm(s, &L->wk, s->xn, n, s->k) || gemm(s, &L->wv, s->xn, n, s->v) ||
+            st_cuda_qk_norm_rope_kv(s->q, s->k, s->v, L->q_norm, L->k_norm, s->k_cache[l], s->v_cache[l], s->kv_f16,
+                                    s->d_pos, n, (int)hp->n_head, (int)hp->n_head_kv, hd, (int)hp->n_rot,
+                                    hp->rms_eps, hp->rope_freq_base, hp->rope_freq_scale, neox, st) ||
+            st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n,
+                                 (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st) ||
+            gemm(s, &L->wo, s->attn, n, s->ffn_out) ||
+            st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st))
+            return -1;
+        if (hp->n_expert == 0) {
+            int ff = (int)hp->n_ff;
+            if (gemm(s, &L->ffn_gate, s->xn, n, s->ffn_a) || gemm(s, &L->ffn_up, s->xn, n, s->ffn_b) ||
+                st_cuda_swiglu(s->ffn_a, NULL, s->ffn_a, s->ffn_b, n, ff, st) ||
+                gemm(s, &L->ffn_down, s->ffn_a, n, s->ffn_out))
+                return -1;
+        } else {
+            int E = (int)hp->n_expert, K = (int)hp->n_expert_used;
+            if (st_cuda_matvec_float(L->router.type, L->router.d, d, E, s->xn, n, s->router, st) ||
+                st_cuda_moe_route(s->d_ids, s->d_wts, s->router, n, E, K, hp->expert_weights_norm, st) ||
+                st_cuda_moe_ffn(g->gemm, moe_engine(L), L->gate_exps.type, L->gate_exps.d, L->up_exps.d,
+                                L->down_exps.type, L->down_exps.d, d, hp->n_ff_exp, E, s->xn, s->d_ids, s->d_wts, n,
+                                K, s->ffn_out, s->gemm_scratch, s->gemm_scratch_bytes, st))
+                return -1;
+        }
+        if (st_cuda_add(s->x, s->x, s->ffn_out, (int64_t)n * d, st)) return -1;
+    }
+    if (out_rows > 0) {
+        if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
+                            st))
+            return -1;
+        if (out_rows > SMALL_BATCH ? gemm(s, &g->output, s->xn, out_rows, s->logits)
+                                   : mv(s, &g->output, s->xn, out_rows, s->logits, 0))
             return -1;
     }
     return 0;
@@ -430,22 +570,34 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
                           hp->n_vocab);
     int64_t start = s->n_past;
     size_t nv = hp->n_vocab;
-    for (int64_t off = 0; off < n; off += SMALL_BATCH) {
-        int c_n = (int)(n - off < SMALL_BATCH ? n - off : SMALL_BATCH);
+    for (int64_t off = 0; off < n;) {
+        int64_t left = n - off;
+        int big = left >= s->gemm_min && left > SMALL_BATCH;
+        int c_n = (int)(big ? (left < PREFILL_CHUNK ? left : PREFILL_CHUNK) : (left < SMALL_BATCH ? left : SMALL_BATCH));
         int last_chunk = off + c_n == n;
         int want = logits && (all_logits || last_chunk);
         int out_first = all_logits ? 0 : c_n - 1, out_rows = want ? (all_logits ? c_n : 1) : 0;
+        if (out_rows > s->logits_rows) {  // all-position logits of a big chunk: grow once (outside any capture)
+            st_cuda_free(c, s->logits);
+            s->logits = st_cuda_alloc(c, sizeof(float) * nv * (size_t)out_rows, "logits");
+            s->logits_rows = s->logits ? out_rows : 0;
+            if (!s->logits) {
+                s->n_past = start;
+                return -1;
+            }
+        }
         memcpy(s->h_io, tokens + off, sizeof(int32_t) * (size_t)c_n);
-        s->h_io[SMALL_BATCH] = (int32_t)s->n_past;
+        s->h_io[PREFILL_CHUNK] = (int32_t)s->n_past;
         if (cudaMemcpyAsync(s->d_tokens, s->h_io, sizeof(int32_t) * (size_t)c_n, cudaMemcpyHostToDevice,
                             s->stream) != cudaSuccess ||
-            cudaMemcpyAsync(s->d_pos, s->h_io + SMALL_BATCH, sizeof(int32_t), cudaMemcpyHostToDevice, s->stream) !=
+            cudaMemcpyAsync(s->d_pos, s->h_io + PREFILL_CHUNK, sizeof(int32_t), cudaMemcpyHostToDevice, s->stream) !=
                 cudaSuccess) {
             s->n_past = start;
             return st_err("copying tokens to the GPU: %s", cudaGetErrorString(cudaGetLastError()));
         }
         // The captured graph always computes the last token's logits; other one-token steps go eagerly.
-        int rc = (c_n == 1 && (out_rows == 1 || !logits)) ? step_one(s) : step(s, c_n, out_first, out_rows);
+        int rc = big ? step_prefill(s, c_n, out_first, out_rows)
+                     : (c_n == 1 && (out_rows == 1 || !logits)) ? step_one(s) : step(s, c_n, out_first, out_rows);
         if (rc == 0 && want) {
             float *dst = all_logits ? logits + (size_t)off * nv : logits;
             rc = st_cuda_memcpy_d2h(c, dst, s->logits, sizeof(float) * nv * (size_t)out_rows, s->stream);
@@ -457,6 +609,7 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
         }
         memcpy(s->tokens + s->n_past, tokens + off, sizeof(int32_t) * (size_t)c_n);
         s->n_past += c_n;
+        off += c_n;
     }
     return 0;
 }

@@ -55,6 +55,8 @@ st_session *st_session_new(const st_model *m, st_pool *pool, int64_t n_ctx, int 
     s->sel_weight = xalloc(sizeof(float) * B * ku, &fail);
     s->group_tok = xalloc(sizeof(int32_t) * B * ku, &fail);
     s->gx = xalloc(sizeof(float) * B * hp->n_embd, &fail);
+    if (hp->n_expert) s->moe_y = xalloc(sizeof(float) * B * ku * hp->n_embd, &fail);
+    s->rope_cs = xalloc(sizeof(float) * (hp->n_rot ? hp->n_rot : 1), &fail);
     if (fail) {
         st_session_free(s);
         char a[32];
@@ -88,6 +90,8 @@ void st_session_free(st_session *s) {
     free(s->sel_weight);
     free(s->group_tok);
     free(s->gx);
+    free(s->moe_y);
+    free(s->rope_cs);
     st_cpu_scratch_free(&s->mm_scratch);
     free(s);
 }
@@ -125,15 +129,17 @@ static int attention_block(st_session *s, const st_layer *L, int layer, int64_t 
         return -1;
     int neox = hp->rope_type == ST_ROPE_NEOX;
     for (int64_t t = 0; t < n; t++) {
+        // qwen3: QK-norm (per head, with its weight) before RoPE, as llama.cpp's graph does
+        st_rope_cache(s->rope_cs, hp->n_rot, pos0 + t, hp->rope_freq_base, hp->rope_freq_scale);
         for (uint32_t h = 0; h < hp->n_head; h++) {
             float *qh = s->q + (t * hp->n_head + h) * hk;
             if (L->q_norm) st_rmsnorm(qh, qh, L->q_norm, hk, hp->rms_eps);
-            st_rope(qh, hk, hp->n_rot, pos0 + t, hp->rope_freq_base, hp->rope_freq_scale, neox);
+            st_rope_apply(qh, s->rope_cs, hp->n_rot, neox);
         }
         for (uint32_t h = 0; h < hp->n_head_kv; h++) {
             float *kh = s->k + (t * hp->n_head_kv + h) * hk;
             if (L->k_norm) st_rmsnorm(kh, kh, L->k_norm, hk, hp->rms_eps);
-            st_rope(kh, hk, hp->n_rot, pos0 + t, hp->rope_freq_base, hp->rope_freq_scale, neox);
+            st_rope_apply(kh, s->rope_cs, hp->n_rot, neox);
         }
     }
     store_kv(s, layer, pos0, n);
@@ -147,12 +153,15 @@ static int attention_block(st_session *s, const st_layer *L, int layer, int64_t 
 static int dense_ffn(st_session *s, const st_layer *L, int64_t n) {
     const st_hparams *hp = &s->model->hp;
     if (matmul(s, &L->ffn_gate, -1, s->xn, n, s->ffn_a) || matmul(s, &L->ffn_up, -1, s->xn, n, s->ffn_b)) return -1;
-    st_swiglu(s->ffn_a, s->ffn_a, s->ffn_b, n * hp->n_ff);
+    for (int64_t t = 0; t < n; t++)
+        st_swiglu(s->ffn_a + t * hp->n_ff, s->ffn_a + t * hp->n_ff, s->ffn_b + t * hp->n_ff, hp->n_ff);
     if (matmul(s, &L->ffn_down, -1, s->ffn_a, n, s->ffn_out)) return -1;
     return 0;
 }
 
-// Router: softmax over experts, top-k by probability, optional renormalisation of the k weights (qwen3moe).
+// Router: softmax over experts, top-k by probability (descending; ties to the lower id, as the reference's insertion
+// sort of a short row leaves them), optional renormalisation of the k weights (qwen3moe): llama.cpp sums them in
+// double (ggml_sum_rows), clamps the sum below at 2^-14 and divides.
 static void route(st_session *s, int64_t n) {
     const st_hparams *hp = &s->model->hp;
     int64_t E = hp->n_expert, K = hp->n_expert_used;
@@ -172,20 +181,22 @@ static void route(st_session *s, int64_t n) {
             wt[k] = p[best];
         }
         if (hp->expert_weights_norm) {
-            float sum = 0;
-            for (int64_t k = 0; k < K; k++) sum += wt[k];
-            for (int64_t k = 0; k < K; k++) wt[k] /= sum;
+            double sum = 0;
+            for (int64_t k = 0; k < K; k++) sum += (double)wt[k];
+            float fs = (float)sum;
+            if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
+            for (int64_t k = 0; k < K; k++) wt[k] /= fs;
         }
     }
 }
 
-// MoE FFN with tokens grouped by expert, so each selected expert's weights are read once per chunk.
+// MoE FFN with tokens grouped by expert, so each selected expert's weights are read once per chunk. Each output is
+// weighted (rounded) and the k outputs of a token are added in rank order, as llama.cpp's graph does.
 static int moe_ffn(st_session *s, const st_layer *L, int64_t n) {
     const st_hparams *hp = &s->model->hp;
     int64_t d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     if (matmul(s, &L->router, -1, s->xn, n, s->router)) return -1;
     route(s, n);
-    memset(s->ffn_out, 0, sizeof(float) * (size_t)(n * d));
     for (int32_t e = 0; e < E; e++) {
         int64_t cnt = 0;
         for (int64_t t = 0; t < n; t++)
@@ -196,14 +207,21 @@ static int moe_ffn(st_session *s, const st_layer *L, int64_t n) {
             memcpy(s->gx + i * d, s->xn + (s->group_tok[i] / K) * d, sizeof(float) * (size_t)d);
         if (matmul(s, &L->gate_exps, e, s->gx, cnt, s->ffn_a) || matmul(s, &L->up_exps, e, s->gx, cnt, s->ffn_b))
             return -1;
-        st_swiglu(s->ffn_a, s->ffn_a, s->ffn_b, cnt * F);
+        for (int64_t i = 0; i < cnt; i++) st_swiglu(s->ffn_a + i * F, s->ffn_a + i * F, s->ffn_b + i * F, F);
         if (matmul(s, &L->down_exps, e, s->ffn_a, cnt, s->gx)) return -1;
         for (int64_t i = 0; i < cnt; i++) {
-            int64_t t = s->group_tok[i] / K;
             float w = s->sel_weight[s->group_tok[i]];
             const float *y = s->gx + i * d;
-            float *o = s->ffn_out + t * d;
-            for (int64_t j = 0; j < d; j++) o[j] += w * y[j];
+            float *o = s->moe_y + (int64_t)s->group_tok[i] * d;
+            for (int64_t j = 0; j < d; j++) o[j] = y[j] * w;
+        }
+    }
+    for (int64_t t = 0; t < n; t++) {
+        float *o = s->ffn_out + t * d;
+        memcpy(o, s->moe_y + t * K * d, sizeof(float) * (size_t)d);
+        for (int64_t k = 1; k < K; k++) {
+            const float *y = s->moe_y + (t * K + k) * d;
+            for (int64_t j = 0; j < d; j++) o[j] += y[j];
         }
     }
     return 0;

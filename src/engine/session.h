@@ -34,6 +34,9 @@ typedef struct st_session {
     float *sel_weight;      // [max_batch][n_expert_used] their mixing weights
     int32_t *group_tok;     // [max_batch * n_expert_used] token indices grouped by expert
     float *gx;              // [max_batch][n_embd] gathered inputs of one expert's tokens
+    float *moe_y;           // [max_batch * n_expert_used][n_embd] expert outputs per (token, rank), summed in rank
+                            // order afterwards (llama.cpp's order); NULL for dense models
+    float *rope_cs;         // [n_rot] (cos, sin) pairs of the current position
     st_cpu_scratch mm_scratch;  // quantized activations of the current matmul
 } st_session;
 

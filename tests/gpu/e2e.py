@@ -21,6 +21,10 @@ PROMPTS = [
     "<|im_start|>user\nWhat is the tallest mountain in the world?<|im_end|>\n<|im_start|>assistant\n",
     "In 1969, 600 million people watched the first Moon landing on television.",
 ]
+# A prompt long enough (>= 64 tokens) to take the GEMM prefill path; its positions are reported separately since
+# that path rounds activations to f16 / int8 tiles (top-1 agreement >= 97% required, no greedy check).
+LONG_PROMPT = ("Strata places the dense weights and the hottest experts of a mixture-of-experts model in GPU memory, keeps "
+               "every other expert in a host arena, and computes the misses on the CPU or reads them over PCIe. " * 4)
 SYNTH = [  # (name, arch, preset, mix, required top-1 agreement)
     ("tiny-llama-F16", "llama", "tiny-llama", "F16", 1.0),
     ("tiny-llama-Q8_0", "llama", "tiny-llama", "Q8_0", 1.0),
@@ -63,7 +67,7 @@ def main():
             subprocess.run(mm, check=True, capture_output=True)
         models.append((name, path, need))
     failed = 0
-    print(f"{'model':24} {'positions':>9} {'top-1 agree':>11} {'greedy equal':>12}  result")
+    print(f"{'model':24} {'positions':>9} {'top-1 agree':>11} {'greedy equal':>12} {'gemm top-1':>10}  result")
     for name, path, need in models:
         pos = agree = g_ok = g_n = 0
         err = ""
@@ -78,12 +82,17 @@ def main():
                 if c["greedy"] != g["greedy"] and not err:
                     k = next(i for i, (x, y) in enumerate(zip(c["greedy"], g["greedy"])) if x != y)
                     err = f"greedy differs at {k}: cpu {c['greedy'][k:k+4]} cuda {g['greedy'][k:k+4]}"
+            c, g = logits(args.strata, path, LONG_PROMPT, "cpu"), logits(args.strata, path, LONG_PROMPT, "cuda")
+            lp = len(c["positions"])
+            la = sum(a["top"][0][0] == b["top"][0][0] for a, b in zip(c["positions"], g["positions"]))
         except Exception as e:  # report and continue with the next model
             err = str(e)[:300]
+            lp, la = 0, 0
         rate = agree / pos if pos else 0.0
-        ok = pos > 0 and rate >= need and (g_ok == g_n or need < 1.0)
+        lrate = la / lp if lp else 0.0
+        ok = pos > 0 and rate >= need and (g_ok == g_n or need < 1.0) and lrate >= 0.97
         failed += not ok
-        print(f"{name:24} {pos:9d} {rate:11.4f} {g_ok:>6}/{g_n:<5}  {'ok' if ok else 'FAIL'} {err}")
+        print(f"{name:24} {pos:9d} {rate:11.4f} {g_ok:>6}/{g_n:<5} {lrate:10.4f}  {'ok' if ok else 'FAIL'} {err}")
     print(f"{len(models) - failed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -485,7 +485,11 @@ static void test_argmax_sampler(void) {
     }
     report("argmax (+ greedy sampling)");
 
-    // Candidate sets: the final list (ids, in order) must equal the CPU pipeline's.
+    // Candidate sets: the final list (ids, in order) must equal the CPU pipeline's. When the CPU list is longer than
+    // ST_CUDA_SAMPLE_CAP the GPU cannot hold it: it must flag the truncation and keep a prefix of the CPU list that
+    // falls at most one histogram bin (cutoff / 2048 nats, ops.h) short of the cap, i.e. top-p/min-p must not cut
+    // the truncated subset again. expect_trunc records which configs are meant to exceed the cap (checked, so a
+    // config that drifts to the other side is noticed).
     static const struct {
         float sd, temp;
         int top_k;
@@ -493,9 +497,10 @@ static void test_argmax_sampler(void) {
         int expect_trunc;
     } cfg[] = {
         {3.0f, 0.8f, 40, 1.0f, 0.0f, 0},     {3.0f, 1.0f, 0, 0.9f, 0.0f, 0},   {3.0f, 0.7f, 0, 1.0f, 0.05f, 0},
-        {3.0f, 1.0f, 50, 0.95f, 0.05f, 0},   {3.0f, 1.5f, 0, 0.95f, 0.0f, 0},  {2.0f, 1.0f, 2000, 0.8f, 0.0f, 0},
+        {3.0f, 1.0f, 50, 0.95f, 0.05f, 0},   {3.0f, 1.5f, 0, 0.95f, 0.0f, 1},  {2.0f, 1.0f, 2000, 0.8f, 0.0f, 0},
         {4.0f, 0.5f, 1, 1.0f, 0.0f, 0},      {3.0f, 1.0f, 300, 1.0f, 0.01f, 0}, {5.0f, 2.5f, 0, 0.5f, 0.1f, 0},
-        {0.3f, 1.0f, 0, 0.9f, 0.0f, 1},      // nearly flat: more survivors than the cap, flagged
+        {0.3f, 1.0f, 0, 0.9f, 0.0f, 1},      // nearly flat: ~127k survivors
+        {3.0f, 1.5f, 0, 0.8f, 0.0f, 0},      // T > 1 with top-p under the cap (~2300; cfg 4's ~14k exceeds it)
     };
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         st_cuda_sample_params p = {cfg[c].temp, cfg[c].top_k, cfg[c].top_p, cfg[c].min_p, g_seed + c};
@@ -515,10 +520,34 @@ static void test_argmax_sampler(void) {
         char what[160];
         snprintf(what, sizeof what, "sample cfg %zu (T %.2f top_k %d top_p %.2f min_p %.2f): %%s n %%lld vs %%lld", c,
                  p.temperature, p.top_k, p.top_p, p.min_p);
-        if (cfg[c].expect_trunc) {
-            if (!(dbg[1] & 1)) fail(what, "expected the truncation flag", dbg[0], n_ref);
-            printf("  cfg %zu: %d CPU candidates > cap %d: truncated as expected (flag %d)\n", c, n_ref,
-                   ST_CUDA_SAMPLE_CAP, dbg[1]);
+        if ((n_ref > ST_CUDA_SAMPLE_CAP) != cfg[c].expect_trunc) {
+            fail(what, "test config misses its intent (CPU count vs the cap):", n_ref, ST_CUDA_SAMPLE_CAP);
+            continue;
+        }
+        if (n_ref > ST_CUDA_SAMPLE_CAP) {
+            if (!(dbg[1] & 1) || dbg[0] < 1 || dbg[0] > ST_CUDA_SAMPLE_CAP) {
+                fail(what, "expected the truncation flag and 1..cap candidates:", dbg[0], n_ref);
+                continue;
+            }
+            const int nk = dbg[0];
+            d2h(dbg + 2, ddbg + 2, sizeof(int32_t) * nk);
+            int same = 1, in_set = 0;
+            for (int i = 0; i < nk; i++) {
+                same &= dbg[2 + i] == ids[i];
+                in_set |= tok == dbg[2 + i];
+            }
+            if (!same) fail(what, "truncated ids are not a prefix of the CPU list", nk, n_ref);
+            if (!in_set) fail(what, "drawn token outside the kept set", tok, nk);
+            // Whole bins up to the cap: the bin of the first dropped CPU candidate would have overflowed it, so more
+            // than the cap lie within one bin width (plus rounding slack) below that candidate's distance.
+            const float cutoff = 30.0f * (p.temperature > 1.0f ? p.temperature : 1.0f), bw = cutoff / 2048.0f;
+            const float maxl = l[ids[0]], d_drop = maxl - l[ids[nk]];
+            int within = 0;
+            for (int i = 0; i < V; i++) within += maxl - l[i] <= d_drop + 1.01f * bw;
+            if (within <= ST_CUDA_SAMPLE_CAP)
+                fail(what, "kept fewer than the cap's whole bins allow (cut again after truncation?):", nk, within);
+            printf("  cfg %zu: %d CPU candidates > cap %d: truncated (flag %d) to a %d-candidate prefix\n", c,
+                   n_ref, ST_CUDA_SAMPLE_CAP, dbg[1], nk);
             continue;
         }
         if (dbg[0] != n_ref || dbg[1] != 0) {
