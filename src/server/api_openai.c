@@ -1,7 +1,7 @@
 // OpenAI-compatible endpoints: /v1/chat/completions, /v1/completions, /v1/models, plus /tokenize and /detokenize.
 // Request fields are checked one by one so that a bad one gets a 400 naming it; generation runs as an engine job.
-// Tool calls (tools, tool_choice, tool_calls in the answer) and reasoning_content are the follow-up's (toolcall.c):
-// `tools` is validated and passed to the chat template already.
+// Chat answers go through the tool-call/reasoning parser (toolcall.c): tool_calls and reasoning_content, streamed as
+// deltas.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,13 +165,22 @@ fail:
 
 // ---- running a generation -----------------------------------------------------------------------------------------
 
+void st_new_id(char *out, size_t n, const char *prefix) { make_id(out, n, prefix); }
+
 typedef struct gen_ctx {
     bool chat;              // chat.completion(.chunk) vs text_completion
     bool include_usage;
     bool role_sent;
+    bool stream;
     char id[48];
     char model[256];
     time_t created;
+    // chat: the answer parser (tool calls, reasoning) and, for non-stream replies, what it produced
+    st_tc_parser *parser;
+    json_t *tools;          // the request's tools (the parser reads parameter types from them)
+    st_sbuf *out;           // while streaming: where the parser's events are written
+    st_sbuf content, reasoning;
+    json_t *tool_calls;     // non-stream: [OpenAI tool calls]
 } gen_ctx;
 
 static json_t *usage_json(json_t *done) {
@@ -193,7 +202,8 @@ static json_t *timings_json(json_t *done) {
                      td * 1e3, "predicted_per_second", td > 0 && g > 1 ? (double)(g - 1) / td : 0.0);
 }
 
-static const char *finish_reason(json_t *done) {
+static const char *finish_reason(gen_ctx *g, json_t *done) {
+    if (g->parser && st_tc_n_calls(g->parser) > 0) return "tool_calls";
     const char *f = json_string_value(json_object_get(done, "finish"));
     return f && !strcmp(f, "length") ? "length" : "stop";
 }
@@ -211,15 +221,16 @@ static void sse_data(st_sbuf *out, json_t *obj) {
     json_decref(obj);
 }
 
-static void chunk_text(gen_ctx *g, st_sbuf *out, const char *text, json_t *finish) {
+// One chat chunk with `delta` (stolen; the role is added to the first), or a completion chunk with text.
+static void chunk_delta(gen_ctx *g, st_sbuf *out, json_t *delta, const char *text, json_t *finish) {
     json_t *c = chunk_base(g), *choice;
     if (g->chat) {
-        json_t *delta = json_object();
+        if (!delta) delta = json_object();
         if (!g->role_sent) {
             json_object_set_new(delta, "role", json_string("assistant"));
+            if (!json_object_get(delta, "content")) json_object_set_new(delta, "content", json_string(""));
             g->role_sent = true;
         }
-        if (text) json_object_set_new(delta, "content", json_string(text));
         choice = json_pack("{s:i, s:o, s:o, s:n}", "index", 0, "delta", delta, "finish_reason",
                            finish ? finish : json_null(), "logprobs");
     } else {
@@ -230,21 +241,73 @@ static void chunk_text(gen_ctx *g, st_sbuf *out, const char *text, json_t *finis
     sse_data(out, c);
 }
 
+static json_t *str_n(const char *s, size_t n) {
+    json_t *v = json_stringn(s, n);
+    return v ? v : json_string("\xef\xbf\xbd");  // not UTF-8 (cannot happen with the detokenizer): U+FFFD
+}
+
+// The parser's events: deltas while streaming, else accumulated for the reply.
+static void on_parsed(void *ud, const st_tc_event *ev) {
+    gen_ctx *g = ud;
+    if (!g->stream) {
+        switch (ev->kind) {
+        case ST_TC_CONTENT: st_sbuf_add(&g->content, ev->text, ev->len); break;
+        case ST_TC_REASONING: st_sbuf_add(&g->reasoning, ev->text, ev->len); break;
+        case ST_TC_TOOL_START:
+            json_array_append_new(g->tool_calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", ev->id, "type",
+                                                           "function", "function", "name", ev->name, "arguments", ""));
+            break;
+        case ST_TC_TOOL_ARGS: {
+            json_t *f = json_object_get(json_array_get(g->tool_calls, (size_t)ev->index), "function");
+            st_sbuf a = {0};
+            st_sbuf_printf(&a, "%s", json_string_value(json_object_get(f, "arguments")));
+            st_sbuf_add(&a, ev->text, ev->len);
+            json_object_set_new(f, "arguments", str_n(a.p, a.len));
+            free(a.p);
+            break;
+        }
+        }
+        return;
+    }
+    if (!g->out) return;  // only a forced prefix is parsed before the stream exists, and it is all markup
+    json_t *delta = json_object();
+    switch (ev->kind) {
+    case ST_TC_CONTENT: json_object_set_new(delta, "content", str_n(ev->text, ev->len)); break;
+    case ST_TC_REASONING: json_object_set_new(delta, "reasoning_content", str_n(ev->text, ev->len)); break;
+    case ST_TC_TOOL_START:
+        json_object_set_new(delta, "tool_calls",
+                            json_pack("[{s:i, s:s, s:s, s:{s:s, s:s}}]", "index", ev->index, "id", ev->id, "type",
+                                      "function", "function", "name", ev->name, "arguments", ""));
+        break;
+    case ST_TC_TOOL_ARGS:
+        json_object_set_new(delta, "tool_calls", json_pack("[{s:i, s:{s:o}}]", "index", ev->index, "function",
+                                                           "arguments", str_n(ev->text, ev->len)));
+        break;
+    }
+    chunk_delta(g, g->out, delta, NULL, NULL);
+}
+
 static bool gen_format(void *ud, json_t *ev, st_sbuf *out) {
     gen_ctx *g = ud;
     const char *t = json_string_value(json_object_get(ev, "t"));
     if (!t) return false;
+    g->out = out;
     if (!strcmp(t, "prompt")) {
-        if (g->chat && !g->role_sent) chunk_text(g, out, "", NULL);
+        if (g->stream && g->chat && !g->role_sent) chunk_delta(g, out, NULL, NULL, NULL);
         return false;
     }
     if (!strcmp(t, "tok")) {
         const char *text = json_string_value(json_object_get(ev, "text"));
-        if (text && *text) chunk_text(g, out, text, NULL);
+        if (!text || !*text) return false;
+        if (g->parser) st_tc_feed(g->parser, text, strlen(text));
+        else if (g->stream) chunk_delta(g, out, NULL, text, NULL);
+        else st_sbuf_add(&g->content, text, strlen(text));
         return false;
     }
     if (!strcmp(t, "done")) {
-        chunk_text(g, out, NULL, json_string(finish_reason(ev)));
+        if (g->parser) st_tc_finish(g->parser);
+        if (!g->stream) return true;
+        chunk_delta(g, out, NULL, NULL, json_string(finish_reason(g, ev)));
         if (g->include_usage) {
             json_t *c = chunk_base(g);
             json_object_set_new(c, "choices", json_array());
@@ -258,23 +321,56 @@ static bool gen_format(void *ud, json_t *ev, st_sbuf *out) {
     if (!strcmp(t, "error")) {
         // The OpenAI clients raise an APIError for a data line with an "error" object.
         int status = (int)json_integer_value(json_object_get(ev, "status"));
+        const char *code = json_string_value(json_object_get(ev, "code"));
         json_t *err = json_pack("{s:s, s:s, s:s, s:i}", "message", json_string_value(json_object_get(ev, "message")),
-                                "type", status == 503 ? "service_unavailable" : status < 500 ? "invalid_request_error" : "server_error",
-                                "code", json_string_value(json_object_get(ev, "code")) ? json_string_value(json_object_get(ev, "code")) : "error",
-                                "status", status);
+                                "type", status == 503 ? "service_unavailable" : status < 500 ? "invalid_request_error"
+                                                                                             : "server_error",
+                                "code", code ? code : "error", "status", status);
         sse_data(out, json_pack("{s:o}", "error", err));
         return true;
     }
     return false;
 }
 
-static void gen_end(void *ud) { free(ud); }
+static json_t *gen_respond(void *ud, json_t *done) {
+    gen_ctx *g = ud;
+    json_t *choice;
+    if (g->chat) {
+        bool calls = json_array_size(g->tool_calls) > 0;
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        json_object_set_new(msg, "content", calls && !g->content.len ? json_null()
+                                                                     : str_n(g->content.p ? g->content.p : "", g->content.len));
+        if (g->reasoning.len) json_object_set_new(msg, "reasoning_content", str_n(g->reasoning.p, g->reasoning.len));
+        if (calls) json_object_set(msg, "tool_calls", g->tool_calls);
+        choice = json_pack("{s:i, s:o, s:s, s:n}", "index", 0, "message", msg, "finish_reason", finish_reason(g, done),
+                           "logprobs");
+    } else {
+        choice = json_pack("{s:i, s:o, s:s, s:n}", "index", 0, "text", str_n(g->content.p ? g->content.p : "",
+                           g->content.len), "finish_reason", finish_reason(g, done), "logprobs");
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", g->id, "object",
+                     g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
+                     g->model, "system_fingerprint", fingerprint(), "choices", choice, "usage", usage_json(done),
+                     "timings", timings_json(done));
+}
 
-static enum MHD_Result run_generation(st_req *r, json_t *gen, gen_ctx *g, bool stream) {
+static void gen_free(void *ud) {
+    gen_ctx *g = ud;
+    if (!g) return;
+    st_tc_parser_free(g->parser);
+    json_decref(g->tools);
+    json_decref(g->tool_calls);
+    free(g->content.p);
+    free(g->reasoning.p);
+    free(g);
+}
+
+enum MHD_Result st_run_generation(st_req *r, json_t *gen, bool stream, st_sse_format format, void (*on_end)(void *ud),
+                                  void *ud, json_t *(*respond)(void *ud, json_t *done)) {
     int status = 0;
     st_job *j = st_job_submit(gen, ST_JOB_GEN, &status);
     if (!j) {
-        free(g);
+        on_end(ud);
         return st_reply_error(r, 429, NULL, NULL, "too many requests are waiting for the engine (--parallel-queue %d); "
                               "retry later", st_S.cfg->queue_max);
     }
@@ -285,7 +381,7 @@ static enum MHD_Result run_generation(st_req *r, json_t *gen, gen_ctx *g, bool s
         for (double t0 = st_now(); !first && st_now() - t0 < 2.0;) {
             if (st_client_gone(r)) {
                 st_job_release(j);
-                free(g);
+                on_end(ud);
                 return MHD_NO;
             }
             first = st_job_next(j, 0.25);
@@ -295,67 +391,60 @@ static enum MHD_Result run_generation(st_req *r, json_t *gen, gen_ctx *g, bool s
             enum MHD_Result rc = st_reply_engine_error(r, first);
             json_decref(first);
             st_job_release(j);
-            free(g);
+            on_end(ud);
             return rc;
         }
-        return st_reply_sse(r, j, first, gen_format, gen_end, g);
+        return st_reply_sse(r, j, first, format, on_end, ud);
     }
-    st_sbuf text = {0};
-    st_sbuf_add(&text, "", 0);
+    st_sbuf scratch = {0};
     enum MHD_Result rc = MHD_NO;
     for (;;) {
         if (st_client_gone(r)) break;  // closes the connection; the release below cancels the generation
         json_t *ev = st_job_next(j, 0.25);
         if (!ev) continue;
         const char *t = json_string_value(json_object_get(ev, "t"));
-        if (t && !strcmp(t, "tok")) {
-            const char *s = json_string_value(json_object_get(ev, "text"));
-            if (s) st_sbuf_add(&text, s, strlen(s));
-        } else if (t && !strcmp(t, "error")) {
+        if (t && !strcmp(t, "error")) {
             rc = st_reply_engine_error(r, ev);
             json_decref(ev);
             break;
-        } else if (t && !strcmp(t, "done")) {
-            json_t *choice;
-            if (g->chat)
-                choice = json_pack("{s:i, s:{s:s, s:s}, s:s, s:n}", "index", 0, "message", "role", "assistant",
-                                   "content", text.p, "finish_reason", finish_reason(ev), "logprobs");
-            else
-                choice = json_pack("{s:i, s:s, s:s, s:n}", "index", 0, "text", text.p, "finish_reason",
-                                   finish_reason(ev), "logprobs");
-            json_t *resp = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", g->id, "object",
-                                     g->chat ? "chat.completion" : "text_completion", "created",
-                                     (json_int_t)g->created, "model", g->model, "system_fingerprint",
-                                     fingerprint(), "choices", choice, "usage", usage_json(ev),
-                                     "timings", timings_json(ev));
-            rc = st_reply_json(r, 200, resp);
+        }
+        format(ud, ev, &scratch);
+        scratch.len = 0;
+        if (t && !strcmp(t, "done")) {
+            rc = st_reply_json(r, 200, respond(ud, ev));
             json_decref(ev);
             break;
         }
         json_decref(ev);
     }
-    free(text.p);
+    free(scratch.p);
     st_job_release(j);
-    free(g);
+    on_end(ud);
     return rc;
+}
+
+static enum MHD_Result run_generation(st_req *r, json_t *gen, gen_ctx *g, bool stream) {
+    g->stream = stream;
+    return st_run_generation(r, gen, stream, gen_format, gen_free, g, gen_respond);
 }
 
 static gen_ctx *new_gen_ctx(bool chat, json_t *body, st_perr *e) {
     gen_ctx *g = calloc(1, sizeof *g);
     g->chat = chat;
     g->created = time(NULL);
+    g->tool_calls = json_array();
     make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-");
     snprintf(g->model, sizeof g->model, "%s", st_S.model_name);
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
             st_perr_set(e, "stream_options", "'stream_options' must be an object");
-            free(g);
+            gen_free(g);
             return NULL;
         }
         if (st_get_bool(so, "include_usage", &g->include_usage, e)) {
             snprintf(e->param, sizeof e->param, "stream_options.include_usage");
-            free(g);
+            gen_free(g);
             return NULL;
         }
     }
@@ -364,43 +453,136 @@ static gen_ctx *new_gen_ctx(bool chat, json_t *body, st_perr *e) {
 
 #define BAD_REQUEST(e) st_reply_error(r, 400, NULL, (e).param[0] ? (e).param : NULL, "%s", (e).msg)
 
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}].
+static int check_tools(json_t *tools, st_perr *e) {
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return st_perr_set(e, "tools", "'tools' must be an array of tool definitions");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        json_t *f = json_object_get(t, "function");
+        if (!json_is_object(t) || !type || strcmp(type, "function"))
+            return st_perr_set(e, "tools", "'tools[%zu].type' must be \"function\"", i);
+        if (!json_is_object(f) || !json_string_value(json_object_get(f, "name")) ||
+            !json_string_length(json_object_get(f, "name")))
+            return st_perr_set(e, "tools", "'tools[%zu].function.name' must be a non-empty string", i);
+        json_t *params = json_object_get(f, "parameters");
+        if (params && !json_is_null(params) && !json_is_object(params))
+            return st_perr_set(e, "tools", "'tools[%zu].function.parameters' must be a JSON-schema object", i);
+    }
+    return 0;
+}
+
+static bool has_tool(json_t *tools, const char *name) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *n = json_string_value(json_object_get(t, "name"));
+        if (!n) n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (n && !strcmp(n, name)) return true;
+    }
+    return false;
+}
+
+// tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name"}}.
+static int parse_tool_choice(json_t *body, json_t *tools, st_tool_choice *choice, const char **name, st_perr *e) {
+    json_t *tc = json_object_get(body, "tool_choice");
+    *choice = ST_TOOLS_AUTO;
+    *name = NULL;
+    if (!tc || json_is_null(tc)) return 0;
+    if (json_is_string(tc)) {
+        const char *s = json_string_value(tc);
+        if (!strcmp(s, "auto")) *choice = ST_TOOLS_AUTO;
+        else if (!strcmp(s, "none")) *choice = ST_TOOLS_NONE;
+        else if (!strcmp(s, "required")) *choice = ST_TOOLS_REQUIRED;
+        else return st_perr_set(e, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}, got \"%s\"", s);
+    } else {
+        *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (!json_is_object(tc) || !*name)
+            return st_perr_set(e, "tool_choice", "'tool_choice' must be a string or {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}");
+        *choice = ST_TOOLS_NAMED;
+    }
+    if (*choice != ST_TOOLS_NONE && *choice != ST_TOOLS_AUTO && !json_array_size(tools))
+        return st_perr_set(e, "tool_choice", "'tool_choice' asks for a tool call but 'tools' is empty");
+    if (*choice == ST_TOOLS_NAMED && !has_tool(tools, *name))
+        return st_perr_set(e, "tool_choice", "'tool_choice' names the function '%s', which is not in 'tools'", *name);
+    return 0;
+}
+
+// reasoning_effort (gpt-oss reads it from the template variables; "none" turns Qwen3's thinking off) and
+// chat_template_kwargs (enable_thinking, ...): the template's extra variables. Returns a new object.
+static json_t *template_kwargs(json_t *body, st_perr *e) {
+    json_t *kwargs = json_object_get(body, "chat_template_kwargs");
+    if (kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
+        st_perr_set(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        return NULL;
+    }
+    json_t *out = json_is_object(kwargs) ? json_deep_copy(kwargs) : json_object();
+    const char *effort = NULL;
+    if (st_get_str(body, "reasoning_effort", &effort, e)) {
+        json_decref(out);
+        return NULL;
+    }
+    if (effort) {
+        static const char *const ok[] = {"none", "minimal", "low", "medium", "high"};
+        bool found = false;
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) found |= !strcmp(effort, ok[i]);
+        if (!found) {
+            st_perr_set(e, "reasoning_effort", "'reasoning_effort' must be none, minimal, low, medium or high, got "
+                        "'%s'", effort);
+            json_decref(out);
+            return NULL;
+        }
+        if (!json_object_get(out, "reasoning_effort"))
+            json_object_set_new(out, "reasoning_effort", json_string(!strcmp(effort, "none") || !strcmp(effort, "minimal")
+                                                                         ? "low" : effort));
+        if (!strcmp(effort, "none") && !json_object_get(out, "enable_thinking"))
+            json_object_set_new(out, "enable_thinking", json_false());
+    }
+    return out;
+}
+
+// Sets up the engine message and the parser for a prepared chat request. tools: borrowed.
+void st_chat_gen_setup(json_t *gen, const st_chat_plan *plan) {
+    json_object_set_new(gen, "prompt", json_string(plan->prompt));
+    json_object_set_new(gen, "add_special", json_true());
+    json_object_set_new(gen, "parse_special", json_true());
+    if (plan->special) json_object_set_new(gen, "special", json_true());
+}
+
 enum MHD_Result st_api_chat_completions(st_req *r) {
     st_perr e = {{0}, {0}};
-    json_t *body = st_parse_body(r, &e), *msgs = NULL, *gen = NULL;
-    char *tmpl = NULL, *bos = NULL, *prompt = NULL;
+    json_t *body = st_parse_body(r, &e), *msgs = NULL, *gen = NULL, *kwargs = NULL;
     bool stream = false;
     gen_ctx *g = NULL;
     enum MHD_Result rc;
-    const char *model = NULL;
+    const char *model = NULL, *tool_name = NULL;
+    st_tool_choice choice;
+    st_chat_plan plan = {0};
     if (!body || st_get_bool(body, "stream", &stream, &e) || st_get_str(body, "model", &model, &e)) goto bad;
     if (!(msgs = normalize_messages(json_object_get(body, "messages"), &e))) goto bad;
     json_t *tools = json_object_get(body, "tools");
-    if (tools && !json_is_null(tools) && !json_is_array(tools)) {
-        st_perr_set(&e, "tools", "'tools' must be an array of tool definitions");
-        goto bad;
-    }
-    json_t *kwargs = json_object_get(body, "chat_template_kwargs");
-    if (kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
-        st_perr_set(&e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-        goto bad;
-    }
+    if (check_tools(tools, &e) || parse_tool_choice(body, tools, &choice, &tool_name, &e)) goto bad;
+    if (!json_is_array(tools)) tools = NULL;
+    if (!(kwargs = template_kwargs(body, &e))) goto bad;
     gen = json_pack("{s:s}", "t", "gen");
     if (st_parse_sampling(body, gen, &e)) goto bad;
     if (!(g = new_gen_ctx(true, body, &e))) goto bad;
-    if (st_wait_model_info(&tmpl, &bos)) {
-        rc = st_reply_error(r, 503, NULL, NULL, "the engine is not ready (loading or restarting); retry later");
-        goto out;
-    }
     char err[1024];
-    prompt = st_chat_render(tmpl, bos, "", msgs, json_is_array(tools) ? tools : NULL,
-                            json_is_object(kwargs) ? kwargs : NULL, true, err, sizeof err);
-    if (!prompt) {
-        rc = st_reply_error(r, 400, NULL, "messages", "%s", err);
+    int prc = st_chat_prepare(msgs, tools, kwargs, choice, tool_name, &plan, err, sizeof err);
+    if (prc) {
+        rc = prc == -2 ? st_reply_error(r, 503, NULL, NULL, "%s", err) : st_reply_error(r, 400, NULL, "messages", "%s", err);
         goto out;
     }
-    json_object_set_new(gen, "prompt", json_string(prompt));
-    json_object_set_new(gen, "add_special", json_true());
-    json_object_set_new(gen, "parse_special", json_true());
+    st_chat_gen_setup(gen, &plan);
+    g->stream = stream;
+    g->tools = json_incref(tools);
+    plan.popt.tool_defs = g->tools;
+    g->parser = st_tc_parser_new(&plan.popt, on_parsed, g);
+    if (plan.prefix) st_tc_feed(g->parser, plan.prefix, strlen(plan.prefix));
     rc = run_generation(r, gen, g, stream);
     gen = NULL;
     g = NULL;
@@ -408,13 +590,12 @@ enum MHD_Result st_api_chat_completions(st_req *r) {
 bad:
     rc = BAD_REQUEST(e);
 out:
-    free(g);
+    st_chat_plan_free(&plan);
+    gen_free(g);
     json_decref(gen);
     json_decref(msgs);
+    json_decref(kwargs);
     json_decref(body);
-    free(tmpl);
-    free(bos);
-    free(prompt);
     return rc;
 }
 
@@ -460,7 +641,7 @@ enum MHD_Result st_api_completions(st_req *r) {
     return run_generation(r, gen, g, stream);
 bad:;
     enum MHD_Result rc = BAD_REQUEST(e);
-    free(g);
+    gen_free(g);
     json_decref(gen);
     json_decref(body);
     return rc;
@@ -479,8 +660,7 @@ enum MHD_Result st_api_models(st_req *r) {
     return st_reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
-// Runs a tokenize/detokenize job and returns its final event, or NULL after replying with the error.
-static json_t *run_side(st_req *r, json_t *msg, enum MHD_Result *rc) {
+json_t *st_run_side(st_req *r, json_t *msg, enum MHD_Result *rc) {
     int status = 0;
     st_job *j = st_job_submit(msg, ST_JOB_SIDE, &status);
     json_t *ev = NULL;
@@ -516,7 +696,7 @@ enum MHD_Result st_api_tokenize(st_req *r) {
                             "add_special", add_special, "parse_special", parse_special);
     json_decref(body);
     enum MHD_Result rc;
-    json_t *ev = run_side(r, msg, &rc);
+    json_t *ev = st_run_side(r, msg, &rc);
     if (!ev) return rc;
     rc = st_reply_json(r, 200, json_pack("{s:O}", "tokens", json_object_get(ev, "tokens")));
     json_decref(ev);
@@ -535,7 +715,7 @@ enum MHD_Result st_api_detokenize(st_req *r) {
     json_t *msg = json_pack("{s:s, s:O}", "t", "detokenize", "tokens", toks);
     json_decref(body);
     enum MHD_Result rc;
-    json_t *ev = run_side(r, msg, &rc);
+    json_t *ev = st_run_side(r, msg, &rc);
     if (!ev) return rc;
     rc = st_reply_json(r, 200, json_pack("{s:O}", "content", json_object_get(ev, "text")));
     json_decref(ev);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "server/srv.h"
+#include "server/web.h"
 #include "util/log.h"
 
 // ---- small string buffer ------------------------------------------------------------------------------------------
@@ -84,12 +85,28 @@ static const char *status_type(unsigned status) {
     }
 }
 
+static const char *anthropic_type(unsigned status) {
+    switch (status) {
+    case 400: case 405: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: case 529: return "overloaded_error";
+    default: return "api_error";
+    }
+}
+
 enum MHD_Result st_reply_error(st_req *r, unsigned status, const char *type, const char *param, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (r->anthropic)  // {"type": "error", "error": {"type", "message"}}: what the anthropic clients parse
+        return st_reply_json(r, status, json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                                                  anthropic_type(status), "message", msg));
     json_t *err = json_pack("{s:s, s:s, s:o, s:i}", "message", msg, "type", type ? type : status_type(status), "param",
                             param ? json_string(param) : json_null(), "code", (int)status);
     return st_reply_json(r, status, json_pack("{s:o}", "error", err));
@@ -284,11 +301,27 @@ typedef struct route {
     bool auth;
 } route;
 
-static enum MHD_Result api_root(st_req *r) {
-    return st_reply_text(r, 200, "text/plain; charset=utf-8",
-                         "strata serve: OpenAI-compatible API at /v1 (chat/completions, completions, models), "
-                         "/health, /v1/status, /metrics, /tokenize, /detokenize\n");
+// The embedded web page (web.h): GET / is index.html, GET /NAME one of its files. No key needed: the page holds no
+// data; its API calls send the key the user enters.
+static enum MHD_Result web_asset(st_req *r, const char *path) {
+    for (int i = 0; i < st_web_n_assets; i++) {
+        const st_web_asset *a = &st_web_assets[i];
+        if (strcmp(a->path, path)) continue;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(resp, "Content-Type", a->mime);
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        // Nothing but this server: the page makes no requests elsewhere, and a script injected through model
+        // output could not send data out.
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                                "img-src 'self' data:; frame-ancestors 'none'");
+        return queue(r, 200, resp);
+    }
+    return st_reply_error(r, 404, NULL, NULL, "no such endpoint: %s %s", r->method, r->url);
 }
+
+static enum MHD_Result api_root(st_req *r) { return web_asset(r, "/index.html"); }
 
 static const route routes[] = {
     {"GET", "/health", st_api_health, false},
@@ -299,11 +332,13 @@ static const route routes[] = {
     {"POST", "/v1/chat/completions", st_api_chat_completions, true},
     {"POST", "/v1/completions", st_api_completions, true},
     {"POST", "/v1/messages", st_api_messages, true},
+    {"POST", "/v1/messages/count_tokens", st_api_count_tokens, true},
     {"POST", "/tokenize", st_api_tokenize, true},
     {"POST", "/detokenize", st_api_detokenize, true},
 };
 
 static enum MHD_Result dispatch(st_req *r) {
+    r->anthropic = !strncmp(r->url, "/v1/messages", 12);
     if (r->too_large)
         return st_reply_error(r, 413, NULL, "body", "the request body is larger than the limit of %lld bytes "
                               "(--max-body)", (long long)st_S.cfg->max_body);
@@ -318,6 +353,7 @@ static enum MHD_Result dispatch(st_req *r) {
         return routes[i].fn(r);
     }
     if (path_found) return st_reply_error(r, 405, NULL, NULL, "%s is not allowed on %s", r->method, r->url);
+    if (!strcmp(r->method, "GET") && !strchr(r->url + 1, '/')) return web_asset(r, r->url);
     return st_reply_error(r, 404, NULL, NULL, "no such endpoint: %s %s", r->method, r->url);
 }
 

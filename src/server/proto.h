@@ -6,7 +6,9 @@
 // server -> worker:
 //   {"t":"gen", "id", "prompt": text | "tokens": [ids], "add_special", "parse_special", "max_tokens", "stop": [..],
 //    "sampling": {temperature, top_k, top_p, min_p, presence_penalty, frequency_penalty, repeat_penalty,
-//                 penalty_last_n, seed}, "cache": bool, "ignore_eos": bool}
+//                 penalty_last_n, seed}, "cache": bool, "ignore_eos": bool,
+//    "special": bool (render control tokens that do not end generation as their text: chat formats whose markup
+//               is control tokens, e.g. gpt-oss <|channel|>)}
 //   {"t":"cancel", "id"}                        stop that generation (its "done" says finish "cancelled")
 //   {"t":"tokenize", "id", "text", "add_special", "parse_special"}   {"t":"detokenize", "id", "tokens"}
 //   {"t":"ping", "id"}                          answered with "pong" (the watchdog's liveness check when idle)
@@ -16,7 +18,7 @@
 //   {"t":"prefill", "id", "done", "total"}             after each prefill chunk (also the busy heartbeat)
 //   {"t":"tok", "id", "text", "n_gen"}                 one generated token; text may be "" (held back for stop strings)
 //   {"t":"done", "id", "finish": "stop"|"length"|"cancelled", "n_prompt", "n_cached", "n_gen", "t_prefill",
-//    "t_decode", "kv_used"}
+//    "t_decode", "kv_used", "stop_hit"?: the stop string that ended it}
 //   {"t":"error", "id", "status": HTTP status, "code", "message", "param"?}
 //   {"t":"tokens", "id", "tokens"}   {"t":"text", "id", "text"}   {"t":"pong", "id", "kv_used"}
 #ifndef STRATA_SERVER_PROTO_H

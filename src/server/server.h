@@ -5,6 +5,18 @@
 // prefix cache, and talks to it over a socketpair (proto.h). When the worker dies or stops answering, the server
 // fails the request in flight, kills and reaps the worker, and starts a new one after a back-off; nothing of the old
 // engine's state is kept.
+//
+// TEST HOOKS (environment variables read by the worker; for the test suite only, never for serving users):
+//   STRATA_SERVE_TEST_SCRIPT=FILE    a JSON array of scripted completions: strings (used in order, one per request)
+//                                    or {"text", "when", "once"?} (used for prompts that contain "when"; only the
+//                                    first time with "once": true). The worker
+//                                    prefills the real prompt, then feeds the script's tokens instead of sampled ones
+//                                    through the normal path (detokenizer, stop strings, events; they are not
+//                                    evaluated, so the KV keeps just the prompt), so the server's parsing of model
+//                                    text (tool calls, reasoning) is exercised end to end. Requests
+//                                    that no entry matches are sampled as usual.
+//   STRATA_SERVE_TEST_TEMPLATE=FILE  a chat template that replaces the model's (to test other template families on
+//                                    the small demo model).
 #ifndef STRATA_SERVER_SERVER_H
 #define STRATA_SERVER_SERVER_H
 

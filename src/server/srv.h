@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "server/server.h"
+#include "server/toolcall.h"
 
 // ---- jobs: one request's traffic with the engine worker ----------------------------------------------------------
 
@@ -86,6 +87,7 @@ typedef struct st_req {
     bool started;            // the access handler's first (headers-only) call is done
     double t_start;
     bool responded;
+    bool anthropic;          // /v1/messages: errors in Anthropic's shape
 } st_req;
 
 typedef struct st_sbuf {
@@ -130,12 +132,43 @@ enum MHD_Result st_api_models(st_req *r);
 enum MHD_Result st_api_tokenize(st_req *r);
 enum MHD_Result st_api_detokenize(st_req *r);
 enum MHD_Result st_api_messages(st_req *r);             // api_anthropic.c
+enum MHD_Result st_api_count_tokens(st_req *r);
 enum MHD_Result st_api_health(st_req *r);               // status.c
 enum MHD_Result st_api_status(st_req *r);
 enum MHD_Result st_api_metrics(st_req *r);
 
 // Shared by the OpenAI and Anthropic modules (api_openai.c): sampling fields of a request into the worker message.
 int st_parse_sampling(json_t *body, json_t *gen, st_perr *e);
+
+// Runs a generation job for request r (gen: the worker message, stolen; ud: the API's state, freed by on_end).
+// stream: SSE with `format` for every event. Otherwise every event is given to `format` too (with a scratch buffer
+// that is dropped: the API accumulates in ud) and at "done" `respond(ud, done)` builds the JSON body (200).
+enum MHD_Result st_run_generation(st_req *r, json_t *gen, bool stream, st_sse_format format, void (*on_end)(void *ud),
+                                  void *ud, json_t *(*respond)(void *ud, json_t *done));
+void st_new_id(char *out, size_t n, const char *prefix);  // "chatcmpl-..." style ids
+// Runs a tokenize/detokenize job (msg stolen) and returns its final event, or NULL after replying with the error.
+json_t *st_run_side(st_req *r, json_t *msg, enum MHD_Result *rc);
+
+// ---- chat requests (chat.c) --------------------------------------------------------------------------------------
+
+typedef enum { ST_TOOLS_AUTO, ST_TOOLS_NONE, ST_TOOLS_REQUIRED, ST_TOOLS_NAMED } st_tool_choice;
+
+// What the engine gets for a chat request, and how its answer is parsed.
+typedef struct st_chat_plan {
+    char *prompt;           // rendered prompt, the forced prefix included (malloc'd)
+    char *prefix;           // forced call prefix appended to the prompt (tool_choice required/named), or NULL; the
+                            // parser is fed it first
+    st_tc_options popt;     // parser options (popt.tool_defs points into the caller's tools)
+    bool special;           // the worker must render control tokens (the format's markup uses them)
+} st_chat_plan;
+
+// Renders normalized messages (+ tools, chat_template_kwargs) with the model's template and plans the parsing.
+// Returns 0; -1 with err (a 400: the template refused); -2 when no engine became ready (a 503).
+int st_chat_prepare(json_t *messages, json_t *tools, json_t *kwargs, st_tool_choice choice, const char *tool_name,
+                    st_chat_plan *plan, char *err, size_t errlen);
+void st_chat_plan_free(st_chat_plan *plan);
+// The prompt fields of the worker's "gen" message for a plan (api_openai.c).
+void st_chat_gen_setup(json_t *gen, const st_chat_plan *plan);
 
 // chat.c: renders a conversation (messages normalized to {"role", "content": string, ...}) into the prompt text with
 // the model's template (template_src from the worker's "ready"; NULL: none). extra: chat_template_kwargs or NULL.

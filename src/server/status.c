@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/srv.h"
 #include "util/log.h"
@@ -27,7 +28,89 @@ enum MHD_Result st_api_health(st_req *r) {
                                            "unavailable_error", "code", 503));
 }
 
+// ---- machine use (for the monitor page): /proc, sampled between successive /v1/status calls ----------------------
+
+static double rss_mb(const char *statm) {
+    FILE *f = fopen(statm, "r");
+    long size = 0, rss = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = 0;
+    fclose(f);
+    return (double)rss * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+static double proc_cpu_s(int pid) {  // user + system CPU seconds of a process
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');  // the command name may hold spaces
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static json_t *system_json(int worker_pid) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static unsigned long long prev_busy, prev_total;
+    static double prev_worker_cpu = -1, prev_t;
+    static int prev_pid;
+    json_t *o = json_object();
+    json_object_set_new(o, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+    pthread_mutex_lock(&mu);
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    if (f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                    &v[7]) == 8) {
+        unsigned long long idle = v[3] + v[4], total = 0;
+        for (int i = 0; i < 8; i++) total += v[i];
+        unsigned long long busy = total - idle;
+        if (prev_total && total > prev_total)
+            json_object_set_new(o, "cpu_percent", json_real(100.0 * (double)(busy - prev_busy) / (double)(total - prev_total)));
+        else json_object_set_new(o, "cpu_percent", json_real(total ? 100.0 * (double)busy / (double)total : 0));
+        prev_busy = busy;
+        prev_total = total;
+    }
+    if (f) fclose(f);
+    double now = st_now();
+    if (worker_pid > 0) {
+        char statm[64];
+        snprintf(statm, sizeof statm, "/proc/%d/statm", worker_pid);
+        json_object_set_new(o, "worker_rss_mb", json_real(rss_mb(statm)));
+        double cpu = proc_cpu_s(worker_pid);
+        if (cpu >= 0 && prev_pid == worker_pid && prev_worker_cpu >= 0 && now > prev_t)
+            json_object_set_new(o, "worker_cpu_percent", json_real(100.0 * (cpu - prev_worker_cpu) / (now - prev_t)));
+        prev_worker_cpu = cpu;
+        prev_pid = worker_pid;
+        prev_t = now;
+    }
+    pthread_mutex_unlock(&mu);
+    json_object_set_new(o, "server_rss_mb", json_real(rss_mb("/proc/self/statm")));
+    f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        long long total = -1, avail = -1;
+        while (fgets(line, sizeof line, f)) {
+            sscanf(line, "MemTotal: %lld kB", &total);
+            sscanf(line, "MemAvailable: %lld kB", &avail);
+        }
+        fclose(f);
+        if (total > 0 && avail >= 0) {
+            json_object_set_new(o, "mem_total_mb", json_real((double)total / 1024.0));
+            json_object_set_new(o, "mem_used_mb", json_real((double)(total - avail) / 1024.0));
+        }
+    }
+    return o;
+}
+
 enum MHD_Result st_api_status(st_req *r) {
+    pthread_mutex_lock(&st_S.mu);
+    int worker_pid = (int)st_S.pid;
+    pthread_mutex_unlock(&st_S.mu);
+    json_t *sys = system_json(worker_pid);
     pthread_mutex_lock(&st_S.mu);
     json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:f, s:I, s:s, s:i, s:b}", "model", st_S.model_name, "model_path",
                           st_S.cfg->model_path, "engine", state_name(st_S.state), "worker_pid", (int)st_S.pid,
@@ -59,6 +142,7 @@ enum MHD_Result st_api_status(st_req *r) {
                                                  (json_int_t)st_S.n_prompt_tokens, "generated_tokens",
                                                  (json_int_t)st_S.n_gen_tokens));
     pthread_mutex_unlock(&st_S.mu);
+    json_object_set_new(o, "system", sys);
     return st_reply_json(r, 200, o);
 }
 

@@ -10,6 +10,8 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "engine/internal.h"
+#include "gguf/gguf.h"
 #include "server/proto.h"
 #include "server/server.h"
 #include "strata.h"
@@ -27,6 +29,11 @@ typedef struct worker {
     json_int_t cur_id;  // the generation in progress, 0 when idle
     bool cancel;        // a cancel for cur_id arrived
     bool gone;          // the server closed the channel: stop everything and exit
+    char **ctrl_text;   // [n_vocab] the text of control tokens that do not end generation (NULL for others): rendered
+                        // for chat formats whose markup is control tokens (gpt-oss <|channel|>, Llama-3 <|python_tag|>)
+    // Test hook (STRATA_SERVE_TEST_SCRIPT, see server.h): scripted completions replace sampling.
+    json_t *script;     // array of {"text", "when"?}; NULL when the hook is off
+    size_t script_next; // the next unconditional entry
 } worker;
 
 static void send_msg(worker *w, json_t *msg) {
@@ -173,15 +180,16 @@ static double num(json_t *o, const char *key, double def) {
 // Stop strings: text is held back while it could still be the start of a stop string, so that a stop string never
 // reaches the client. Returns the bytes of `pending` that may be emitted; *hit is set when a stop string matched
 // (pending is then cut at the match).
-static size_t stop_scan(char *pending, size_t len, json_t *stops, bool *hit) {
+static size_t stop_scan(char *pending, size_t len, json_t *stops, bool *hit, const char **which) {
     size_t hold = 0;
     for (size_t i = 0; i < json_array_size(stops); i++) {
         const char *s = json_string_value(json_array_get(stops, i));
         size_t sl = s ? strlen(s) : 0;
         if (!sl) continue;
         char *p = memmem(pending, len, s, sl);
-        if (p) {
+        if (p) {  // later stop strings search only before this match, so the earliest match wins
             *hit = true;
+            *which = s;
             len = (size_t)(p - pending);
             pending[len] = 0;
             hold = 0;
@@ -194,6 +202,64 @@ static size_t stop_scan(char *pending, size_t len, json_t *stops, bool *hit) {
             }
     }
     return *hit ? len : len - hold;
+}
+
+// The text of control tokens, from the GGUF vocabulary (the public detokenizer renders them as "").
+static void load_control_texts(worker *w) {
+    const st_model *model = strata_engine_model(w->e);
+    const gguf_kv *types = model ? gguf_find_kv(model->gguf, "tokenizer.ggml.token_type") : NULL;
+    const gguf_kv *toks = model ? gguf_find_kv(model->gguf, "tokenizer.ggml.tokens") : NULL;
+    if (!types || !toks || types->value.type != GGUF_VT_ARRAY || toks->value.type != GGUF_VT_ARRAY ||
+        toks->value.arr.elem_type != GGUF_VT_STRING || !toks->value.arr.items)
+        return;
+    uint64_t n = toks->value.arr.n < (uint64_t)w->n_vocab ? toks->value.arr.n : (uint64_t)w->n_vocab;
+    if (types->value.arr.n < n) n = types->value.arr.n;
+    w->ctrl_text = calloc((size_t)w->n_vocab, sizeof *w->ctrl_text);
+    for (uint64_t i = 0; i < n; i++) {
+        if (gguf_arr_i64(&types->value, i) != 3 /* CONTROL */ || strata_token_is_eog(w->e, (int32_t)i)) continue;
+        const gguf_str *t = &toks->value.arr.items[i].str;
+        w->ctrl_text[i] = strndup(t->ptr, (size_t)t->len);
+    }
+}
+
+// Test hook: the scripted completion for this prompt (the first entry whose "when" occurs in the prompt, or the next
+// entry without "when"; an entry with "once" is used a single time), or NULL to sample as usual.
+static const char *script_pick(worker *w, const char *prompt) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(w->script, i, e) {
+        const char *when = json_string_value(json_object_get(e, "when"));
+        if (json_is_true(json_object_get(e, "used"))) continue;
+        if (when) {
+            if (!prompt || !strstr(prompt, when)) continue;
+            if (json_is_true(json_object_get(e, "once"))) json_object_set_new(e, "used", json_true());
+            return json_string_value(json_object_get(e, "text"));
+        } else if (i >= w->script_next) {
+            w->script_next = i + 1;
+            return json_string_value(json_object_get(e, "text"));
+        }
+    }
+    return NULL;
+}
+
+static json_t *script_load(const char *path) {
+    json_error_t je;
+    json_t *s = json_load_file(path, 0, &je);
+    if (!json_is_array(s)) {
+        st_error("engine worker: test script %s: %s", path, s ? "must be a JSON array" : je.text);
+        json_decref(s);
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(s, i, e) {
+        if (json_is_string(e)) json_array_append_new(out, json_pack("{s:O}", "text", e));
+        else if (json_is_string(json_object_get(e, "text"))) json_array_append(out, e);
+    }
+    json_decref(s);
+    st_warn("engine worker: TEST HOOK: %zu scripted completions from %s replace sampling", json_array_size(out), path);
+    return out;
 }
 
 static void do_generate(worker *w, json_t *m, json_int_t id) {
@@ -255,6 +321,8 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     strata_sampler *smp = NULL;
     strata_detok *dt = NULL;
     char *pending = NULL;
+    int32_t *forced = NULL, n_forced = -1, i_forced = 0;  // test hook: scripted tokens
+    const char *stop_hit = NULL;  // the stop string that ended the answer
     for (int32_t i = n_cached; i < n_prompt && !w->cancel && !w->gone;) {
         int32_t n = n_prompt - i < PREFILL_CHUNK ? n_prompt - i : PREFILL_CHUNK;
         if (strata_session_eval(w->s, toks + i, n, w->logits, false)) {
@@ -285,6 +353,10 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     sp.penalty_last_n = (int32_t)num(js, "penalty_last_n", sp.penalty_last_n);
     sp.seed = (uint64_t)json_integer_value(json_object_get(js, "seed"));
     smp = strata_sampler_new(&sp);
+    // Test hook: a scripted completion is fed through the same path as sampled tokens (eval, detokenize, stops).
+    const char *scripted = w->script && !json_is_array(jt) ? script_pick(w, json_string_value(json_object_get(m, "prompt"))) : NULL;
+    if (scripted) n_forced = tokenize(w, scripted, strlen(scripted), false, true, &forced);
+    bool special = json_is_true(json_object_get(m, "special")) && w->ctrl_text;
     for (int32_t i = 0; i < n_prompt; i++) strata_sampler_accept(smp, toks[i]);
     dt = strata_detok_new(w->e);
     json_t *stops = json_object_get(m, "stop");
@@ -297,7 +369,14 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     double t1 = st_now();
     finish = "length";
     for (;;) {
-        int32_t tok = strata_sampler_sample(smp, w->logits, w->n_vocab);
+        int32_t tok;
+        if (n_forced >= 0) {
+            if (i_forced == n_forced) {
+                finish = "stop";
+                break;
+            }
+            tok = forced[i_forced++];
+        } else tok = strata_sampler_sample(smp, w->logits, w->n_vocab);
         if (tok < 0) {
             send_error(w, id, 500, "engine_error", NULL, "sampling failed: %s", strata_last_error());
             goto out;
@@ -309,12 +388,13 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
             break;
         }
         int32_t k = strata_detok_push(dt, tok, piece, sizeof piece);
+        if (special && w->ctrl_text[tok]) k = snprintf(piece, sizeof piece, "%s", w->ctrl_text[tok]);
         if (k > 0) {
             if (len + (size_t)k + 1 > cap) pending = realloc(pending, cap = 2 * (cap + (size_t)k));
             memcpy(pending + len, piece, (size_t)k + 1);
             len += (size_t)k;
         }
-        size_t emit = stop_scan(pending, len, stops, &hit);
+        size_t emit = stop_scan(pending, len, stops, &hit, &stop_hit);
         send_msg(w, json_pack("{s:s, s:I, s:s%, s:i}", "t", "tok", "id", id, "text", pending, emit, "n_gen", n_gen));
         memmove(pending, pending + emit, len - emit + 1);
         len -= emit;
@@ -324,7 +404,9 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
         }
         if (n_gen >= max_tokens) break;
         if (strata_session_n_past(w->s) >= n_ctx) break;
-        if (strata_session_eval(w->s, &tok, 1, w->logits, false)) {
+        // Scripted tokens (test hook) are not evaluated: the test is about the server's path, and evaluating costs
+        // time on CI's two cores; the KV then holds the prompt, which is what the next turn's prefix reuses anyway.
+        if (n_forced < 0 && strata_session_eval(w->s, &tok, 1, w->logits, false)) {
             send_error(w, id, 500, "engine_error", NULL, "decode failed after %d tokens: %s", n_gen,
                        strata_last_error());
             strata_session_truncate(w->s, 0);
@@ -343,7 +425,7 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
             memcpy(pending + len, piece, (size_t)k + 1);
             len += (size_t)k;
             bool hit2 = false;
-            size_t emit = stop_scan(pending, len, stops, &hit2);
+            size_t emit = stop_scan(pending, len, stops, &hit2, &stop_hit);
             if (hit2) finish = "stop";
             else emit = len;  // at the end, a partial stop-string prefix is just text
             send_msg(w, json_pack("{s:s, s:I, s:s%, s:i}", "t", "tok", "id", id, "text", pending, emit, "n_gen", n_gen));
@@ -351,11 +433,14 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     }
     t_decode = st_now() - t1;
 done:
-    send_msg(w, json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:f, s:f, s:i}", "t", "done", "id", id, "finish", finish,
-                          "n_prompt", n_prompt, "n_cached", n_cached, "n_gen", n_gen, "t_prefill", t_prefill,
-                          "t_decode", t_decode, "kv_used", strata_session_n_past(w->s)));
+    json_t *done_msg = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:f, s:f, s:i}", "t", "done", "id", id, "finish",
+                                 finish, "n_prompt", n_prompt, "n_cached", n_cached, "n_gen", n_gen, "t_prefill",
+                                 t_prefill, "t_decode", t_decode, "kv_used", strata_session_n_past(w->s));
+    if (stop_hit && done_msg) json_object_set_new(done_msg, "stop_hit", json_string(stop_hit));
+    send_msg(w, done_msg);
 out:
     w->cur_id = 0;
+    free(forced);
     free(pending);
     strata_detok_free(dt);
     strata_sampler_free(smp);
@@ -395,7 +480,26 @@ int st_worker_main(const st_server_config *c) {
     }
     w.n_vocab = strata_n_vocab(w.e);
     w.logits = malloc(sizeof(float) * (size_t)w.n_vocab);
+    load_control_texts(&w);
     const char *tmpl = strata_chat_template(w.e);
+    // Test hooks (server.h): scripted completions, and a chat template that replaces the model's.
+    const char *script_path = getenv("STRATA_SERVE_TEST_SCRIPT");
+    if (script_path && *script_path) w.script = script_load(script_path);
+    char *test_tmpl = NULL;
+    const char *tmpl_path = getenv("STRATA_SERVE_TEST_TEMPLATE");
+    if (tmpl_path && *tmpl_path) {
+        FILE *f = fopen(tmpl_path, "rb");
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            long n = ftell(f);
+            fseek(f, 0, SEEK_SET);
+            test_tmpl = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+            if (n > 0 && fread(test_tmpl, 1, (size_t)n, f) != (size_t)n) test_tmpl[0] = 0;
+            fclose(f);
+            tmpl = test_tmpl;
+            st_warn("engine worker: TEST HOOK: chat template from %s replaces the model's", tmpl_path);
+        } else st_error("engine worker: test template %s: %s", tmpl_path, strerror(errno));
+    }
     char bos[256] = "";
     int32_t bos_id = strata_token_bos(w.e);
     if (bos_id >= 0) {
@@ -426,6 +530,11 @@ int st_worker_main(const st_server_config *c) {
         json_decref(m);
     }
     free(w.logits);
+    if (w.ctrl_text)
+        for (int32_t i = 0; i < w.n_vocab; i++) free(w.ctrl_text[i]);
+    free(w.ctrl_text);
+    free(test_tmpl);
+    json_decref(w.script);
     strata_session_free(w.s);
     strata_engine_free(w.e);
     return 0;

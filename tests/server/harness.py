@@ -64,8 +64,19 @@ def worker_pids(port):
 
 
 class Server:
-    def __init__(self, args, *extra, api_key=None, ctx=2048, env=None):
+    def __init__(self, args, *extra, api_key=None, ctx=2048, env=None, script=None, template=None):
+        """script: scripted completions for the worker's test hook (a list, see src/server/server.h); template: a
+        chat-template file that replaces the model's (test hook)."""
         self.port = free_port()
+        if script is not None or template is not None:
+            env = dict(env if env is not None else os.environ)
+            if script is not None:
+                self.script_path = f"/tmp/strata-serve-test-{self.port}.script.json"
+                with open(self.script_path, "w") as f:
+                    json.dump(script, f)
+                env["STRATA_SERVE_TEST_SCRIPT"] = self.script_path
+            if template is not None:
+                env["STRATA_SERVE_TEST_TEMPLATE"] = template
         self.api_key = api_key
         cmd = [args.strata, "serve", "-m", args.model, "--port", str(self.port), "-t", "1", "-c", str(ctx), *extra]
         if api_key:
@@ -130,6 +141,8 @@ class Server:
         for pid, _ in left:
             os.kill(pid, signal.SIGKILL)
         self.log.close()
+        if getattr(self, "script_path", None) and os.path.exists(self.script_path):
+            os.unlink(self.script_path)
         assert not left, f"engine workers left after the server stopped: {left}"
 
     def headers(self, key=True):
@@ -162,6 +175,24 @@ class Server:
     def client(self, **kw):
         import openai
         return openai.OpenAI(base_url=self.base + "/v1", api_key=self.api_key or "none", max_retries=0, **kw)
+
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jinja", "templates")
+TEST_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def template(name):
+    """Path of a chat template for the STRATA_SERVE_TEST_TEMPLATE hook."""
+    for d in (TEMPLATES, TEST_TEMPLATES):
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    raise FileNotFoundError(name)
+
+
+def anthropic_client(srv, **kw):
+    import anthropic
+    return anthropic.Anthropic(base_url=srv.base, api_key=srv.api_key or "none", max_retries=0, **kw)
 
 
 def check(cond, msg):

@@ -1,5 +1,5 @@
 """strata serve, the happy paths with the official openai client: models, chat (non-stream and stream, with usage),
-completions (both), stop strings, seeds, tokenize/detokenize, health/status/metrics, the API key, the 501 stub."""
+completions (both), stop strings, seeds, tokenize/detokenize, health/status/metrics, the API key, the web page root."""
 import json
 
 import openai
@@ -103,10 +103,9 @@ def run(args, rng):
         m = m.decode()
         check(code == 200 and "strata_engine_ready 1" in m and "strata_generated_tokens_total" in m, m)
 
-        # Anthropic endpoint is a clear 501 for now
-        code, body = srv.json("POST", "/v1/messages", {"model": "x", "max_tokens": 5,
-                                                        "messages": [{"role": "user", "content": "hi"}]})
-        check(code == 501 and body["type"] == "error" and "not implemented" in body["error"]["message"], body)
+        # the web page is served at / (its own test drives it in a browser)
+        code, h, body = srv.request("GET", "/", headers={})
+        check(code == 200 and h["Content-Type"].startswith("text/html") and b"app.js" in body, (code, h))
 
 
 main(run)

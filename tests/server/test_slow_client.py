@@ -2,10 +2,18 @@
 others are served; a client that reads its stream slowly still gets all of it; a client that disconnects mid-stream
 cancels its generation at once; SSE keep-alive comments flow while a request waits."""
 import socket
-import threading
 import time
 
 from harness import WORDS, Server, check, main
+
+
+def open_stream(port, body):
+    """A raw HTTP streaming request on its own socket (so the test decides when the client goes away)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    body = body.encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return s
 
 
 def run(args, rng):
@@ -74,25 +82,36 @@ def run(args, rng):
         check(gen < 200, f"{gen} tokens generated for a client that left after 5 chunks")
         print(f"disconnect cancelled the generation after {gen} tokens")
 
-        # 5. keep-alive comments while a stream waits in the queue behind a long generation
-        blocker = threading.Thread(target=lambda: cl.chat.completions.create(
-            model="x", messages=msgs, max_tokens=60, temperature=0, extra_body={"ignore_eos": True}))
-        blocker.start()
-        time.sleep(0.3)
-        s = socket.create_connection(("127.0.0.1", srv.port))
-        body = b'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"stream":true}'
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        # 5. keep-alive comments while a stream waits in the queue. The queue is held deterministically: a blocker
+        # stream that would run for 1500 tokens occupies the engine until this test closes it, so the waiting stream
+        # must see keep-alive comments (and no data) however slow the machine is; then the blocker's disconnect lets
+        # it run to [DONE].
+        blocker = open_stream(srv.port, '{"messages":[{"role":"user","content":"Write a long story."}],'
+                                        '"max_tokens":1500,"ignore_eos":true,"stream":true}')
         got = b""
-        s.settimeout(30)
+        blocker.settimeout(60)
+        while got.count(b"data:") < 2:
+            got += blocker.recv(4096)
+        check(srv.status()["busy"], "the blocker should be generating")
+        waiter = open_stream(srv.port, '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"stream":true}')
+        waiter.settimeout(60)
+        got = b""
+        while b": keep-alive" not in got:
+            chunk = waiter.recv(4096)
+            check(chunk, f"stream closed before a keep-alive: {got[:400]!r}")
+            got += chunk
+        head = got[:got.index(b": keep-alive")]
+        check(b"data:" not in head, f"the waiting stream got data before its keep-alive: {head[:400]!r}")
+        check(srv.status()["queue_depth"] == 1, "the stream should still wait in the queue")
+        blocker.close()  # cancels the blocker; the waiting request runs now
         while b"[DONE]" not in got:
-            chunk = s.recv(4096)
+            chunk = waiter.recv(4096)
             if not chunk:
                 break
             got += chunk
-        s.close()
-        blocker.join(60)
-        check(b": keep-alive" in got and b"[DONE]" in got, got[:400])
+        waiter.close()
+        check(b"[DONE]" in got and b'"finish_reason"' in got, got[-400:])
+        print(f"keep-alive comments while queued: {got.count(b': keep-alive')}")
         check(srv.request("GET", "/health")[0] == 200, "health")
 
 
