@@ -32,9 +32,11 @@ st_vec_dot_fn st_cpu_vec_dot(int weight_type, st_cpu_isa isa);
 // Whether `weight_type` has a kernel written specifically for `isa` (not a fallback); for reports and tests.
 int st_cpu_vec_dot_native(int weight_type, st_cpu_isa isa);
 
-// Quantizes a float row of n elements to act_type (F32 = copy, Q8_0, Q8_1, Q8_K). The bytes are identical to
-// st_quantize_row(act_type, ...) on every ISA (GGML reference rounding: roundf for Q8_0/Q8_1, round-half-even for
-// Q8_K, and for an all-zero Q8_K block d = 0 with zero quants and zero bsums). Returns 0, or -1 with st_errmsg.
+// Quantizes a float row of n elements to act_type (F32 = copy, Q8_0, Q8_1, Q8_K), with the same bytes on every ISA.
+// Q8_K follows st_quantize_row (GGML's reference, round half to even; an all-zero block gets d = 0). Q8_0/Q8_1 follow
+// llama.cpp's x86 run-time quantizer (inverse scale 127/amax, ties to even), which differs from the reference
+// quantizer in a few values per block: these are the activations llama.cpp multiplies with, so matching them keeps
+// Strata's outputs bit-compatible with llama.cpp's. Returns 0, or -1 with st_errmsg.
 int st_cpu_quantize_act(int act_type, const float *x, void *dst, int64_t n, st_cpu_isa isa);
 
 #endif

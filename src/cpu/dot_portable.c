@@ -10,28 +10,28 @@
 // ---------------------------------------------------------------------------------------------------------------
 // Activation quantization (GGML reference formulas; bytes must match st_quantize_row).
 
+// One 32-element block, symmetric 8-bit: qs[j] = round(x[j] / d) with d = amax / 127; returns d.
+static float quant_block_q8(const float *x, int8_t qs[32]) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    // llama.cpp's x86 runtime rule (inverse scale 127/amax, ties to even), not GGML's reference quantizer: the
+    // activations must be the ones llama.cpp multiplies with for the outputs to match it.
+    const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < 32; j++) qs[j] = (int8_t)nearbyintf(x[j] * id);
+    return d;
+}
+
 static void quant_q8_0(const float *x, void *dst, int64_t n) {
     block_q8_0 *y = dst;
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = st_f32_to_f16(d);
-        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
-    }
+    for (int64_t i = 0; i < n / 32; i++, x += 32) y[i].d = st_f32_to_f16(quant_block_q8(x, y[i].qs));
 }
 
 static void quant_q8_1(const float *x, void *dst, int64_t n) {
     block_q8_1 *y = dst;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = quant_block_q8(x, y[i].qs);
         int sum = 0;
-        for (int j = 0; j < 32; j++) {
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
-            sum += y[i].qs[j];
-        }
+        for (int j = 0; j < 32; j++) sum += y[i].qs[j];
         y[i].d = st_f32_to_f16(d);
         y[i].s = st_f32_to_f16((float)sum * d);
     }
@@ -70,254 +70,184 @@ static void quant_q8_K(const float *x, void *dst, int64_t n) {
 // ---------------------------------------------------------------------------------------------------------------
 // Plain types (F32 activations).
 
-static float dot_f32(int64_t n, const void *w, const void *a) {
-    const float *x = w, *y = a;
-    double s = 0.0;  // portable path favours accuracy; SIMD paths use float lanes
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * y[i];
-    return (float)s;
-}
+static inline float f32_id(float v) { return v; }
 
-static float dot_f16(int64_t n, const void *w, const void *a) {
-    const uint16_t *x = w;
-    const float *y = a;
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)st_cpu_h2f(x[i]) * y[i];
-    return (float)s;
-}
+// Portable path favours accuracy (double accumulator); SIMD paths use float lanes.
+#define DOT_PLAIN(name, wtype, to_f32)                                                        \
+    static float dot_##name(int64_t n, const void *w, const void *a) {                        \
+        const wtype *x = w;                                                                   \
+        const float *y = a;                                                                   \
+        double s = 0.0;                                                                       \
+        for (int64_t i = 0; i < n; i++) s += (double)to_f32(x[i]) * y[i];                     \
+        return (float)s;                                                                      \
+    }
+DOT_PLAIN(f32, float, f32_id)
+DOT_PLAIN(f16, uint16_t, st_cpu_h2f)
+DOT_PLAIN(bf16, uint16_t, st_cpu_bf2f)
 
-static float dot_bf16(int64_t n, const void *w, const void *a) {
-    const uint16_t *x = w;
-    const float *y = a;
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)st_cpu_bf2f(x[i]) * y[i];
-    return (float)s;
-}
+// Every quantized dot below is a sum over blocks of blk_<type>(weight block, activation block), the block's
+// contribution in float; the row loop is the same for all types.
+#define DOT_ROW(name, wblock, ablock, qk)                                                     \
+    static float dot_##name(int64_t n, const void *w, const void *a) {                        \
+        const wblock *x = w;                                                                  \
+        const ablock *y = a;                                                                  \
+        float s = 0.0f;                                                                       \
+        for (int64_t i = 0; i < n / (qk); i++) s += blk_##name(&x[i], &y[i]);                 \
+        return s;                                                                             \
+    }
 
 // ---------------------------------------------------------------------------------------------------------------
 // 32-element blocks with Q8_0 / Q8_1 activations.
 
-static float dot_q4_0(int64_t n, const void *w, const void *a) {
-    const block_q4_0 *x = w;
-    const block_q8_0 *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sum = 0;
-        for (int j = 0; j < 16; j++) {
-            sum += ((x[i].qs[j] & 15) - 8) * y[i].qs[j];
-            sum += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        }
-        s += st_cpu_h2f(x[i].d) * st_cpu_h2f(y[i].d) * (float)sum;
+// sum_j (q_j - bias) * q8[j] over a 32-element block: element j < 16 in the low nibble of qs[j], element j + 16
+// in its high nibble, and bit j of qh as the fifth bit (qh = 0 for 4-bit types).
+static inline int nibble_sum(const uint8_t *qs, uint32_t qh, int bias, const int8_t *q8) {
+    int sum = 0;
+    for (int j = 0; j < 16; j++) {
+        int q0 = (qs[j] & 15) | (((qh >> j) & 1) << 4);
+        int q1 = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+        sum += (q0 - bias) * q8[j] + (q1 - bias) * q8[j + 16];
     }
-    return s;
+    return sum;
 }
 
-static float dot_q4_1(int64_t n, const void *w, const void *a) {
-    const block_q4_1 *x = w;
-    const block_q8_1 *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sum = 0;
-        for (int j = 0; j < 16; j++) {
-            sum += (x[i].qs[j] & 15) * y[i].qs[j];
-            sum += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        }
-        // sum_j (d q_j + m) * a_j = d*da*sum(q*qa) + m * (da*sum(qa)), the latter precomputed as y.s
-        s += st_cpu_h2f(x[i].d) * st_cpu_h2f(y[i].d) * (float)sum + st_cpu_h2f(x[i].m) * st_cpu_h2f(y[i].s);
-    }
-    return s;
+// The same layout through a 16-entry codebook: sum_j lut[nibble j] * q8[j].
+static inline int lut_nibble_sum(const int8_t lut[16], const uint8_t *qs, const int8_t *q8) {
+    int sum = 0;
+    for (int j = 0; j < 16; j++) sum += lut[qs[j] & 15] * q8[j] + lut[qs[j] >> 4] * q8[j + 16];
+    return sum;
 }
 
-static float dot_q5_0(int64_t n, const void *w, const void *a) {
-    const block_q5_0 *x = w;
-    const block_q8_0 *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        int sum = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (x[i].qs[j] & 15) | (((qh >> j) & 1) << 4);
-            int q1 = (x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-            sum += (q0 - 16) * y[i].qs[j] + (q1 - 16) * y[i].qs[j + 16];
-        }
-        s += st_cpu_h2f(x[i].d) * st_cpu_h2f(y[i].d) * (float)sum;
-    }
-    return s;
+static inline uint32_t load_qh(const uint8_t qh[4]) {
+    uint32_t v;
+    memcpy(&v, qh, 4);
+    return v;
 }
 
-static float dot_q5_1(int64_t n, const void *w, const void *a) {
-    const block_q5_1 *x = w;
-    const block_q8_1 *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        int sum = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (x[i].qs[j] & 15) | (((qh >> j) & 1) << 4);
-            int q1 = (x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-            sum += q0 * y[i].qs[j] + q1 * y[i].qs[j + 16];
-        }
-        s += st_cpu_h2f(x[i].d) * st_cpu_h2f(y[i].d) * (float)sum + st_cpu_h2f(x[i].m) * st_cpu_h2f(y[i].s);
-    }
-    return s;
+static inline float blk_q4_0(const block_q4_0 *x, const block_q8_0 *y) {
+    return st_cpu_h2f(x->d) * st_cpu_h2f(y->d) * (float)nibble_sum(x->qs, 0, 8, y->qs);
 }
+DOT_ROW(q4_0, block_q4_0, block_q8_0, 32)
 
-static float dot_q8_0(int64_t n, const void *w, const void *a) {
-    const block_q8_0 *x = w;
-    const block_q8_0 *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sum = 0;
-        for (int j = 0; j < 32; j++) sum += x[i].qs[j] * y[i].qs[j];
-        s += st_cpu_h2f(x[i].d) * st_cpu_h2f(y[i].d) * (float)sum;
-    }
-    return s;
+static inline float blk_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
+    const int sum = nibble_sum(x->qs, 0, 0, y->qs);
+    // sum_j (d q_j + m) * a_j = d*da*sum(q*qa) + m * (da*sum(qa)), the latter precomputed as y.s
+    return st_cpu_h2f(x->d) * st_cpu_h2f(y->d) * (float)sum + st_cpu_h2f(x->m) * st_cpu_h2f(y->s);
 }
+DOT_ROW(q4_1, block_q4_1, block_q8_1, 32)
 
-static float dot_iq4_nl(int64_t n, const void *w, const void *a) {
-    const block_iq4_nl *x = w;
-    const block_q8_0 *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sum = 0;
-        for (int j = 0; j < 16; j++) {
-            sum += st_kvalues_iq4nl[x[i].qs[j] & 15] * y[i].qs[j];
-            sum += st_kvalues_iq4nl[x[i].qs[j] >> 4] * y[i].qs[j + 16];
-        }
-        s += st_cpu_h2f(x[i].d) * st_cpu_h2f(y[i].d) * (float)sum;
-    }
-    return s;
+static inline float blk_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
+    return st_cpu_h2f(x->d) * st_cpu_h2f(y->d) * (float)nibble_sum(x->qs, load_qh(x->qh), 16, y->qs);
 }
+DOT_ROW(q5_0, block_q5_0, block_q8_0, 32)
 
-static float dot_mxfp4(int64_t n, const void *w, const void *a) {
-    const block_mxfp4 *x = w;
-    const block_q8_0 *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sum = 0;
-        for (int j = 0; j < 16; j++) {
-            sum += st_kvalues_mxfp4[x[i].qs[j] & 15] * y[i].qs[j];
-            sum += st_kvalues_mxfp4[x[i].qs[j] >> 4] * y[i].qs[j + 16];
-        }
-        s += st_cpu_e8m0_half(x[i].e) * st_cpu_h2f(y[i].d) * (float)sum;
-    }
-    return s;
+static inline float blk_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
+    const int sum = nibble_sum(x->qs, load_qh(x->qh), 0, y->qs);
+    return st_cpu_h2f(x->d) * st_cpu_h2f(y->d) * (float)sum + st_cpu_h2f(x->m) * st_cpu_h2f(y->s);
 }
+DOT_ROW(q5_1, block_q5_1, block_q8_1, 32)
+
+static inline float blk_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
+    int sum = 0;
+    for (int j = 0; j < 32; j++) sum += x->qs[j] * y->qs[j];
+    return st_cpu_h2f(x->d) * st_cpu_h2f(y->d) * (float)sum;
+}
+DOT_ROW(q8_0, block_q8_0, block_q8_0, 32)
+
+static inline float blk_iq4_nl(const block_iq4_nl *x, const block_q8_0 *y) {
+    return st_cpu_h2f(x->d) * st_cpu_h2f(y->d) * (float)lut_nibble_sum(st_kvalues_iq4nl, x->qs, y->qs);
+}
+DOT_ROW(iq4_nl, block_iq4_nl, block_q8_0, 32)
+
+static inline float blk_mxfp4(const block_mxfp4 *x, const block_q8_0 *y) {
+    return st_cpu_e8m0_half(x->e) * st_cpu_h2f(y->d) * (float)lut_nibble_sum(st_kvalues_mxfp4, x->qs, y->qs);
+}
+DOT_ROW(mxfp4, block_mxfp4, block_q8_0, 32)
 
 // ---------------------------------------------------------------------------------------------------------------
 // K-quants with Q8_K activations.
 
-static float dot_q2_K(int64_t n, const void *w, const void *a) {
-    const block_q2_K *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum_q = 0, sum_m = 0;
-        for (int sb = 0; sb < 16; sb++) sum_m += (x[i].scales[sb] >> 4) * y[i].bsums[sb];
-        for (int e = 0; e < QK_K; e += 16) {  // one 16-element sub-block
-            int h = e / 128, sp = (e % 128) / 32, l0 = e % 32, sb = e / 16, acc = 0;
-            for (int l = 0; l < 16; l++) acc += ((x[i].qs[32 * h + l0 + l] >> (2 * sp)) & 3) * y[i].qs[e + l];
-            sum_q += (x[i].scales[sb] & 15) * acc;
-        }
-        s += y[i].d * (st_cpu_h2f(x[i].d) * (float)sum_q - st_cpu_h2f(x[i].dmin) * (float)sum_m);
+static inline float blk_q2_K(const block_q2_K *x, const block_q8_K *y) {
+    int sum_q = 0, sum_m = 0;
+    for (int sb = 0; sb < 16; sb++) sum_m += (x->scales[sb] >> 4) * y->bsums[sb];
+    for (int e = 0; e < QK_K; e += 16) {  // one 16-element sub-block
+        int h = e / 128, sp = (e % 128) / 32, l0 = e % 32, sb = e / 16, acc = 0;
+        for (int l = 0; l < 16; l++) acc += ((x->qs[32 * h + l0 + l] >> (2 * sp)) & 3) * y->qs[e + l];
+        sum_q += (x->scales[sb] & 15) * acc;
     }
-    return s;
+    return y->d * (st_cpu_h2f(x->d) * (float)sum_q - st_cpu_h2f(x->dmin) * (float)sum_m);
+}
+DOT_ROW(q2_K, block_q2_K, block_q8_K, QK_K)
+
+static inline float blk_q3_K(const block_q3_K *x, const block_q8_K *y) {
+    int8_t sc[16];
+    st_cpu_q3k_scales(x->scales, sc);
+    int sum = 0;
+    for (int e = 0; e < QK_K; e += 16) {
+        int h = e / 128, sp = (e % 128) / 32, l0 = e % 32, acc = 0;
+        for (int l = 0; l < 16; l++) {
+            int q = (x->qs[32 * h + l0 + l] >> (2 * sp)) & 3;
+            q -= (x->hmask[l0 + l] >> (4 * h + sp)) & 1 ? 0 : 4;
+            acc += q * y->qs[e + l];
+        }
+        sum += sc[e / 16] * acc;
+    }
+    return y->d * st_cpu_h2f(x->d) * (float)sum;
+}
+DOT_ROW(q3_K, block_q3_K, block_q8_K, QK_K)
+
+// Q4_K and Q5_K: eight 32-element sub-blocks with 6-bit scale and min; qh (Q5_K's fifth bits, bit j of qh[l]
+// for sub-block j) is NULL for Q4_K.
+static inline float blk_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, uint16_t d,
+                            uint16_t dmin, const block_q8_K *y) {
+    int sum_q = 0, sum_m = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, mn;
+        st_cpu_scale_min_k4(j, scales, &sc, &mn);
+        const uint8_t *q = qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        int acc = 0;
+        for (int l = 0; l < 32; l++) {
+            int v = ((q[l] >> shift) & 15) | (qh ? ((qh[l] >> j) & 1) << 4 : 0);
+            acc += v * y->qs[32 * j + l];
+        }
+        sum_q += sc * acc;
+        sum_m += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    return y->d * (st_cpu_h2f(d) * (float)sum_q - st_cpu_h2f(dmin) * (float)sum_m);
 }
 
-static float dot_q3_K(int64_t n, const void *w, const void *a) {
-    const block_q3_K *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int8_t sc[16];
-        st_cpu_q3k_scales(x[i].scales, sc);
-        int sum = 0;
-        for (int e = 0; e < QK_K; e += 16) {
-            int h = e / 128, sp = (e % 128) / 32, l0 = e % 32, acc = 0;
-            for (int l = 0; l < 16; l++) {
-                int q = (x[i].qs[32 * h + l0 + l] >> (2 * sp)) & 3;
-                q -= (x[i].hmask[l0 + l] >> (4 * h + sp)) & 1 ? 0 : 4;
-                acc += q * y[i].qs[e + l];
-            }
-            sum += sc[e / 16] * acc;
-        }
-        s += y[i].d * st_cpu_h2f(x[i].d) * (float)sum;
-    }
-    return s;
+static inline float blk_q4_K(const block_q4_K *x, const block_q8_K *y) {
+    return blk_k45(x->scales, x->qs, NULL, x->d, x->dmin, y);
 }
+DOT_ROW(q4_K, block_q4_K, block_q8_K, QK_K)
 
-static float dot_q4_K(int64_t n, const void *w, const void *a) {
-    const block_q4_K *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum_q = 0, sum_m = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, mn;
-            st_cpu_scale_min_k4(j, x[i].scales, &sc, &mn);
-            const uint8_t *q = x[i].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            int acc = 0;
-            for (int l = 0; l < 32; l++) acc += ((q[l] >> shift) & 15) * y[i].qs[32 * j + l];
-            sum_q += sc * acc;
-            sum_m += mn * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        s += y[i].d * (st_cpu_h2f(x[i].d) * (float)sum_q - st_cpu_h2f(x[i].dmin) * (float)sum_m);
-    }
-    return s;
+static inline float blk_q5_K(const block_q5_K *x, const block_q8_K *y) {
+    return blk_k45(x->scales, x->qs, x->qh, x->d, x->dmin, y);
 }
+DOT_ROW(q5_K, block_q5_K, block_q8_K, QK_K)
 
-static float dot_q5_K(int64_t n, const void *w, const void *a) {
-    const block_q5_K *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum_q = 0, sum_m = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, mn;
-            st_cpu_scale_min_k4(j, x[i].scales, &sc, &mn);
-            const uint8_t *q = x[i].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            int acc = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = ((q[l] >> shift) & 15) | (((x[i].qh[l] >> j) & 1) << 4);
-                acc += v * y[i].qs[32 * j + l];
-            }
-            sum_q += sc * acc;
-            sum_m += mn * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        s += y[i].d * (st_cpu_h2f(x[i].d) * (float)sum_q - st_cpu_h2f(x[i].dmin) * (float)sum_m);
-    }
-    return s;
-}
-
-static float dot_q6_K(int64_t n, const void *w, const void *a) {
-    const block_q6_K *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
-            const int8_t *q8 = y[i].qs + 128 * h;
-            for (int part = 0; part < 4; part++) {  // elements 32*part + l of this half
-                for (int g = 0; g < 2; g++) {       // 16-element sub-block within the part
-                    int acc = 0;
-                    for (int l = 16 * g; l < 16 * g + 16; l++) {
-                        int lo = part & 1 ? ql[l + 32] : ql[l];
-                        lo = part & 2 ? lo >> 4 : lo & 15;
-                        int q = lo | (((qh[l] >> (2 * part)) & 3) << 4);
-                        acc += (q - 32) * q8[32 * part + l];
-                    }
-                    sum += x[i].scales[8 * h + 2 * part + g] * acc;
+static inline float blk_q6_K(const block_q6_K *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
+        const int8_t *q8 = y->qs + 128 * h;
+        for (int part = 0; part < 4; part++) {  // elements 32*part + l of this half
+            for (int g = 0; g < 2; g++) {       // 16-element sub-block within the part
+                int acc = 0;
+                for (int l = 16 * g; l < 16 * g + 16; l++) {
+                    int lo = part & 1 ? ql[l + 32] : ql[l];
+                    lo = part & 2 ? lo >> 4 : lo & 15;
+                    int q = lo | (((qh[l] >> (2 * part)) & 3) << 4);
+                    acc += (q - 32) * q8[32 * part + l];
                 }
+                sum += x->scales[8 * h + 2 * part + g] * acc;
             }
         }
-        s += y[i].d * st_cpu_h2f(x[i].d) * (float)sum;
     }
-    return s;
+    return y->d * st_cpu_h2f(x->d) * (float)sum;
 }
+DOT_ROW(q6_K, block_q6_K, block_q8_K, QK_K)
 
 // ---------------------------------------------------------------------------------------------------------------
 // I-quants with Q8_K activations. Scales of the form (0.5 + s) * k are kept as integers (2s + 1) and the
@@ -330,187 +260,142 @@ static inline int signed_grid8(const uint8_t *grid, uint8_t signs, const int8_t 
     return acc;
 }
 
-static float dot_iq2_xxs(int64_t n, const void *w, const void *a) {
-    const block_iq2_xxs *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            uint32_t aux[2];
-            memcpy(aux, x[i].qs + 4 * ib, 8);
-            const uint8_t *idx = (const uint8_t *)&aux[0];
-            const int8_t *q8 = y[i].qs + 32 * ib;
+static inline float blk_iq2_xxs(const block_iq2_xxs *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        uint32_t aux[2];
+        memcpy(aux, x->qs + 4 * ib, 8);
+        const uint8_t *idx = (const uint8_t *)&aux[0];
+        const int8_t *q8 = y->qs + 32 * ib;
+        int acc = 0;
+        for (int k = 0; k < 4; k++) {
+            uint64_t g = st_iq2xxs_grid[idx[k]];
+            acc += signed_grid8((const uint8_t *)&g, st_ksigns_iq2xs[(aux[1] >> (7 * k)) & 127], q8 + 8 * k);
+        }
+        sum += (int)(2 * (aux[1] >> 28) + 1) * acc;
+    }
+    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;  // (0.5 + s) * 0.25 = (2s + 1) / 8
+}
+DOT_ROW(iq2_xxs, block_iq2_xxs, block_q8_K, QK_K)
+
+static inline float blk_iq2_xs(const block_iq2_xs *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        for (int half = 0; half < 2; half++) {
             int acc = 0;
-            for (int k = 0; k < 4; k++) {
-                uint64_t g = st_iq2xxs_grid[idx[k]];
-                acc += signed_grid8((const uint8_t *)&g, st_ksigns_iq2xs[(aux[1] >> (7 * k)) & 127], q8 + 8 * k);
+            for (int k = 2 * half; k < 2 * half + 2; k++) {
+                uint16_t q = x->qs[4 * ib + k];
+                uint64_t g = st_iq2xs_grid[q & 511];
+                acc += signed_grid8((const uint8_t *)&g, st_ksigns_iq2xs[q >> 9], y->qs + 32 * ib + 8 * k);
             }
-            sum += (int)(2 * (aux[1] >> 28) + 1) * acc;
+            sum += (2 * ((x->scales[ib] >> (4 * half)) & 15) + 1) * acc;
         }
-        s += 0.125f * y[i].d * st_cpu_h2f(x[i].d) * (float)sum;  // (0.5 + s) * 0.25 = (2s + 1) / 8
     }
-    return s;
+    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;
 }
+DOT_ROW(iq2_xs, block_iq2_xs, block_q8_K, QK_K)
 
-static float dot_iq2_xs(int64_t n, const void *w, const void *a) {
-    const block_iq2_xs *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            for (int half = 0; half < 2; half++) {
-                int acc = 0;
-                for (int k = 2 * half; k < 2 * half + 2; k++) {
-                    uint16_t q = x[i].qs[4 * ib + k];
-                    uint64_t g = st_iq2xs_grid[q & 511];
-                    acc += signed_grid8((const uint8_t *)&g, st_ksigns_iq2xs[q >> 9], y[i].qs + 32 * ib + 8 * k);
-                }
-                sum += (2 * ((x[i].scales[ib] >> (4 * half)) & 15) + 1) * acc;
-            }
-        }
-        s += 0.125f * y[i].d * st_cpu_h2f(x[i].d) * (float)sum;
-    }
-    return s;
-}
-
-static float dot_iq2_s(int64_t n, const void *w, const void *a) {
-    const block_iq2_s *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            for (int half = 0; half < 2; half++) {
-                int acc = 0;
-                for (int k = 2 * half; k < 2 * half + 2; k++) {
-                    int idx = x[i].qs[4 * ib + k] | (((x[i].qh[ib] >> (2 * k)) & 3) << 8);
-                    uint64_t g = st_iq2s_grid[idx];
-                    acc += signed_grid8((const uint8_t *)&g, x[i].qs[32 + 4 * ib + k], y[i].qs + 32 * ib + 8 * k);
-                }
-                sum += (2 * ((x[i].scales[ib] >> (4 * half)) & 15) + 1) * acc;
-            }
-        }
-        s += 0.125f * y[i].d * st_cpu_h2f(x[i].d) * (float)sum;
-    }
-    return s;
-}
-
-static float dot_iq3_xxs(int64_t n, const void *w, const void *a) {
-    const block_iq3_xxs *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            uint32_t ss;
-            memcpy(&ss, x[i].qs + 64 + 4 * ib, 4);
+static inline float blk_iq2_s(const block_iq2_s *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        for (int half = 0; half < 2; half++) {
             int acc = 0;
-            for (int k = 0; k < 4; k++) {
-                uint32_t g[2] = {st_iq3xxs_grid[x[i].qs[8 * ib + 2 * k]], st_iq3xxs_grid[x[i].qs[8 * ib + 2 * k + 1]]};
-                acc += signed_grid8((const uint8_t *)g, st_ksigns_iq2xs[(ss >> (7 * k)) & 127],
-                                    y[i].qs + 32 * ib + 8 * k);
+            for (int k = 2 * half; k < 2 * half + 2; k++) {
+                int idx = x->qs[4 * ib + k] | (((x->qh[ib] >> (2 * k)) & 3) << 8);
+                uint64_t g = st_iq2s_grid[idx];
+                acc += signed_grid8((const uint8_t *)&g, x->qs[32 + 4 * ib + k], y->qs + 32 * ib + 8 * k);
             }
-            sum += (int)(2 * (ss >> 28) + 1) * acc;
+            sum += (2 * ((x->scales[ib] >> (4 * half)) & 15) + 1) * acc;
         }
-        s += 0.25f * y[i].d * st_cpu_h2f(x[i].d) * (float)sum;  // (0.5 + s) * 0.5 = (2s + 1) / 4
     }
-    return s;
+    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;
 }
+DOT_ROW(iq2_s, block_iq2_s, block_q8_K, QK_K)
 
-static float dot_iq3_s(int64_t n, const void *w, const void *a) {
-    const block_iq3_s *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            int acc = 0;
-            for (int k = 0; k < 4; k++) {
-                int m0 = 2 * k, m1 = 2 * k + 1;
-                uint32_t g[2] = {st_iq3s_grid[x[i].qs[8 * ib + m0] | (((x[i].qh[ib] >> m0) & 1) << 8)],
-                                 st_iq3s_grid[x[i].qs[8 * ib + m1] | (((x[i].qh[ib] >> m1) & 1) << 8)]};
-                acc += signed_grid8((const uint8_t *)g, x[i].signs[4 * ib + k], y[i].qs + 32 * ib + 8 * k);
-            }
-            sum += (2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1) * acc;
+static inline float blk_iq3_xxs(const block_iq3_xxs *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        uint32_t ss;
+        memcpy(&ss, x->qs + 64 + 4 * ib, 4);
+        int acc = 0;
+        for (int k = 0; k < 4; k++) {
+            uint32_t g[2] = {st_iq3xxs_grid[x->qs[8 * ib + 2 * k]], st_iq3xxs_grid[x->qs[8 * ib + 2 * k + 1]]};
+            acc += signed_grid8((const uint8_t *)g, st_ksigns_iq2xs[(ss >> (7 * k)) & 127],
+                                y->qs + 32 * ib + 8 * k);
         }
-        s += y[i].d * st_cpu_h2f(x[i].d) * (float)sum;
+        sum += (int)(2 * (ss >> 28) + 1) * acc;
     }
-    return s;
+    return 0.25f * y->d * st_cpu_h2f(x->d) * (float)sum;  // (0.5 + s) * 0.5 = (2s + 1) / 4
 }
+DOT_ROW(iq3_xxs, block_iq3_xxs, block_q8_K, QK_K)
+
+static inline float blk_iq3_s(const block_iq3_s *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        int acc = 0;
+        for (int k = 0; k < 4; k++) {
+            int m0 = 2 * k, m1 = 2 * k + 1;
+            uint32_t g[2] = {st_iq3s_grid[x->qs[8 * ib + m0] | (((x->qh[ib] >> m0) & 1) << 8)],
+                             st_iq3s_grid[x->qs[8 * ib + m1] | (((x->qh[ib] >> m1) & 1) << 8)]};
+            acc += signed_grid8((const uint8_t *)g, x->signs[4 * ib + k], y->qs + 32 * ib + 8 * k);
+        }
+        sum += (2 * ((x->scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1) * acc;
+    }
+    return y->d * st_cpu_h2f(x->d) * (float)sum;
+}
+DOT_ROW(iq3_s, block_iq3_s, block_q8_K, QK_K)
 
 // IQ1: y = d * (2s + 1) * (grid + delta); delta = +-1/8, so 8 * y / (d (2s+1)) = 8 grid +- 1 stays integer.
-static float dot_iq1_s(int64_t n, const void *w, const void *a) {
-    const block_iq1_s *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            const uint16_t qh = x[i].qh[ib];
-            int acc = 0;
-            for (int k = 0; k < 4; k++) {
-                uint64_t g = st_iq1s_grid[x[i].qs[4 * ib + k] | (((qh >> (3 * k)) & 7) << 8)];
-                const int8_t *gv = (const int8_t *)&g, *q8 = y[i].qs + 32 * ib + 8 * k;
-                for (int j = 0; j < 8; j++) acc += gv[j] * q8[j];
-            }
-            int asum = y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1];
-            sum += (2 * ((qh >> 12) & 7) + 1) * (8 * acc + (qh & 0x8000 ? -asum : asum));
+static inline float blk_iq1_s(const block_iq1_s *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        const uint16_t qh = x->qh[ib];
+        int acc = 0;
+        for (int k = 0; k < 4; k++) {
+            uint64_t g = st_iq1s_grid[x->qs[4 * ib + k] | (((qh >> (3 * k)) & 7) << 8)];
+            const int8_t *gv = (const int8_t *)&g, *q8 = y->qs + 32 * ib + 8 * k;
+            for (int j = 0; j < 8; j++) acc += gv[j] * q8[j];
         }
-        s += 0.125f * y[i].d * st_cpu_h2f(x[i].d) * (float)sum;
+        int asum = y->bsums[2 * ib] + y->bsums[2 * ib + 1];
+        sum += (2 * ((qh >> 12) & 7) + 1) * (8 * acc + (qh & 0x8000 ? -asum : asum));
     }
-    return s;
+    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;
 }
+DOT_ROW(iq1_s, block_iq1_s, block_q8_K, QK_K)
 
-static float dot_iq1_m(int64_t n, const void *w, const void *a) {
-    const block_iq1_m *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint16_t sc[4];
-        memcpy(sc, x[i].scales, 8);
-        const uint16_t dbits = (sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000);
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            for (int half = 0; half < 2; half++) {
-                int acc = 0;
-                for (int k = 2 * half; k < 2 * half + 2; k++) {
-                    const int nib = (x[i].qh[2 * ib + k / 2] >> (4 * (k % 2))) & 15;
-                    uint64_t g = st_iq1s_grid[x[i].qs[4 * ib + k] | ((nib & 7) << 8)];
-                    const int8_t *gv = (const int8_t *)&g, *q8 = y[i].qs + 32 * ib + 8 * k;
-                    int gs = 0, as = 0;
-                    for (int j = 0; j < 8; j++) { gs += gv[j] * q8[j]; as += q8[j]; }
-                    acc += 8 * gs + (nib & 8 ? -as : as);
-                }
-                const int ls = (sc[ib / 2] >> (6 * (ib % 2) + 3 * half)) & 7;
-                sum += (2 * ls + 1) * acc;
-            }
-        }
-        s += 0.125f * y[i].d * st_cpu_h2f(dbits) * (float)sum;
-    }
-    return s;
-}
-
-static float dot_iq4_xs(int64_t n, const void *w, const void *a) {
-    const block_iq4_xs *x = w;
-    const block_q8_K *y = a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sum = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            const int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 15) | (((x[i].scales_h >> (2 * ib)) & 3) << 4);
-            const uint8_t *q = x[i].qs + 16 * ib;
-            const int8_t *q8 = y[i].qs + 32 * ib;
+static inline float blk_iq1_m(const block_iq1_m *x, const block_q8_K *y) {
+    uint16_t sc[4];
+    memcpy(sc, x->scales, 8);
+    const uint16_t dbits = (sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000);
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        for (int half = 0; half < 2; half++) {
             int acc = 0;
-            for (int j = 0; j < 16; j++)
-                acc += st_kvalues_iq4nl[q[j] & 15] * q8[j] + st_kvalues_iq4nl[q[j] >> 4] * q8[j + 16];
-            sum += (ls - 32) * acc;
+            for (int k = 2 * half; k < 2 * half + 2; k++) {
+                const int nib = (x->qh[2 * ib + k / 2] >> (4 * (k % 2))) & 15;
+                uint64_t g = st_iq1s_grid[x->qs[4 * ib + k] | ((nib & 7) << 8)];
+                const int8_t *gv = (const int8_t *)&g, *q8 = y->qs + 32 * ib + 8 * k;
+                int gs = 0, as = 0;
+                for (int j = 0; j < 8; j++) { gs += gv[j] * q8[j]; as += q8[j]; }
+                acc += 8 * gs + (nib & 8 ? -as : as);
+            }
+            const int ls = (sc[ib / 2] >> (6 * (ib % 2) + 3 * half)) & 7;
+            sum += (2 * ls + 1) * acc;
         }
-        s += y[i].d * st_cpu_h2f(x[i].d) * (float)sum;
     }
-    return s;
+    return 0.125f * y->d * st_cpu_h2f(dbits) * (float)sum;
 }
+DOT_ROW(iq1_m, block_iq1_m, block_q8_K, QK_K)
+
+static inline float blk_iq4_xs(const block_iq4_xs *x, const block_q8_K *y) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        const int ls = ((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 15) | (((x->scales_h >> (2 * ib)) & 3) << 4);
+        sum += (ls - 32) * lut_nibble_sum(st_kvalues_iq4nl, x->qs + 16 * ib, y->qs + 32 * ib);
+    }
+    return y->d * st_cpu_h2f(x->d) * (float)sum;
+}
+DOT_ROW(iq4_xs, block_iq4_xs, block_q8_K, QK_K)
 
 void st_cpu_kernels_init_portable(st_cpu_kernels *k) {
     memset(k, 0, sizeof *k);

@@ -1,5 +1,7 @@
 // CPU element-wise and attention operators of the forward pass (float32 activations).
 // Matrix products live in cpu/matmul.h; these are the small operators between them.
+// They reproduce the arithmetic of ggml's CPU backend (AVX-512 build, F32 KV cache, no flash attention) bit for bit,
+// on every ISA: see the notes at the top of ops.c.
 #ifndef STRATA_CPU_OPS_H
 #define STRATA_CPU_OPS_H
 
@@ -14,11 +16,15 @@ void st_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 // neox = 0: pairs (x[2i], x[2i+1]) (GGML "normal", llama); neox = 1: pairs (x[i], x[i + n_rot/2]) (qwen2/3).
 // Only the first n_rot dims rotate. theta_i = pos * freq_scale * base^(-2i/n_rot).
 void st_rope(float *x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base, float freq_scale, int neox);
+// The same in two steps, so one position's angles serve every head:
+// cs[n_rot]: (cos theta_i, sin theta_i) pairs for i < n_rot/2.
+void st_rope_cache(float *cs, int64_t n_rot, int64_t pos, float freq_base, float freq_scale);
+void st_rope_apply(float *x, const float *cs, int64_t n_rot, int neox);
 
-// y[i] = silu(g[i]) * u[i]. y may alias g.
+// y[i] = silu(g[i]) * u[i] over one row of n (the vector/leftover split is per row, as in ggml). y may alias g.
 void st_swiglu(float *y, const float *g, const float *u, int64_t n);
 
-// Numerically stable softmax in place.
+// Softmax in place (ggml's soft_max: vector exp per 16-chunk, double sum).
 void st_softmax(float *x, int64_t n);
 
 // Causal grouped-query attention for a batch of tokens over a KV cache.

@@ -15,8 +15,9 @@ __global__ void k_quantize_act32(const float *__restrict__ x, uint8_t *__restric
     const float v = x[(size_t)gb * 32 + lane];
     float amax = fabsf(v);
     for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(ST_WARP_FULL_MASK, amax, o));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q = (int)roundf(v * id);
+    // As llama.cpp's x86 runtime quantizer (the CPU backend follows it): inverse scale 127 / amax, ties to even.
+    const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
     int sum = q;
     for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(ST_WARP_FULL_MASK, sum, o);
     row[(size_t)b * 32 + lane] = (uint8_t)(int8_t)q;

@@ -1,7 +1,8 @@
 // Activation quantization that reproduces the CPU backend's formats (cpu/dot.h pairing), written in the planar
 // q8_1 row layout the matrix-vector kernels read (cuda/qblock.h). With the same int8 activations on both sides the
 // GPU's integer dot products equal the CPU's exactly, so GPU and CPU outputs differ only by float summation order.
-//   Q8_0 pairing (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4): per 32: d = amax / 127 rounded to f16, q = round(x * 127 / amax)
+//   Q8_0 pairing (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4): per 32: d = amax / 127 rounded to f16, q = x * (127 / amax)
+//     rounded to nearest, ties to even (llama.cpp's x86 runtime quantizer, which the CPU backend follows)
 //   Q8_1 pairing (Q4_1, Q5_1): as Q8_0, and s = f16(d * sum(q)) (d unrounded), as GGML's reference
 //   Q8_K pairing (K- and I-quants): per 256: iscale = -127 / (signed value of largest magnitude), q = round-half-even
 //     (iscale * x) clamped to 127, d = 1 / iscale shared by the eight 32-blocks, s = d * sum(q) per 32-block
