@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/err.h"
+#include "util/fileio.h"
+
 bool st_args_is(st_args *a, const char *short_name, const char *long_name) {
     const char *s = a->argv[a->i];
     return (short_name && !strcmp(s, short_name)) || (long_name && !strcmp(s, long_name));
@@ -54,4 +57,57 @@ double st_args_float(st_args *a, double min, double max) {
 void st_args_unknown(st_args *a) {
     fprintf(stderr, "strata %s: unknown option '%s' (see strata %s --help)\n", a->cmd, a->argv[a->i], a->cmd);
     a->failed = true;
+}
+
+void st_args_cache_type(st_args *a, bool *kv_f32) {
+    const char *t = st_args_str(a);
+    if (a->failed) return;
+    if (!strcmp(t, "f32") || !strcmp(t, "f16")) {
+        *kv_f32 = !strcmp(t, "f32");
+        return;
+    }
+    fprintf(stderr, "strata %s: --cache-type must be f16 or f32, got '%s'\n", a->cmd, t);
+    a->failed = true;
+}
+
+bool st_args_engine(st_args *a, st_engine_args *e) {
+    if (st_args_is(a, "-m", "--model")) e->model = st_args_str(a);
+    else if (st_args_is(a, "-dev", "--device")) e->device = st_args_str(a);
+    else if (st_args_is(a, "-t", "--threads")) e->n_threads = st_args_int(a, 1, 4096);
+    else if (st_args_is(a, "-ctk", "--cache-type")) st_args_cache_type(a, &e->kv_f32);
+    else return false;
+    return true;
+}
+
+bool st_args_have_model(const st_args *a, const st_engine_args *e) {
+    if (e->model) return true;
+    fprintf(stderr, "strata %s: no model given: pass -m MODEL.gguf (see strata %s --help)\n", a->cmd, a->cmd);
+    return false;
+}
+
+strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
+    strata_engine_params ep = strata_engine_default_params();
+    ep.model_path = e->model;
+    ep.n_threads = (int)e->n_threads;
+    ep.device = e->device;
+    strata_engine *eng = strata_engine_load(&ep);
+    if (!eng) fprintf(stderr, "strata %s: %s\n", a->cmd, strata_last_error());
+    return eng;
+}
+
+bool st_args_prompt(st_args *a, const char **text, const char **file) {
+    if (st_args_is(a, "-p", "--prompt")) *text = st_args_str(a);
+    else if (st_args_is(a, "-f", "--file")) *file = st_args_str(a);
+    else return false;
+    return true;
+}
+
+int st_args_read_prompt(const st_args *a, const char *file, char **file_text, const char **text) {
+    if (!file) return 0;
+    if (st_read_file(file, 1ull << 30, file_text, NULL)) {
+        fprintf(stderr, "strata %s: %s\n", a->cmd, st_errmsg());
+        return -1;
+    }
+    *text = *file_text;
+    return 0;
 }

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "strata.h"
+
 typedef struct st_args {
     int argc;
     char **argv;
@@ -21,5 +23,28 @@ int64_t st_args_int(st_args *a, int64_t min, int64_t max);
 double st_args_float(st_args *a, double min, double max);
 // Prints "strata CMD: unknown option 'X' (see strata CMD --help)" and sets failed.
 void st_args_unknown(st_args *a);
+
+// The -ctk/--cache-type value: "f32" sets *kv_f32, "f16" clears it; anything else prints an error and sets failed.
+void st_args_cache_type(st_args *a, bool *kv_f32);
+
+// The flags of every command that loads an engine.
+typedef struct st_engine_args {
+    const char *model;   // -m, --model (NULL: not given)
+    const char *device;  // -dev, --device (NULL: the default device)
+    int64_t n_threads;   // -t, --threads (0: all CPUs)
+    bool kv_f32;         // -ctk, --cache-type f32 (the default is the command's)
+} st_engine_args;
+
+// Parses argv[i] into e when it is one of the flags above; false (nothing consumed) for any other flag.
+bool st_args_engine(st_args *a, st_engine_args *e);
+// True when a model was given; otherwise prints "strata CMD: no model given ..." and returns false.
+bool st_args_have_model(const st_args *a, const st_engine_args *e);
+// Loads the engine the flags name; on failure prints "strata CMD: <error>" and returns NULL.
+strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e);
+// Parses argv[i] when it is -p/--prompt TEXT or -f/--file FILE; false (nothing consumed) for any other flag.
+bool st_args_prompt(st_args *a, const char **text, const char **file);
+// When a prompt file was given (file != NULL), reads it into *file_text (caller frees) and points *text at it.
+// Returns 0, or -1 after printing "strata CMD: <error>".
+int st_args_read_prompt(const st_args *a, const char *file, char **file_text, const char **text);
 
 #endif

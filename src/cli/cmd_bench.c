@@ -56,56 +56,35 @@ static double bytes_per_token(const strata_engine *e, const st_model *m, int64_t
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *fmt = "md";
-    int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 3, n_threads = 0;
-    bool kv_f32 = false;
-    const char *device = NULL;
+    const char *fmt = "md";
+    int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 3;
+    st_engine_args ea = {0};  // KV cache f16 by default
     st_args a = {argc, argv, 1, "bench", false};
     for (; a.i < argc && !a.failed; a.i++) {
         if (st_args_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (st_args_is(&a, "-m", "--model")) model = st_args_str(&a);
+        } else if (st_args_engine(&a, &ea)) continue;
         else if (st_args_is(&a, "-p", "--n-prompt")) n_prompt = st_args_int(&a, 0, 1 << 20);
         else if (st_args_is(&a, "-n", "--n-gen")) n_gen = st_args_int(&a, 0, 1 << 20);
         else if (st_args_is(&a, "-d", "--n-depth")) depth = st_args_int(&a, 0, 1 << 22);
         else if (st_args_is(&a, "-r", "--repetitions")) reps = st_args_int(&a, 1, 1000);
-        else if (st_args_is(&a, "-dev", "--device")) device = st_args_str(&a);
-        else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, "-o", "--output")) fmt = st_args_str(&a);
-        else if (st_args_is(&a, "-ctk", "--cache-type")) {
-            const char *t = st_args_str(&a);
-            kv_f32 = !strcmp(t, "f32");
-            if (!kv_f32 && strcmp(t, "f16") && !a.failed) {
-                fprintf(stderr, "strata bench: --cache-type must be f16 or f32, got '%s'\n", t);
-                return 2;
-            }
-        } else st_args_unknown(&a);
+        else st_args_unknown(&a);
     }
-    if (a.failed) return 2;
-    if (!model) {
-        fprintf(stderr, "strata bench: no model given: pass -m MODEL.gguf (see strata bench --help)\n");
-        return 2;
-    }
+    if (a.failed || !st_args_have_model(&a, &ea)) return 2;
     if (strcmp(fmt, "md") && strcmp(fmt, "json")) {
         fprintf(stderr, "strata bench: -o must be md or json, got '%s'\n", fmt);
         return 2;
     }
-    strata_engine_params ep = strata_engine_default_params();
-    ep.model_path = model;
-    ep.n_threads = (int)n_threads;
-    ep.device = device;
-    strata_engine *e = strata_engine_load(&ep);
-    if (!e) {
-        fprintf(stderr, "strata bench: %s\n", strata_last_error());
-        return 1;
-    }
+    strata_engine *e = st_args_load_engine(&a, &ea);
+    if (!e) return 1;
     const st_model *m = strata_engine_model(e);
     int32_t nv = strata_n_vocab(e);
     int64_t n_max = n_prompt > n_gen ? n_prompt : n_gen;
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = (int32_t)(depth + n_max + 1);
-    sp.kv_f32 = kv_f32;
+    sp.kv_f32 = ea.kv_f32;
     strata_session *s = strata_session_new(e, &sp);
     if (!s) {
         fprintf(stderr, "strata bench: %s\n", strata_last_error());
@@ -151,13 +130,13 @@ int cmd_bench(int argc, char **argv) {
         res[n_res].name = name[n_res];
         res[n_res].mean = mean;
         res[n_res].sd = var > 0 ? sqrt(var) : 0;
-        res[n_res].gbps = test == 1 ? mean * bytes_per_token(e, m, depth + n / 2, kv_f32 ? 4 : 2) / 1e9 : 0;
+        res[n_res].gbps = test == 1 ? mean * bytes_per_token(e, m, depth + n / 2, ea.kv_f32 ? 4 : 2) / 1e9 : 0;
         n_res++;
     }
     if (rc == 0) {
         char size[32];
         st_fmt_bytes(size, sizeof size, (double)m->gguf->total_bytes);
-        const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
+        const char *base = strrchr(ea.model, '/') ? strrchr(ea.model, '/') + 1 : ea.model;
         if (!strcmp(fmt, "md")) {
             printf("| model | size | backend | threads | test | t/s | GB/s |\n");
             printf("| --- | ---: | --- | ---: | --- | ---: | ---: |\n");

@@ -7,8 +7,6 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "strata.h"
-#include "util/err.h"
-#include "util/fileio.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -32,53 +30,31 @@ static void usage(FILE *f) {
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *token_list = NULL;
-    int64_t top = 10, n_threads = 0, n_greedy = 0;
-    bool kv_f32 = true, parse_special = true;
-    const char *device = NULL;
+    const char *prompt = NULL, *prompt_file = NULL, *token_list = NULL;
+    int64_t top = 10, n_greedy = 0;
+    bool parse_special = true;
+    st_engine_args ea = {.kv_f32 = true};  // exact logits: f32 KV cache by default
     st_args a = {argc, argv, 1, "logits", false};
     for (; a.i < argc && !a.failed; a.i++) {
         if (st_args_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (st_args_is(&a, "-m", "--model")) model = st_args_str(&a);
-        else if (st_args_is(&a, "-p", "--prompt")) prompt = st_args_str(&a);
-        else if (st_args_is(&a, "-f", "--file")) prompt_file = st_args_str(&a);
+        } else if (st_args_engine(&a, &ea) || st_args_prompt(&a, &prompt, &prompt_file)) continue;
         else if (st_args_is(&a, NULL, "--tokens")) token_list = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--top")) top = st_args_int(&a, 1, 1 << 20);
-        else if (st_args_is(&a, "-dev", "--device")) device = st_args_str(&a);
-        else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, NULL, "--no-special")) parse_special = false;
         else if (st_args_is(&a, NULL, "--greedy")) n_greedy = st_args_int(&a, 0, 1 << 20);
-        else if (st_args_is(&a, "-ctk", "--cache-type")) {
-            const char *t = st_args_str(&a);
-            if (!strcmp(t, "f16")) kv_f32 = false;
-            else if (strcmp(t, "f32") && !a.failed) {
-                fprintf(stderr, "strata logits: --cache-type must be f16 or f32, got '%s'\n", t);
-                return 2;
-            }
-        } else st_args_unknown(&a);
+        else st_args_unknown(&a);
     }
     if (a.failed) return 2;
-    if (!model || (!prompt && !prompt_file && !token_list)) {
+    if (!ea.model || (!prompt && !prompt_file && !token_list)) {
         fprintf(stderr, "strata logits: need -m MODEL and -p TEXT, -f FILE or --tokens IDS (see strata logits --help)\n");
         return 2;
     }
     char *file_text = NULL;
-    if (prompt_file) {
-        if (st_read_file(prompt_file, 1ull << 30, &file_text, NULL)) {
-            fprintf(stderr, "strata logits: %s\n", st_errmsg());
-            return 1;
-        }
-        prompt = file_text;
-    }
-    strata_engine_params ep = strata_engine_default_params();
-    ep.model_path = model;
-    ep.n_threads = (int)n_threads;
-    ep.device = device;
-    strata_engine *e = strata_engine_load(&ep);
+    if (st_args_read_prompt(&a, prompt_file, &file_text, &prompt)) return 1;
+    strata_engine *e = st_args_load_engine(&a, &ea);
     if (!e) {
-        fprintf(stderr, "strata logits: %s\n", strata_last_error());
         free(file_text);
         return 1;
     }
@@ -110,7 +86,7 @@ int cmd_logits(int argc, char **argv) {
     }
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = n + (int32_t)n_greedy;
-    sp.kv_f32 = kv_f32;
+    sp.kv_f32 = ea.kv_f32;
     s = strata_session_new(e, &sp);
     logits = malloc(sizeof(float) * (size_t)n * (size_t)nv);
     if (!s || !logits) {

@@ -7,7 +7,6 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "strata.h"
-#include "util/fileio.h"
 #include "util/log.h"
 
 static void usage(FILE *f) {
@@ -61,9 +60,10 @@ static char *chat_wrap(const strata_engine *e, const char *system, const char *u
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    int64_t n_predict = 256, n_ctx = 4096, n_threads = 0;
-    bool chat = false, ignore_eos = false, display_prompt = true, kv_f32 = false, seed_set = false;
+    const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
+    int64_t n_predict = 256, n_ctx = 4096;
+    bool chat = false, ignore_eos = false, display_prompt = true, seed_set = false;
+    st_engine_args ea = {0};  // KV cache f16 by default
     const char *stops[16];
     int n_stops = 0;
     strata_sampler_params sp = strata_sampler_default_params();
@@ -71,19 +71,14 @@ int cmd_run(int argc, char **argv) {
     sp.top_k = 40;
     sp.top_p = 0.95f;
     sp.min_p = 0.05f;
-    const char *device = NULL;
     st_args a = {argc, argv, 1, "run", false};
     for (; a.i < argc && !a.failed; a.i++) {
         if (st_args_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (st_args_is(&a, "-m", "--model")) model = st_args_str(&a);
-        else if (st_args_is(&a, "-p", "--prompt")) prompt = st_args_str(&a);
-        else if (st_args_is(&a, "-f", "--file")) prompt_file = st_args_str(&a);
+        } else if (st_args_engine(&a, &ea) || st_args_prompt(&a, &prompt, &prompt_file)) continue;
         else if (st_args_is(&a, "-n", "--n-predict")) n_predict = st_args_int(&a, -1, 1 << 30);
         else if (st_args_is(&a, "-c", "--ctx-size")) n_ctx = st_args_int(&a, 0, 1 << 30);
-        else if (st_args_is(&a, "-dev", "--device")) device = st_args_str(&a);
-        else if (st_args_is(&a, "-t", "--threads")) n_threads = st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, NULL, "--chat")) chat = true;
         else if (st_args_is(&a, "-sys", "--system")) system = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--temp")) sp.temperature = (float)st_args_float(&a, 0, 100);
@@ -102,38 +97,16 @@ int cmd_run(int argc, char **argv) {
             if (n_stops < 16 && *s) stops[n_stops++] = s;
         } else if (st_args_is(&a, NULL, "--ignore-eos")) ignore_eos = true;
         else if (st_args_is(&a, NULL, "--no-display-prompt")) display_prompt = false;
-        else if (st_args_is(&a, "-ctk", "--cache-type")) {
-            const char *t = st_args_str(&a);
-            if (!strcmp(t, "f32")) kv_f32 = true;
-            else if (strcmp(t, "f16") && !a.failed) {
-                fprintf(stderr, "strata run: --cache-type must be f16 or f32, got '%s'\n", t);
-                return 2;
-            }
-        } else st_args_unknown(&a);
+        else st_args_unknown(&a);
     }
-    if (a.failed) return 2;
-    if (!model) {
-        fprintf(stderr, "strata run: no model given: pass -m MODEL.gguf (see strata run --help)\n");
-        return 2;
-    }
+    if (a.failed || !st_args_have_model(&a, &ea)) return 2;
     char *file_text = NULL;
-    if (prompt_file) {
-        if (st_read_file(prompt_file, 1ull << 30, &file_text, NULL)) {
-            fprintf(stderr, "strata run: %s\n", st_errmsg());
-            return 1;
-        }
-        prompt = file_text;
-    }
+    if (st_args_read_prompt(&a, prompt_file, &file_text, &prompt)) return 1;
     if (!prompt) prompt = "";
     if (!seed_set) sp.seed = (uint64_t)time(NULL);
 
-    strata_engine_params ep = strata_engine_default_params();
-    ep.model_path = model;
-    ep.n_threads = (int)n_threads;
-    ep.device = device;
-    strata_engine *e = strata_engine_load(&ep);
+    strata_engine *e = st_args_load_engine(&a, &ea);
     if (!e) {
-        fprintf(stderr, "strata run: %s\n", strata_last_error());
         free(file_text);
         return 1;
     }
@@ -154,7 +127,7 @@ int cmd_run(int argc, char **argv) {
     }
     strata_session_params spar = strata_session_default_params();
     spar.n_ctx = (int32_t)n_ctx;
-    spar.kv_f32 = kv_f32;
+    spar.kv_f32 = ea.kv_f32;
     s = strata_session_new(e, &spar);
     if (!s) {
         fprintf(stderr, "strata run: %s\n", strata_last_error());

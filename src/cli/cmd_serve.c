@@ -14,7 +14,8 @@ static void usage(FILE *f) {
             "Serves the model over HTTP with OpenAI-compatible endpoints: POST /v1/chat/completions, /v1/completions,\n"
             "GET /v1/models, /health, /v1/status, /metrics, POST /tokenize, /detokenize. The model runs in a supervised\n"
             "worker process that is restarted (with back-off) when it dies or stops answering; /health is 503 until it\n"
-            "is ready. A follow-up turn reuses the KV cache of the longest common token prefix with the last request.\n\n"
+            "is ready. A follow-up turn reuses the KV cache of the longest common token prefix with the last request,\n"
+            "or with a checkpoint of an earlier conversation.\n\n"
             "options:\n"
             "  -m, --model FILE          GGUF model (first part of a split model)\n"
             "  -a, --alias NAME          model name the API reports (default: the file name without .gguf)\n"
@@ -26,6 +27,11 @@ static void usage(FILE *f) {
             "  -t, --threads N           compute threads (default: all CPUs)\n"
             "  -ctk, --cache-type T      KV cache element type: f16 (default) or f32\n"
             "      --no-prefix-cache     evaluate every prompt from scratch\n"
+            "      --prompt-checkpoints N  keep up to N earlier conversations' KV in RAM, so that switching between\n"
+            "                            conversations (an agent and its sub-agents) still reuses each one's prefix\n"
+            "                            (default 4; 0: only the live session)\n"
+            "      --checkpoint-mib M    RAM limit of those checkpoints in MiB (default 1024)\n"
+            "      --checkpoint-min-tokens N  conversations shorter than N tokens get no checkpoint (default 256)\n"
             "      --chat-format F       auto (default: the model's chat template) or chatml (built-in ChatML)\n"
             "      --parallel-queue N    requests that may wait for the engine; more get 429 (default 32)\n"
             "      --max-body BYTES      largest request body; larger gets 413 (default 16 MiB)\n"
@@ -58,6 +64,10 @@ int cmd_serve(int argc, char **argv) {
         else if (st_args_is(&a, "-c", "--ctx-size")) c.n_ctx = (int)st_args_int(&a, 0, 1 << 30);
         else if (st_args_is(&a, "-t", "--threads")) c.n_threads = (int)st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, NULL, "--no-prefix-cache")) c.prefix_cache = false;
+        else if (st_args_is(&a, NULL, "--prompt-checkpoints")) c.prompt_checkpoints = (int)st_args_int(&a, 0, 4096);
+        else if (st_args_is(&a, NULL, "--checkpoint-mib")) c.checkpoint_mib = st_args_int(&a, 0, 1ll << 30);
+        else if (st_args_is(&a, NULL, "--checkpoint-min-tokens"))
+            c.checkpoint_min_tokens = (int)st_args_int(&a, 1, 1 << 30);
         else if (st_args_is(&a, NULL, "--parallel-queue")) c.queue_max = (int)st_args_int(&a, 1, 1 << 20);
         else if (st_args_is(&a, NULL, "--max-body")) c.max_body = st_args_int(&a, 1024, 1ll << 40);
         else if (st_args_is(&a, NULL, "--timeout")) c.timeout_s = (int)st_args_int(&a, 1, 86400);
@@ -67,14 +77,8 @@ int cmd_serve(int argc, char **argv) {
         else if (st_args_is(&a, NULL, "--load-timeout")) c.load_timeout_s = st_args_float(&a, 1, 864000);
         else if (st_args_is(&a, NULL, "--max-connections")) c.max_connections = (int)st_args_int(&a, 1, 1 << 20);
         else if (st_args_is(&a, NULL, "--engine-worker")) c.worker_fd = (int)st_args_int(&a, 0, 1 << 20);
-        else if (st_args_is(&a, "-ctk", "--cache-type")) {
-            const char *t = st_args_str(&a);
-            if (!a.failed && !strcmp(t, "f32")) c.kv_f32 = true;
-            else if (!a.failed && strcmp(t, "f16")) {
-                fprintf(stderr, "strata serve: --cache-type must be f16 or f32, got '%s'\n", t);
-                return 2;
-            }
-        } else if (st_args_is(&a, NULL, "--chat-format")) {
+        else if (st_args_is(&a, "-ctk", "--cache-type")) st_args_cache_type(&a, &c.kv_f32);
+        else if (st_args_is(&a, NULL, "--chat-format")) {
             const char *t = st_args_str(&a);
             if (!a.failed && !strcmp(t, "chatml")) c.chatml = true;
             else if (!a.failed && strcmp(t, "auto")) {

@@ -19,33 +19,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
-extern "C" {
-#include "util/err.h"
-}
-
-#ifndef ST_WARP_SIZE
-#define ST_WARP_SIZE 32
-#endif
-#if ST_WARP_SIZE == 32
-#define ST_WARP_MASK 0xffffffffu
-#else
-#define ST_WARP_MASK 0xffffffffffffffffull
-#endif
-
-static int launch_check(const char *what) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return st_err("cuda: %s: kernel launch failed: %s", what, cudaGetErrorString(e));
-    return 0;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_WARP_MASK, v, o));
-    return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
-    return v;
-}
+#include "cuda/common.cuh"  // warp reductions, launch_check
 
 // 16 bytes of cache elements to floats.
 __device__ __forceinline__ void cvt16(const uint4 &u, float *f, const __half *) {
@@ -278,14 +252,28 @@ template <int HD> static constexpr size_t prefill_smem() {
     return sizeof(float) * ((size_t)(PF_BM + PF_BN) * (HD + 4) + (size_t)PF_BM * PF_PS + 3 * PF_BM);
 }
 
+// Stages cache positions kv0 .. kv0 + PF_BN - 1 of one head (base: its first element; rows `row` elements apart;
+// zeros past max_pos) as f32 into the shared tile KV[PF_BN][HD + 4]. All PF_THREADS threads take part.
+template <typename KT, int HD>
+__device__ __forceinline__ void pf_stage_tile(float *KV, const KT *base, int64_t row, int kv0, int max_pos, int tid) {
+    constexpr int QS = HD + 4, VEC = 16 / (int)sizeof(KT), CPR = HD / VEC;
+    for (int c = tid; c < PF_BN * CPR; c += PF_THREADS) {
+        const int r = c / CPR, cc = c % CPR, pos = kv0 + r;
+        float f[VEC];
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (pos <= max_pos) u = *(const uint4 *)(base + pos * row + cc * VEC);
+        cvt16(u, f, (const KT *)nullptr);
+#pragma unroll
+        for (int v = 0; v < VEC; v += 4) *(float4 *)&KV[r * QS + cc * VEC + v] = make_float4(f[v], f[v + 1], f[v + 2], f[v + 3]);
+    }
+}
+
 template <typename KT, int HD>
 __global__ void __launch_bounds__(PF_THREADS)
     k_attn_prefill(float *__restrict__ out, const float *__restrict__ q, const KT *__restrict__ kc,
                    const KT *__restrict__ vc, const int32_t *__restrict__ d_pos, int n_tok, int n_head,
                    int n_head_kv, float scale) {
     constexpr int QS = HD + 4;       // padded f32 row
-    constexpr int VEC = 16 / (int)sizeof(KT);
-    constexpr int CPR = HD / VEC;
     constexpr int DJ = HD / 64;      // float4 column groups per thread in P.V (2 for HD 128, 1 for 64)
     extern __shared__ __align__(16) float sm[];
     float *Qs = sm;                  // [PF_BM][QS] scaled queries
@@ -326,15 +314,7 @@ __global__ void __launch_bounds__(PF_THREADS)
     __syncthreads();
 
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BN) {
-        for (int c = tid; c < PF_BN * CPR; c += PF_THREADS) {
-            const int r = c / CPR, cc = c % CPR, pos = kv0 + r;
-            float f[VEC];
-            uint4 u = make_uint4(0, 0, 0, 0);
-            if (pos <= max_pos) u = *(const uint4 *)(kb + pos * row + cc * VEC);
-            cvt16(u, f, (const KT *)nullptr);
-#pragma unroll
-            for (int v = 0; v < VEC; v += 4) *(float4 *)&KV[r * QS + cc * VEC + v] = make_float4(f[v], f[v + 1], f[v + 2], f[v + 3]);
-        }
+        pf_stage_tile<KT, HD>(KV, kb, row, kv0, max_pos, tid);
         __syncthreads();
         {  // scores: rows ty*4 + i, positions tx + 16 j
             float s[4][4];
@@ -365,15 +345,7 @@ __global__ void __launch_bounds__(PF_THREADS)
         }
         __syncthreads();
         // V tile into KV (K is no longer needed), and the online softmax: 4 consecutive threads per row.
-        for (int c = tid; c < PF_BN * CPR; c += PF_THREADS) {
-            const int r = c / CPR, cc = c % CPR, pos = kv0 + r;
-            float f[VEC];
-            uint4 u = make_uint4(0, 0, 0, 0);
-            if (pos <= max_pos) u = *(const uint4 *)(vb + pos * row + cc * VEC);
-            cvt16(u, f, (const KT *)nullptr);
-#pragma unroll
-            for (int v = 0; v < VEC; v += 4) *(float4 *)&KV[r * QS + cc * VEC + v] = make_float4(f[v], f[v + 1], f[v + 2], f[v + 3]);
-        }
+        pf_stage_tile<KT, HD>(KV, vb, row, kv0, max_pos, tid);
         {
             const int r = tid / 4, part = tid % 4;
             float *pr = Ps + r * PF_PS + part * (PF_BN / 4);

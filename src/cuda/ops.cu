@@ -19,30 +19,11 @@ extern "C" {  // C headers without their own extern "C" (included here first so 
 #include "quant/quant.h"
 #include "util/err.h"
 }
-#include "cuda/qblock.h"  // planar q8_1 layout, per-type item unpacking (shared with mmvq)
-
-#if ST_WARP_SIZE == 32
-#define ST_WARP_MASK 0xffffffffu
-#else
-#define ST_WARP_MASK 0xffffffffffffffffull
-#endif
-
-static int launch_check(const char *what) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return st_err("cuda: %s: kernel launch failed: %s", what, cudaGetErrorString(e));
-    return 0;
-}
+#include "cuda/common.cuh"  // warp reductions (warp_sum, warp_max), launch_check
+#include "cuda/qblock.h"      // planar q8_1 layout, per-type item unpacking (shared with mmvq)
 
 // ---- reductions -------------------------------------------------------------------------------------------------
 
-template <typename T> __device__ __forceinline__ T warp_sum(T v) {
-    for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
-    return v;
-}
-template <typename T> __device__ __forceinline__ T warp_max(T v) {
-    for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(ST_WARP_MASK, v, o));
-    return v;
-}
 // Reductions over aligned groups of 32 lanes (a q8_1 block), also correct on a 64-wide wave.
 __device__ __forceinline__ float group32_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_WARP_MASK, v, o));

@@ -120,6 +120,18 @@ ST_HD uint32_t st_lut16(uint32_t q, uint32_t t0, uint32_t t1, uint32_t t2, uint3
     return (lo & ~m) | (hi & m);
 }
 
+// The 16-entry int8 codebooks (NAME = IQ4NL or MXFP4) as 4 packed little-endian words t[4] for st_lut16: the
+// device constants (cuda/qblock_tables.h) in device code, the host table otherwise.
+#if defined(__CUDA_ARCH__)
+#define ST_QB_KV16(NAME, name, t)                                                                   \
+    const uint32_t t[4] = {ST_DEV_KVALUES_##NAME##_W0, ST_DEV_KVALUES_##NAME##_W1, ST_DEV_KVALUES_##NAME##_W2, \
+                           ST_DEV_KVALUES_##NAME##_W3}
+#else
+#define ST_QB_KV16(NAME, name, t) \
+    uint32_t t[4];                \
+    memcpy(t, st_kvalues_##name, 16)
+#endif
+
 // IQ2/IQ3 7-bit sign index -> 8-bit sign mask (the 8th bit is the parity, as in ksigns_iq2xs).
 ST_HD uint32_t st_qb_ksigns(uint32_t idx7) { return idx7 | ((uint32_t)(st_qb_popc(idx7) & 1) << 7); }
 
@@ -212,6 +224,13 @@ ST_HD float st_qb_bf16(uint32_t h) { return st_qb_bits_f32(h << 16); }
 // ---------------------------------------------------------------------------------------------------------------
 // Type properties (constant expressions, usable as template arguments).
 
+// Every weight type the kernels support, as an initialiser list (for tests that iterate over all of them).
+#define ST_QB_TYPES                                                                                              \
+    ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1, ST_TYPE_Q8_0,   \
+        ST_TYPE_Q2_K, ST_TYPE_Q3_K, ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q6_K, ST_TYPE_IQ1_S, ST_TYPE_IQ1_M,         \
+        ST_TYPE_IQ2_XXS, ST_TYPE_IQ2_XS, ST_TYPE_IQ2_S, ST_TYPE_IQ3_XXS, ST_TYPE_IQ3_S, ST_TYPE_IQ4_NL,             \
+        ST_TYPE_IQ4_XS, ST_TYPE_MXFP4
+
 // Items (32 weights) per block.
 #define ST_QB_IPB(t) ((t) == ST_TYPE_Q2_K || (t) == ST_TYPE_Q3_K || (t) == ST_TYPE_Q4_K || (t) == ST_TYPE_Q5_K || \
                       (t) == ST_TYPE_Q6_K || (t) == ST_TYPE_IQ1_S || (t) == ST_TYPE_IQ1_M ||                     \
@@ -270,6 +289,14 @@ ST_HD void st_qb_nibbles(st_qb_w *w, const uint32_t *q4) {
         w->v[k + 4] = (int32_t)((q4[k] >> 4) & 0x0f0f0f0fu);
     }
 }
+// The same layout through a 16-entry codebook t (ST_QB_KV16) instead of the raw nibbles.
+ST_HD void st_qb_lut_nibbles(st_qb_w *w, const uint32_t *q4, const uint32_t t[4]) {
+    ST_QB_UNROLL
+    for (int k = 0; k < 4; k++) {
+        w->v[k] = (int32_t)st_lut16(q4[k] & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
+        w->v[k + 4] = (int32_t)st_lut16((q4[k] >> 4) & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
+    }
+}
 // Adds bit 4 from a 32-bit high-bit word (bit i = element i) to the nibbles.
 ST_HD void st_qb_hbit5(st_qb_w *w, uint32_t qh) {
     ST_QB_UNROLL
@@ -318,20 +345,8 @@ ST_HD void st_qb_unpack_iq4_nl(const uint8_t *x, int j, st_qb_w *w) {
     uint32_t q[4];
     st_qb_ldw(x + 2, q, 4, 2);
     const float d = st_qb_f16(st_qb_u16(x));
-    ST_QB_UNROLL
-    for (int k = 0; k < 4; k++) {
-#if defined(__CUDA_ARCH__)
-        w->v[k] = (int32_t)st_lut16(q[k] & 0x0f0f0f0fu, ST_DEV_KVALUES_IQ4NL_W0, ST_DEV_KVALUES_IQ4NL_W1,
-                                    ST_DEV_KVALUES_IQ4NL_W2, ST_DEV_KVALUES_IQ4NL_W3);
-        w->v[k + 4] = (int32_t)st_lut16((q[k] >> 4) & 0x0f0f0f0fu, ST_DEV_KVALUES_IQ4NL_W0, ST_DEV_KVALUES_IQ4NL_W1,
-                                        ST_DEV_KVALUES_IQ4NL_W2, ST_DEV_KVALUES_IQ4NL_W3);
-#else
-        uint32_t t[4];
-        memcpy(t, st_kvalues_iq4nl, 16);
-        w->v[k] = (int32_t)st_lut16(q[k] & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
-        w->v[k + 4] = (int32_t)st_lut16((q[k] >> 4) & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
-#endif
-    }
+    ST_QB_KV16(IQ4NL, iq4nl, t);
+    st_qb_lut_nibbles(w, q, t);
     st_qb_set_ab(w, d, d, 0.0f, 0.0f);
 }
 ST_HD void st_qb_unpack_mxfp4(const uint8_t *x, int j, st_qb_w *w) {
@@ -340,20 +355,8 @@ ST_HD void st_qb_unpack_mxfp4(const uint8_t *x, int j, st_qb_w *w) {
     const uint32_t e = x[0];
     // 2^(e - 128) (kvalues are doubled E2M1 values); e < 2 gives an f32 subnormal.
     const float d = st_qb_bits_f32(e < 2 ? 0x00200000u << e : (e - 1) << 23);
-    ST_QB_UNROLL
-    for (int k = 0; k < 4; k++) {
-#if defined(__CUDA_ARCH__)
-        w->v[k] = (int32_t)st_lut16(q[k] & 0x0f0f0f0fu, ST_DEV_KVALUES_MXFP4_W0, ST_DEV_KVALUES_MXFP4_W1,
-                                    ST_DEV_KVALUES_MXFP4_W2, ST_DEV_KVALUES_MXFP4_W3);
-        w->v[k + 4] = (int32_t)st_lut16((q[k] >> 4) & 0x0f0f0f0fu, ST_DEV_KVALUES_MXFP4_W0, ST_DEV_KVALUES_MXFP4_W1,
-                                        ST_DEV_KVALUES_MXFP4_W2, ST_DEV_KVALUES_MXFP4_W3);
-#else
-        uint32_t t[4];
-        memcpy(t, st_kvalues_mxfp4, 16);
-        w->v[k] = (int32_t)st_lut16(q[k] & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
-        w->v[k + 4] = (int32_t)st_lut16((q[k] >> 4) & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
-#endif
-    }
+    ST_QB_KV16(MXFP4, mxfp4, t);
+    st_qb_lut_nibbles(w, q, t);
     st_qb_set_ab(w, d, d, 0.0f, 0.0f);
 }
 
@@ -370,13 +373,8 @@ ST_HD void st_qb_scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {
     }
 }
 
-ST_HD void st_qb_unpack_q4_K(const uint8_t *x, int j, st_qb_w *w) {
-    uint32_t h[4], q[8];
-    st_qb_ldw(x, h, 4, 16);                      // d, dmin, scales[12]
-    st_qb_ldw(x + 16 + 32 * (j >> 1), q, 8, 16);  // the 64-element chunk holding sub-block j
-    const int sh = 4 * (j & 1);
-    ST_QB_UNROLL
-    for (int k = 0; k < 8; k++) w->v[k] = (int32_t)((q[k] >> sh) & 0x0f0f0f0fu);
+// Q4_K / Q5_K: scale a and offset b of sub-block j from the block's first 16 bytes h (d, dmin, scales[12]).
+ST_HD void st_qb_k45_ab(const uint32_t h[4], int j, st_qb_w *w) {
     uint8_t s[12];
     ST_QB_UNROLL
     for (int k = 0; k < 12; k++) s[k] = (uint8_t)(h[1 + k / 4] >> (8 * (k % 4)));
@@ -384,6 +382,15 @@ ST_HD void st_qb_unpack_q4_K(const uint8_t *x, int j, st_qb_w *w) {
     st_qb_scale_min_k4(s, j, &sc, &mn);
     const float a = st_qb_f16(h[0] & 0xffff) * (float)sc, b = -st_qb_f16(h[0] >> 16) * (float)mn;
     st_qb_set_ab(w, a, a, b, b);
+}
+ST_HD void st_qb_unpack_q4_K(const uint8_t *x, int j, st_qb_w *w) {
+    uint32_t h[4], q[8];
+    st_qb_ldw(x, h, 4, 16);                      // d, dmin, scales[12]
+    st_qb_ldw(x + 16 + 32 * (j >> 1), q, 8, 16);  // the 64-element chunk holding sub-block j
+    const int sh = 4 * (j & 1);
+    ST_QB_UNROLL
+    for (int k = 0; k < 8; k++) w->v[k] = (int32_t)((q[k] >> sh) & 0x0f0f0f0fu);
+    st_qb_k45_ab(h, j, w);
 }
 ST_HD void st_qb_unpack_q5_K(const uint8_t *x, int j, st_qb_w *w) {
     uint32_t h[4], qh[8], q[8];
@@ -394,13 +401,7 @@ ST_HD void st_qb_unpack_q5_K(const uint8_t *x, int j, st_qb_w *w) {
     ST_QB_UNROLL
     for (int k = 0; k < 8; k++)
         w->v[k] = (int32_t)(((q[k] >> sh) & 0x0f0f0f0fu) | (((qh[k] >> j) & 0x01010101u) << 4));
-    uint8_t s[12];
-    ST_QB_UNROLL
-    for (int k = 0; k < 12; k++) s[k] = (uint8_t)(h[1 + k / 4] >> (8 * (k % 4)));
-    int sc, mn;
-    st_qb_scale_min_k4(s, j, &sc, &mn);
-    const float a = st_qb_f16(h[0] & 0xffff) * (float)sc, b = -st_qb_f16(h[0] >> 16) * (float)mn;
-    st_qb_set_ab(w, a, a, b, b);
+    st_qb_k45_ab(h, j, w);
 }
 // Q6_K: sub-block j = half h (128 elements) and quarter s; see blocks.h for the bit placement.
 ST_HD void st_qb_unpack_q6_K(const uint8_t *x, int j, st_qb_w *w) {
@@ -563,20 +564,8 @@ ST_HD void st_qb_unpack_iq4_xs(const uint8_t *x, int j, st_qb_w *w) {
     st_qb_ldw(x + 8 + 16 * j, q, 4, 8);
     const uint32_t hd = st_qb_u32(x, 8);
     const uint32_t ls = ((x[4 + j / 2] >> (4 * (j % 2))) & 15) | (((hd >> (16 + 2 * j)) & 3) << 4);
-    ST_QB_UNROLL
-    for (int k = 0; k < 4; k++) {
-#if defined(__CUDA_ARCH__)
-        w->v[k] = (int32_t)st_lut16(q[k] & 0x0f0f0f0fu, ST_DEV_KVALUES_IQ4NL_W0, ST_DEV_KVALUES_IQ4NL_W1,
-                                    ST_DEV_KVALUES_IQ4NL_W2, ST_DEV_KVALUES_IQ4NL_W3);
-        w->v[k + 4] = (int32_t)st_lut16((q[k] >> 4) & 0x0f0f0f0fu, ST_DEV_KVALUES_IQ4NL_W0, ST_DEV_KVALUES_IQ4NL_W1,
-                                        ST_DEV_KVALUES_IQ4NL_W2, ST_DEV_KVALUES_IQ4NL_W3);
-#else
-        uint32_t t[4];
-        memcpy(t, st_kvalues_iq4nl, 16);
-        w->v[k] = (int32_t)st_lut16(q[k] & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
-        w->v[k + 4] = (int32_t)st_lut16((q[k] >> 4) & 0x0f0f0f0fu, t[0], t[1], t[2], t[3]);
-#endif
-    }
+    ST_QB_KV16(IQ4NL, iq4nl, t);
+    st_qb_lut_nibbles(w, q, t);
     const float a = st_qb_f16(hd & 0xffff) * (float)((int)ls - 32);
     st_qb_set_ab(w, a, a, 0.0f, 0.0f);
 }

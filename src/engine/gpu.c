@@ -390,6 +390,23 @@ static int same_act(const gweight *a, const gweight *b) {
     return !st_cuda_matvec_float_supported(a->type) && st_cuda_act_format(a->type) == st_cuda_act_format(b->type);
 }
 
+// The embeddings of the n tokens in d_tokens into s->x (enqueued on the session's stream).
+static int embed_tokens(st_gpu_session *s, int n) {
+    const st_gpu_model *g = s->g;
+    const st_hparams *hp = &g->m->hp;
+    return st_cuda_get_rows(s->x, g->token_embd.d, g->token_embd.type, g->token_embd.row_bytes, hp->n_vocab,
+                            s->d_tokens, n, (int)hp->n_embd, s->stream);
+}
+
+// Layer l's QK-norm and RoPE of s->q and s->k for n tokens from position d_pos, and the K/V store into its cache.
+static int qk_rope_kv(st_gpu_session *s, const glayer *L, uint32_t l, int n) {
+    const st_hparams *hp = &s->g->m->hp;
+    const int hd = (int)hp->head_dim_k, neox = hp->rope_type == ST_ROPE_NEOX;
+    return st_cuda_qk_norm_rope_kv(s->q, s->k, s->v, L->q_norm, L->k_norm, s->k_cache[l], s->v_cache[l], s->kv_f16,
+                                   s->d_pos, n, (int)hp->n_head, (int)hp->n_head_kv, hd, (int)hp->n_rot,
+                                   hp->rms_eps, hp->rope_freq_base, hp->rope_freq_scale, neox, s->stream);
+}
+
 // One step of n <= SMALL_BATCH tokens whose ids are in d_tokens and first position in d_pos. Enqueues only
 // (capturable): no host synchronisation, no allocation.
 static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
@@ -398,21 +415,15 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     const st_hparams *hp = &g->m->hp;
     cudaStream_t st = s->stream;
     int d = (int)hp->n_embd, hd = (int)hp->head_dim_k, K = (int)hp->n_expert_used;
-    int neox = hp->rope_type == ST_ROPE_NEOX;
     float scale = 1.0f / sqrtf((float)hd);
-    if (st_cuda_get_rows(s->x, g->token_embd.d, g->token_embd.type, g->token_embd.row_bytes, hp->n_vocab,
-                         s->d_tokens, n, d, st))
-        return -1;
+    if (embed_tokens(s, n)) return -1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
         if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||
             mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
             return -1;
-        if (st_cuda_qk_norm_rope_kv(s->q, s->k, s->v, L->q_norm, L->k_norm, s->k_cache[l], s->v_cache[l], s->kv_f16,
-                                    s->d_pos, n, (int)hp->n_head, (int)hp->n_head_kv, hd, (int)hp->n_rot,
-                                    hp->rms_eps, hp->rope_freq_base, hp->rope_freq_scale, neox, st))
-            return -1;
+        if (qk_rope_kv(s, L, l, n)) return -1;
         int rc = n == 1 ? st_cuda_attn_decode(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
                                               (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split, s->attn_ws,
                                               st)
@@ -476,18 +487,13 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
     const st_hparams *hp = &g->m->hp;
     cudaStream_t st = s->stream;
     int d = (int)hp->n_embd, hd = (int)hp->head_dim_k;
-    int neox = hp->rope_type == ST_ROPE_NEOX;
     float scale = 1.0f / sqrtf((float)hd);
-    if (st_cuda_get_rows(s->x, g->token_embd.d, g->token_embd.type, g->token_embd.row_bytes, hp->n_vocab,
-                         s->d_tokens, n, d, st))
-        return -1;
+    if (embed_tokens(s, n)) return -1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st) ||
             gemm(s, &L->wq, s->xn, n, s->q) || gemm(s, &L->wk, s->xn, n, s->k) || gemm(s, &L->wv, s->xn, n, s->v) ||
-            st_cuda_qk_norm_rope_kv(s->q, s->k, s->v, L->q_norm, L->k_norm, s->k_cache[l], s->v_cache[l], s->kv_f16,
-                                    s->d_pos, n, (int)hp->n_head, (int)hp->n_head_kv, hd, (int)hp->n_rot,
-                                    hp->rms_eps, hp->rope_freq_base, hp->rope_freq_scale, neox, st) ||
+            qk_rope_kv(s, L, l, n) ||
             st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n,
                                  (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st) ||
             gemm(s, &L->wo, s->attn, n, s->ffn_out) ||

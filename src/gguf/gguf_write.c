@@ -264,21 +264,16 @@ void gguf_w_set_u64(gguf_writer *w, const char *key, uint64_t v) { set_scalar(w,
 void gguf_w_set_i64(gguf_writer *w, const char *key, int64_t v) { set_scalar(w, key, GGUF_VT_INT64, (uint64_t)v); }
 void gguf_w_set_bool(gguf_writer *w, const char *key, bool v) { set_scalar(w, key, GGUF_VT_BOOL, v ? 1 : 0); }
 
-void gguf_w_set_f32(gguf_writer *w, const char *key, float v) {
+static void set_float(gguf_writer *w, const char *key, gguf_vtype t, double v) {
     gguf_value x;
     memset(&x, 0, sizeof x);
-    x.type = GGUF_VT_FLOAT32;
+    x.type = t;
     x.f64 = v;
     gguf_w_set_value(w, key, &x);
 }
 
-void gguf_w_set_f64(gguf_writer *w, const char *key, double v) {
-    gguf_value x;
-    memset(&x, 0, sizeof x);
-    x.type = GGUF_VT_FLOAT64;
-    x.f64 = v;
-    gguf_w_set_value(w, key, &x);
-}
+void gguf_w_set_f32(gguf_writer *w, const char *key, float v) { set_float(w, key, GGUF_VT_FLOAT32, v); }
+void gguf_w_set_f64(gguf_writer *w, const char *key, double v) { set_float(w, key, GGUF_VT_FLOAT64, v); }
 
 void gguf_w_set_str(gguf_writer *w, const char *key, const char *s) {
     gguf_value x;

@@ -69,41 +69,36 @@ static const tensor_tmpl post_common[] = {
     END,
 };
 
+// The attention and feed-forward rows every llama-family block has (the FFN rows cover dense and MoE).
+#define ROWS_ATTN \
+    {ST_T_ATTN_NORM, "blk.%d.attn_norm.weight", true, C_ALWAYS, {D_EMBD}},           \
+    {ST_T_ATTN_Q, "blk.%d.attn_q.weight", true, C_ALWAYS, {D_EMBD, D_QDIM}},         \
+    {ST_T_ATTN_K, "blk.%d.attn_k.weight", true, C_ALWAYS, {D_EMBD, D_KDIM}},         \
+    {ST_T_ATTN_V, "blk.%d.attn_v.weight", true, C_ALWAYS, {D_EMBD, D_VDIM}},         \
+    {ST_T_ATTN_OUT, "blk.%d.attn_output.weight", true, C_ALWAYS, {D_ODIM, D_EMBD}}
+#define ROWS_FFN \
+    {ST_T_FFN_NORM, "blk.%d.ffn_norm.weight", true, C_ALWAYS, {D_EMBD}},                            \
+    {ST_T_FFN_GATE, "blk.%d.ffn_gate.weight", true, C_DENSE, {D_EMBD, D_FF}},                       \
+    {ST_T_FFN_DOWN, "blk.%d.ffn_down.weight", true, C_DENSE, {D_FF, D_EMBD}},                       \
+    {ST_T_FFN_UP, "blk.%d.ffn_up.weight", true, C_DENSE, {D_EMBD, D_FF}},                           \
+    {ST_T_FFN_GATE_INP, "blk.%d.ffn_gate_inp.weight", true, C_MOE, {D_EMBD, D_EXPERT}},             \
+    {ST_T_FFN_GATE_EXPS, "blk.%d.ffn_gate_exps.weight", true, C_MOE, {D_EMBD, D_FFEXP, D_EXPERT}},  \
+    {ST_T_FFN_DOWN_EXPS, "blk.%d.ffn_down_exps.weight", true, C_MOE, {D_FFEXP, D_EMBD, D_EXPERT}},  \
+    {ST_T_FFN_UP_EXPS, "blk.%d.ffn_up_exps.weight", true, C_MOE, {D_EMBD, D_FFEXP, D_EXPERT}}
+
 // llama: dense SwiGLU, or Mixtral-style MoE when expert_count > 0 (experts of width feed_forward_length).
 static const tensor_tmpl layer_llama[] = {
-    {ST_T_ATTN_NORM, "blk.%d.attn_norm.weight", true, C_ALWAYS, {D_EMBD}},
-    {ST_T_ATTN_Q, "blk.%d.attn_q.weight", true, C_ALWAYS, {D_EMBD, D_QDIM}},
-    {ST_T_ATTN_K, "blk.%d.attn_k.weight", true, C_ALWAYS, {D_EMBD, D_KDIM}},
-    {ST_T_ATTN_V, "blk.%d.attn_v.weight", true, C_ALWAYS, {D_EMBD, D_VDIM}},
-    {ST_T_ATTN_OUT, "blk.%d.attn_output.weight", true, C_ALWAYS, {D_ODIM, D_EMBD}},
-    {ST_T_FFN_NORM, "blk.%d.ffn_norm.weight", true, C_ALWAYS, {D_EMBD}},
-    {ST_T_FFN_GATE, "blk.%d.ffn_gate.weight", true, C_DENSE, {D_EMBD, D_FF}},
-    {ST_T_FFN_DOWN, "blk.%d.ffn_down.weight", true, C_DENSE, {D_FF, D_EMBD}},
-    {ST_T_FFN_UP, "blk.%d.ffn_up.weight", true, C_DENSE, {D_EMBD, D_FF}},
-    {ST_T_FFN_GATE_INP, "blk.%d.ffn_gate_inp.weight", true, C_MOE, {D_EMBD, D_EXPERT}},
-    {ST_T_FFN_GATE_EXPS, "blk.%d.ffn_gate_exps.weight", true, C_MOE, {D_EMBD, D_FFEXP, D_EXPERT}},
-    {ST_T_FFN_DOWN_EXPS, "blk.%d.ffn_down_exps.weight", true, C_MOE, {D_FFEXP, D_EMBD, D_EXPERT}},
-    {ST_T_FFN_UP_EXPS, "blk.%d.ffn_up_exps.weight", true, C_MOE, {D_EMBD, D_FFEXP, D_EXPERT}},
+    ROWS_ATTN,
+    ROWS_FFN,
     END,
 };
 
 // qwen3: llama's block plus per-head RMSNorm of Q and K (before RoPE).
 static const tensor_tmpl layer_qwen3[] = {
-    {ST_T_ATTN_NORM, "blk.%d.attn_norm.weight", true, C_ALWAYS, {D_EMBD}},
-    {ST_T_ATTN_Q, "blk.%d.attn_q.weight", true, C_ALWAYS, {D_EMBD, D_QDIM}},
-    {ST_T_ATTN_K, "blk.%d.attn_k.weight", true, C_ALWAYS, {D_EMBD, D_KDIM}},
-    {ST_T_ATTN_V, "blk.%d.attn_v.weight", true, C_ALWAYS, {D_EMBD, D_VDIM}},
-    {ST_T_ATTN_OUT, "blk.%d.attn_output.weight", true, C_ALWAYS, {D_ODIM, D_EMBD}},
+    ROWS_ATTN,
     {ST_T_ATTN_K_NORM, "blk.%d.attn_k_norm.weight", true, C_ALWAYS, {D_HEADK}},
     {ST_T_ATTN_Q_NORM, "blk.%d.attn_q_norm.weight", true, C_ALWAYS, {D_HEADK}},
-    {ST_T_FFN_NORM, "blk.%d.ffn_norm.weight", true, C_ALWAYS, {D_EMBD}},
-    {ST_T_FFN_GATE, "blk.%d.ffn_gate.weight", true, C_DENSE, {D_EMBD, D_FF}},
-    {ST_T_FFN_DOWN, "blk.%d.ffn_down.weight", true, C_DENSE, {D_FF, D_EMBD}},
-    {ST_T_FFN_UP, "blk.%d.ffn_up.weight", true, C_DENSE, {D_EMBD, D_FF}},
-    {ST_T_FFN_GATE_INP, "blk.%d.ffn_gate_inp.weight", true, C_MOE, {D_EMBD, D_EXPERT}},
-    {ST_T_FFN_GATE_EXPS, "blk.%d.ffn_gate_exps.weight", true, C_MOE, {D_EMBD, D_FFEXP, D_EXPERT}},
-    {ST_T_FFN_DOWN_EXPS, "blk.%d.ffn_down_exps.weight", true, C_MOE, {D_FFEXP, D_EMBD, D_EXPERT}},
-    {ST_T_FFN_UP_EXPS, "blk.%d.ffn_up_exps.weight", true, C_MOE, {D_EMBD, D_FFEXP, D_EXPERT}},
+    ROWS_FFN,
     END,
 };
 

@@ -277,40 +277,33 @@ static inline void k4_scale_min(const uint8_t *q, int j, int *sc, int *mn) {
     }
 }
 
-static void deq_q4_K(const uint8_t *x, float *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += sizeof(block_q4_K), y += QK_K) {
-        const float d = ldh(x + offsetof(block_q4_K, d)), dmin = ldh(x + offsetof(block_q4_K, dmin));
-        const uint8_t *scales = x + offsetof(block_q4_K, scales);
-        const uint8_t *qs = x + offsetof(block_q4_K, qs);
-        for (int c = 0; c < 4; c++)
-            for (int hi = 0; hi < 2; hi++) {
-                int sc, mn;
-                k4_scale_min(scales, 2 * c + hi, &sc, &mn);
-                const float d1 = d * (float)sc, m1 = dmin * (float)mn;
-                float *yy = y + 64 * c + 32 * hi;
-                for (int l = 0; l < 32; l++) yy[l] = d1 * (float)((qs[32 * c + l] >> (4 * hi)) & 15) - m1;
+// One Q4_K / Q5_K super-block: eight 32-element sub-blocks with 6-bit scale and min; qh (Q5_K's fifth bits, bit j
+// of qh[l] for sub-block j) is NULL for Q4_K.
+static void deq_k45_block(float d, float dmin, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                          float *y) {
+    for (int c = 0; c < 4; c++)
+        for (int hi = 0; hi < 2; hi++) {
+            int sc, mn;
+            k4_scale_min(scales, 2 * c + hi, &sc, &mn);
+            const float d1 = d * (float)sc, m1 = dmin * (float)mn;
+            float *yy = y + 64 * c + 32 * hi;
+            for (int l = 0; l < 32; l++) {
+                int q = ((qs[32 * c + l] >> (4 * hi)) & 15) | (qh ? ((qh[l] >> (2 * c + hi)) & 1) << 4 : 0);
+                yy[l] = d1 * (float)q - m1;
             }
-    }
+        }
+}
+
+static void deq_q4_K(const uint8_t *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += sizeof(block_q4_K), y += QK_K)
+        deq_k45_block(ldh(x + offsetof(block_q4_K, d)), ldh(x + offsetof(block_q4_K, dmin)),
+                      x + offsetof(block_q4_K, scales), x + offsetof(block_q4_K, qs), NULL, y);
 }
 
 static void deq_q5_K(const uint8_t *x, float *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += sizeof(block_q5_K), y += QK_K) {
-        const float d = ldh(x + offsetof(block_q5_K, d)), dmin = ldh(x + offsetof(block_q5_K, dmin));
-        const uint8_t *scales = x + offsetof(block_q5_K, scales);
-        const uint8_t *qh = x + offsetof(block_q5_K, qh);
-        const uint8_t *qs = x + offsetof(block_q5_K, qs);
-        for (int c = 0; c < 4; c++)
-            for (int hi = 0; hi < 2; hi++) {
-                int sc, mn;
-                k4_scale_min(scales, 2 * c + hi, &sc, &mn);
-                const float d1 = d * (float)sc, m1 = dmin * (float)mn;
-                float *yy = y + 64 * c + 32 * hi;
-                for (int l = 0; l < 32; l++) {
-                    int q = ((qs[32 * c + l] >> (4 * hi)) & 15) | (((qh[l] >> (2 * c + hi)) & 1) << 4);
-                    yy[l] = d1 * (float)q - m1;
-                }
-            }
-    }
+    for (int64_t i = 0; i < nb; i++, x += sizeof(block_q5_K), y += QK_K)
+        deq_k45_block(ldh(x + offsetof(block_q5_K, d)), ldh(x + offsetof(block_q5_K, dmin)),
+                      x + offsetof(block_q5_K, scales), x + offsetof(block_q5_K, qs), x + offsetof(block_q5_K, qh), y);
 }
 
 static void deq_q6_K(const uint8_t *x, float *y, int64_t nb) {

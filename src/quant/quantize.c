@@ -41,13 +41,36 @@ static float signed_absmax(const float *x, int n, float *amax_out) {
 // ---------------------------------------------------------------------------------------------------------------
 // 32-element legacy formats.
 
+// Stores the 5-bit codes of elements j (a) and j + 16 (b): low nibbles into qs[j], bit 4 into bits j, j + 16 of qh.
+static inline void put_q5(uint8_t *qs, uint32_t *qh, int j, int a, int b) {
+    qs[j] = (uint8_t)((a & 15) | ((b & 15) << 4));
+    *qh |= (uint32_t)((a >> 4) & 1) << j;
+    *qh |= (uint32_t)((b >> 4) & 1) << (j + 16);
+}
+
+// The Q8_0 / Q8_1 codes of a 32-element block: round(x / d), d = amax / 127; returns d.
+static float q8_codes(const float *x, int8_t *qs) {
+    float amax;
+    signed_absmax(x, 32, &amax);
+    const float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) qs[j] = (int8_t)roundf(x[j] * id);
+    return d;
+}
+
 // Q4_0 / Q5_0: the signed absmax maps to the most negative level (-8 / -16), so it is represented exactly.
 // Truncation of (v + half-offset) is GGML's rounding rule (rounds half up for v >= -offset).
+
+// The block's scale d = signed absmax / lowest (lowest = -8 or -16), stored as f16 at yd; returns 1/d (0 for d = 0).
+static float put_sym_scale(const float *x, float lowest, uint8_t *yd) {
+    const float max = signed_absmax(x, 32, NULL);
+    const float d = max / lowest, id = d != 0 ? 1.0f / d : 0.0f;
+    st_st16(yd, h16(d));
+    return id;
+}
+
 static void q_q4_0(const float *x, uint8_t *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32, y += sizeof(block_q4_0)) {
-        const float max = signed_absmax(x, 32, NULL);
-        const float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f;
-        st_st16(y + offsetof(block_q4_0, d), h16(d));
+        const float id = put_sym_scale(x, -8, y + offsetof(block_q4_0, d));
         uint8_t *qs = y + offsetof(block_q4_0, qs);
         for (int j = 0; j < 16; j++) {
             int a = imin(15, (int8_t)(x[j] * id + 8.5f));
@@ -59,33 +82,36 @@ static void q_q4_0(const float *x, uint8_t *y, int64_t nb) {
 
 static void q_q5_0(const float *x, uint8_t *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32, y += sizeof(block_q5_0)) {
-        const float max = signed_absmax(x, 32, NULL);
-        const float d = max / -16, id = d != 0 ? 1.0f / d : 0.0f;
-        st_st16(y + offsetof(block_q5_0, d), h16(d));
+        const float id = put_sym_scale(x, -16, y + offsetof(block_q5_0, d));
         uint8_t *qs = y + offsetof(block_q5_0, qs);
         uint32_t qh = 0;
-        for (int j = 0; j < 16; j++) {
-            int a = imin(31, (int8_t)(x[j] * id + 16.5f));
-            int b = imin(31, (int8_t)(x[j + 16] * id + 16.5f));
-            qs[j] = (uint8_t)((a & 15) | ((b & 15) << 4));
-            qh |= (uint32_t)((a >> 4) & 1) << j;
-            qh |= (uint32_t)((b >> 4) & 1) << (j + 16);
-        }
+        for (int j = 0; j < 16; j++)
+            put_q5(qs, &qh, j, imin(31, (int8_t)(x[j] * id + 16.5f)), imin(31, (int8_t)(x[j + 16] * id + 16.5f)));
         st_st32(y + offsetof(block_q5_0, qh), qh);
     }
 }
 
 // Q4_1 / Q5_1: min/max affine mapping onto [0, 2^b - 1].
+
+// The block's scale d = (max - min) / top (top = 2^b - 1) at yd and min m at ym, both f16; returns 1/d (0 for
+// d = 0) and the min in *mn.
+static float put_affine_scale(const float *x, float top, uint8_t *yd, uint8_t *ym, float *mn_out) {
+    float mn = FLT_MAX, mx = -FLT_MAX;
+    for (int j = 0; j < 32; j++) {
+        if (x[j] < mn) mn = x[j];
+        if (x[j] > mx) mx = x[j];
+    }
+    const float d = (mx - mn) / top, id = d != 0 ? 1.0f / d : 0.0f;
+    st_st16(yd, h16(d));
+    st_st16(ym, h16(mn));
+    *mn_out = mn;
+    return id;
+}
+
 static void q_q4_1(const float *x, uint8_t *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32, y += sizeof(block_q4_1)) {
-        float mn = FLT_MAX, mx = -FLT_MAX;
-        for (int j = 0; j < 32; j++) {
-            if (x[j] < mn) mn = x[j];
-            if (x[j] > mx) mx = x[j];
-        }
-        const float d = (mx - mn) / 15, id = d != 0 ? 1.0f / d : 0.0f;
-        st_st16(y + offsetof(block_q4_1, d), h16(d));
-        st_st16(y + offsetof(block_q4_1, m), h16(mn));
+        float mn;
+        const float id = put_affine_scale(x, 15, y + offsetof(block_q4_1, d), y + offsetof(block_q4_1, m), &mn);
         uint8_t *qs = y + offsetof(block_q4_1, qs);
         for (int j = 0; j < 16; j++) {
             int a = imin(15, (int8_t)((x[j] - mn) * id + 0.5f));
@@ -97,23 +123,14 @@ static void q_q4_1(const float *x, uint8_t *y, int64_t nb) {
 
 static void q_q5_1(const float *x, uint8_t *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32, y += sizeof(block_q5_1)) {
-        float mn = FLT_MAX, mx = -FLT_MAX;
-        for (int j = 0; j < 32; j++) {
-            if (x[j] < mn) mn = x[j];
-            if (x[j] > mx) mx = x[j];
-        }
-        const float d = (mx - mn) / 31, id = d != 0 ? 1.0f / d : 0.0f;
-        st_st16(y + offsetof(block_q5_1, d), h16(d));
-        st_st16(y + offsetof(block_q5_1, m), h16(mn));
+        float mn;
+        const float id = put_affine_scale(x, 31, y + offsetof(block_q5_1, d), y + offsetof(block_q5_1, m), &mn);
         uint8_t *qs = y + offsetof(block_q5_1, qs);
         uint32_t qh = 0;
         for (int j = 0; j < 16; j++) {
             // GGML casts straight to uint8 here; clamp to 31 too so a rounding overshoot cannot spill into bit 5.
-            int a = imin(31, (int)(uint8_t)((x[j] - mn) * id + 0.5f));
-            int b = imin(31, (int)(uint8_t)((x[j + 16] - mn) * id + 0.5f));
-            qs[j] = (uint8_t)((a & 15) | ((b & 15) << 4));
-            qh |= (uint32_t)((a >> 4) & 1) << j;
-            qh |= (uint32_t)((b >> 4) & 1) << (j + 16);
+            put_q5(qs, &qh, j, imin(31, (int)(uint8_t)((x[j] - mn) * id + 0.5f)),
+                   imin(31, (int)(uint8_t)((x[j + 16] - mn) * id + 0.5f)));
         }
         st_st32(y + offsetof(block_q5_1, qh), qh);
     }
@@ -122,26 +139,17 @@ static void q_q5_1(const float *x, uint8_t *y, int64_t nb) {
 // Q8_0 / Q8_1: symmetric absmax / 127, round half away from zero (roundf, as GGML and gguf-py).
 static void q_q8_0(const float *x, uint8_t *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32, y += sizeof(block_q8_0)) {
-        float amax;
-        signed_absmax(x, 32, &amax);
-        const float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+        const float d = q8_codes(x, (int8_t *)(y + offsetof(block_q8_0, qs)));
         st_st16(y + offsetof(block_q8_0, d), h16(d));
-        int8_t *qs = (int8_t *)(y + offsetof(block_q8_0, qs));
-        for (int j = 0; j < 32; j++) qs[j] = (int8_t)roundf(x[j] * id);
     }
 }
 
 static void q_q8_1(const float *x, uint8_t *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32, y += sizeof(block_q8_1)) {
-        float amax;
-        signed_absmax(x, 32, &amax);
-        const float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
-        int8_t *qs = (int8_t *)(y + offsetof(block_q8_1, qs));
+        const int8_t *qs = (const int8_t *)(y + offsetof(block_q8_1, qs));
+        const float d = q8_codes(x, (int8_t *)(y + offsetof(block_q8_1, qs)));
         int sum = 0;
-        for (int j = 0; j < 32; j++) {
-            qs[j] = (int8_t)roundf(x[j] * id);
-            sum += qs[j];
-        }
+        for (int j = 0; j < 32; j++) sum += qs[j];
         st_st16(y + offsetof(block_q8_1, d), h16(d));
         st_st16(y + offsetof(block_q8_1, s), h16((float)sum * d));
     }
@@ -341,14 +349,8 @@ static void q_q3_K(const float *x, uint8_t *y, int64_t nb) {
     int8_t L[QK_K];
     float scales[16];
     for (int64_t i = 0; i < nb; i++, x += QK_K, y += sizeof(block_q3_K)) {
-        float amax = 0, max_scale = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = fit_q3(16, 4, x + 16 * j, L + 16 * j);
-            if (fabsf(scales[j]) > amax) {
-                amax = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
-        }
+        for (int j = 0; j < 16; j++) scales[j] = fit_q3(16, 4, x + 16 * j, L + 16 * j);
+        const float max_scale = signed_absmax(scales, 16, NULL);
         uint8_t *sc = y + offsetof(block_q3_K, scales);
         memset(sc, 0, 12);
         if (max_scale != 0) {
@@ -519,14 +521,9 @@ static void q_q6_K(const float *x, uint8_t *y, int64_t nb) {
     int8_t L[QK_K];
     float scales[16];
     for (int64_t i = 0; i < nb; i++, x += QK_K, y += sizeof(block_q6_K)) {
-        float max_abs = 0, max_scale = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = fit_qx(16, 32, x + 16 * j, L + 16 * j);
-            if (fabsf(scales[j]) > max_abs) {
-                max_abs = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
-        }
+        for (int j = 0; j < 16; j++) scales[j] = fit_qx(16, 32, x + 16 * j, L + 16 * j);
+        float max_abs;
+        const float max_scale = signed_absmax(scales, 16, &max_abs);
         if (max_abs < EPS_GROUP_MAX) {
             memset(y, 0, sizeof(block_q6_K));
             continue;

@@ -14,6 +14,15 @@
 
 // ---- small helpers ------------------------------------------------------------------------------------------
 
+// Doubles the capacity *cap of array v (elem bytes per element; `first` elements when empty). Returns the
+// reallocated array with *cap updated, or NULL with v and *cap unchanged.
+static void *grow(void *v, int *cap, size_t elem, int first) {
+    int nc = *cap ? *cap * 2 : first;
+    void *nv = realloc(v, (size_t)nc * elem);
+    if (nv) *cap = nc;
+    return nv;
+}
+
 typedef struct ibuf {  // growable int32 vector
     int32_t *v;
     int n, cap;
@@ -21,11 +30,9 @@ typedef struct ibuf {  // growable int32 vector
 
 static int ibuf_push(ibuf *b, int32_t x) {
     if (b->n == b->cap) {
-        int nc = b->cap ? b->cap * 2 : 64;
-        int32_t *nv = realloc(b->v, (size_t)nc * sizeof *nv);
+        int32_t *nv = grow(b->v, &b->cap, sizeof *nv, 64);
         if (!nv) return -1;
         b->v = nv;
-        b->cap = nc;
     }
     b->v[b->n++] = x;
     return 0;
@@ -876,11 +883,9 @@ static bool pair_better(const pair *a, const pair *b) {
 
 static int heap_push(work *w, pair p) {
     if (w->nh == w->cap_h) {
-        int nc = w->cap_h ? w->cap_h * 2 : 64;
-        pair *nh = realloc(w->h, (size_t)nc * sizeof *nh);
+        pair *nh = grow(w->h, &w->cap_h, sizeof *nh, 64);
         if (!nh) return -1;
         w->h = nh;
-        w->cap_h = nc;
     }
     int i = w->nh++;
     while (i > 0) {
@@ -999,11 +1004,9 @@ static int emit_bpe_word(const st_tokenizer *t, work *w) {
 
 static int seg_push(int32_t **v, int *n, int *cap, int32_t x) {
     if (*n == *cap) {
-        int nc = *cap ? *cap * 2 : 64;
-        int32_t *nv = realloc(*v, (size_t)nc * sizeof *nv);
+        int32_t *nv = grow(*v, cap, sizeof *nv, 64);
         if (!nv) return -1;
         *v = nv;
-        *cap = nc;
     }
     (*v)[(*n)++] = x;
     return 0;
@@ -1165,11 +1168,9 @@ typedef struct fvec {
 
 static int fvec_push(fvec *f, frag x) {
     if (f->n == f->cap) {
-        int nc = f->cap ? f->cap * 2 : 16;
-        frag *nv = realloc(f->v, (size_t)nc * sizeof *nv);
+        frag *nv = grow(f->v, &f->cap, sizeof *nv, 16);
         if (!nv) return -1;
         f->v = nv;
-        f->cap = nc;
     }
     f->v[f->n++] = x;
     return 0;

@@ -3,7 +3,7 @@
 //   2. the item dot with a q8_1 activation block equals the float64 dot of the dequantized weights and the
 //      dequantized activations (d8 * q) within a tight bound;
 //   3. the q8_1 block quantizer is within half a step of its input;
-//   4. the generated device codebooks (cuda/qblock_tables.h) equal the host tables (quant/iq_tables.h);
+//   4. the device codebooks (cuda/qblock_tables.h) equal the host tables (quant/iq_tables.h);
 //   5. type sizes and items per block agree with quant.h.
 // Fresh seed per run (STRATA_SEED overrides); the seed is printed on failure.
 #include <math.h>
@@ -18,11 +18,7 @@
 #include "util/err.h"
 #include "util/rng.h"
 
-static const int k_types[] = {ST_TYPE_F32,     ST_TYPE_F16,    ST_TYPE_BF16,    ST_TYPE_Q4_0,  ST_TYPE_Q4_1,
-                              ST_TYPE_Q5_0,    ST_TYPE_Q5_1,   ST_TYPE_Q8_0,    ST_TYPE_Q2_K,  ST_TYPE_Q3_K,
-                              ST_TYPE_Q4_K,    ST_TYPE_Q5_K,   ST_TYPE_Q6_K,    ST_TYPE_IQ1_S, ST_TYPE_IQ1_M,
-                              ST_TYPE_IQ2_XXS, ST_TYPE_IQ2_XS, ST_TYPE_IQ2_S,   ST_TYPE_IQ3_XXS, ST_TYPE_IQ3_S,
-                              ST_TYPE_IQ4_NL,  ST_TYPE_IQ4_XS, ST_TYPE_MXFP4};
+static const int k_types[] = {ST_QB_TYPES};
 #define N_TYPES ((int)(sizeof(k_types) / sizeof(k_types[0])))
 
 static uint64_t g_seed;

@@ -28,6 +28,8 @@
 #include "util/pool.h"
 #include "util/rng.h"
 
+#include "gpu_test_util.h"
+
 static uint64_t g_seed;
 static int g_fail;
 static st_pool *g_pool;
@@ -443,16 +445,8 @@ static void test_errors(st_cuda_ctx *ctx, st_gemm_ctx *g) {
 
 int main(int argc, char **argv) {
     int quick = 0, no_timing = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--no-timing")) no_timing = 1;
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--no-timing]\n", argv[0]);
-            return 2;
-        }
-    }
-    const char *env = getenv("STRATA_SEED");
-    g_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    if (gpu_test_args(argc, argv, &quick, &no_timing)) return 2;
+    g_seed = gpu_test_seed(32);
     printf("test_gpu_gemm: seed %llu%s\n", (unsigned long long)g_seed, quick ? " (quick)" : "");
     st_cuda_ctx ctx;
     if (st_cuda_init(&ctx, 0, 1, 0)) {

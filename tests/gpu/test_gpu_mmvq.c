@@ -26,11 +26,9 @@
 #include "util/pool.h"
 #include "util/rng.h"
 
-static const int k_types[] = {ST_TYPE_F32,    ST_TYPE_F16,     ST_TYPE_BF16,   ST_TYPE_Q4_0,    ST_TYPE_Q4_1,
-                              ST_TYPE_Q5_0,   ST_TYPE_Q5_1,    ST_TYPE_Q8_0,   ST_TYPE_Q2_K,    ST_TYPE_Q3_K,
-                              ST_TYPE_Q4_K,   ST_TYPE_Q5_K,    ST_TYPE_Q6_K,   ST_TYPE_IQ1_S,   ST_TYPE_IQ1_M,
-                              ST_TYPE_IQ2_XXS, ST_TYPE_IQ2_XS, ST_TYPE_IQ2_S,  ST_TYPE_IQ3_XXS, ST_TYPE_IQ3_S,
-                              ST_TYPE_IQ4_NL, ST_TYPE_IQ4_XS,  ST_TYPE_MXFP4};
+#include "gpu_test_util.h"
+
+static const int k_types[] = {ST_QB_TYPES};
 #define N_TYPES ((int)(sizeof(k_types) / sizeof(k_types[0])))
 
 static uint64_t g_seed;
@@ -446,16 +444,8 @@ static void timing(st_rng *r) {
 
 int main(int argc, char **argv) {
     int quick = 0, no_timing = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--no-timing")) no_timing = 1;
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--no-timing]\n", argv[0]);
-            return 2;
-        }
-    }
-    const char *env = getenv("STRATA_SEED");
-    g_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    if (gpu_test_args(argc, argv, &quick, &no_timing)) return 2;
+    g_seed = gpu_test_seed(32);
     printf("test_gpu_mmvq: seed %llu%s\n", (unsigned long long)g_seed, quick ? " (quick)" : "");
     if (st_cuda_init(&g_ctx, 0, 1, 0) != 0) {
         fprintf(stderr, "test_gpu_mmvq: FAIL: %s\n", st_errmsg());

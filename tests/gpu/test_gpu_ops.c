@@ -22,6 +22,8 @@
 #include "util/pool.h"
 #include "util/rng.h"
 
+#include "gpu_test_util.h"
+
 static uint64_t g_seed;
 static int g_quick, g_fail_total;
 static st_pool *g_pool;
@@ -790,15 +792,8 @@ static void timing(void) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) g_quick = 1;
-        else {
-            fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-            return 2;
-        }
-    }
-    const char *env = getenv("STRATA_SEED");
-    g_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+    if (gpu_test_args(argc, argv, &g_quick, NULL)) return 2;
+    g_seed = gpu_test_seed(20);
     printf("test_gpu_ops: seed %llu%s\n", (unsigned long long)g_seed, g_quick ? " (quick)" : "");
     st_rng_init(&g_rng, g_seed, 0);
     int dev_count = 0;
