@@ -85,6 +85,25 @@ int32_t strata_session_n_ctx(const strata_session *session);
 const int32_t *strata_session_tokens(const strata_session *session);  // [n_past] cached tokens
 void strata_session_truncate(strata_session *session, int32_t n_keep);
 
+// ---- snapshots (prompt-prefix checkpoints) ---------------------------------------------------------------------
+
+// A host-memory copy of the first n tokens of a session's KV cache and their token ids, so a prefix evaluated once
+// can be put back into a session after the session moved on to another timeline (the server's checkpoints).
+typedef struct strata_snapshot strata_snapshot;
+
+// Copies the first n_tokens cached positions (n_tokens <= n_past). NULL on error (CUDA sessions: not implemented
+// yet).
+strata_snapshot *strata_session_snapshot(strata_session *session, int32_t n_tokens);
+// Replaces the session's cache with the snapshot: afterwards it holds exactly the snapshot's tokens. The session
+// must belong to the engine the snapshot was taken from, have the same KV element type and n_ctx >= its tokens.
+// Returns 0, or -1 with the session unchanged.
+int strata_session_restore(strata_session *session, const strata_snapshot *snap);
+// As restore, but only the first n_tokens (<= the snapshot's) positions: the session then holds that prefix.
+int strata_session_restore_prefix(strata_session *session, const strata_snapshot *snap, int32_t n_tokens);
+const int32_t *strata_snapshot_tokens(const strata_snapshot *snap, int32_t *n_tokens);  // [n_tokens] token ids
+size_t strata_snapshot_bytes(const strata_snapshot *snap);  // host memory it holds (KV + tokens)
+void strata_snapshot_free(strata_snapshot *snap);
+
 // ---- sampling --------------------------------------------------------------------------------------------------
 
 // Order as llama.cpp's default chain: penalties -> top-k -> top-p -> min-p -> temperature -> draw.

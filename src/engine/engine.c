@@ -241,3 +241,96 @@ void strata_sampler_accept(strata_sampler *s, int32_t token) { st_sampler_accept
 int32_t strata_sampler_sample(strata_sampler *s, const float *logits, int32_t n_vocab) {
     return st_sampler_sample(&s->s, logits, n_vocab);
 }
+
+// ---- snapshots ---------------------------------------------------------------------------------------------------
+
+struct strata_snapshot {
+    const strata_engine *engine;  // the engine it was taken from (restore checks it)
+    int kv_f16;                   // element type of the rows: 1 IEEE half, 0 float32 (as st_session.kv_f16)
+    int32_t n_tokens;
+    uint32_t n_layer;
+    size_t k_row, v_row;          // bytes of one position's K row (n_head_kv * head_dim_k elements) / V row
+    int32_t *tokens;              // [n_tokens] token ids of positions 0..n_tokens-1
+    uint8_t *kv;                  // [n_layer] x { K [n_tokens][k_row bytes], V [n_tokens][v_row bytes] }, one block
+};
+
+static const char *const no_gpu_snapshots = "snapshots are not implemented for CUDA sessions yet";
+
+strata_snapshot *strata_session_snapshot(strata_session *s, int32_t n_tokens) {
+    if (s->gpu) return st_err("%s", no_gpu_snapshots), NULL;
+    st_session *c = s->cpu;
+    if (n_tokens < 0 || n_tokens > c->n_past)
+        return st_err("snapshot of %d tokens: the session holds %lld", n_tokens, (long long)c->n_past), NULL;
+    const st_hparams *hp = &c->model->hp;
+    size_t el = c->kv_f16 ? 2 : 4;
+    strata_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return st_err("out of memory"), NULL;
+    snap->engine = s->engine;
+    snap->kv_f16 = c->kv_f16;
+    snap->n_tokens = n_tokens;
+    snap->n_layer = hp->n_layer;
+    snap->k_row = (size_t)hp->n_head_kv * hp->head_dim_k * el;
+    snap->v_row = (size_t)hp->n_head_kv * hp->head_dim_v * el;
+    size_t per_layer = (size_t)n_tokens * (snap->k_row + snap->v_row);
+    snap->tokens = malloc(sizeof(int32_t) * (size_t)(n_tokens ? n_tokens : 1));
+    snap->kv = malloc(per_layer * hp->n_layer + 1);
+    if (!snap->tokens || !snap->kv) {
+        strata_snapshot_free(snap);
+        return st_err("out of memory for a snapshot of %d tokens (%zu bytes)", n_tokens, per_layer * hp->n_layer),
+               NULL;
+    }
+    memcpy(snap->tokens, c->tokens, sizeof(int32_t) * (size_t)n_tokens);
+    // Rows of positions 0..n-1 are contiguous at the start of each layer's [n_ctx][row] cache.
+    uint8_t *p = snap->kv;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        memcpy(p, c->k_cache[l], (size_t)n_tokens * snap->k_row);
+        p += (size_t)n_tokens * snap->k_row;
+        memcpy(p, c->v_cache[l], (size_t)n_tokens * snap->v_row);
+        p += (size_t)n_tokens * snap->v_row;
+    }
+    return snap;
+}
+
+int strata_session_restore_prefix(strata_session *s, const strata_snapshot *snap, int32_t n_tokens) {
+    if (s->gpu) return st_err("%s", no_gpu_snapshots);
+    st_session *c = s->cpu;
+    if (snap->engine != s->engine) return st_err("snapshot restore: the snapshot was taken from another engine");
+    if (snap->kv_f16 != c->kv_f16)
+        return st_err("snapshot restore: the snapshot holds %s K/V but the session %s", snap->kv_f16 ? "f16" : "f32",
+                      c->kv_f16 ? "f16" : "f32");
+    if (n_tokens < 0 || n_tokens > snap->n_tokens)
+        return st_err("snapshot restore of %d tokens: the snapshot holds %d", n_tokens, snap->n_tokens);
+    if (n_tokens > c->n_ctx)
+        return st_err("snapshot restore: %d tokens exceed the session's context of %lld", n_tokens,
+                      (long long)c->n_ctx);
+    const uint8_t *p = snap->kv;
+    for (uint32_t l = 0; l < snap->n_layer; l++) {
+        memcpy(c->k_cache[l], p, (size_t)n_tokens * snap->k_row);
+        p += (size_t)snap->n_tokens * snap->k_row;
+        memcpy(c->v_cache[l], p, (size_t)n_tokens * snap->v_row);
+        p += (size_t)snap->n_tokens * snap->v_row;
+    }
+    memcpy(c->tokens, snap->tokens, sizeof(int32_t) * (size_t)n_tokens);
+    c->n_past = n_tokens;
+    return 0;
+}
+
+int strata_session_restore(strata_session *s, const strata_snapshot *snap) {
+    return strata_session_restore_prefix(s, snap, snap->n_tokens);
+}
+
+const int32_t *strata_snapshot_tokens(const strata_snapshot *snap, int32_t *n_tokens) {
+    if (n_tokens) *n_tokens = snap->n_tokens;
+    return snap->tokens;
+}
+
+size_t strata_snapshot_bytes(const strata_snapshot *snap) {
+    return sizeof *snap + (size_t)snap->n_tokens * (sizeof(int32_t) + snap->n_layer * (snap->k_row + snap->v_row));
+}
+
+void strata_snapshot_free(strata_snapshot *snap) {
+    if (!snap) return;
+    free(snap->tokens);
+    free(snap->kv);
+    free(snap);
+}

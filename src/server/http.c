@@ -497,6 +497,9 @@ void st_server_config_defaults(st_server_config *c) {
     c->host = "127.0.0.1";
     c->port = 8080;
     c->prefix_cache = true;
+    c->prompt_checkpoints = 4;
+    c->checkpoint_mib = 1024;
+    c->checkpoint_min_tokens = 256;
     c->max_body = 16ll << 20;
     c->queue_max = 32;
     c->max_connections = 256;

@@ -32,6 +32,9 @@ typedef struct st_server_config {
     bool kv_f32;
     bool chatml;                // --chat-format chatml: the built-in ChatML format instead of the model's template
     bool prefix_cache;          // reuse the KV of the longest common prefix with the live session
+    int prompt_checkpoints;     // host-RAM snapshots of earlier timelines kept for the prefix cache (0: none)
+    int64_t checkpoint_mib;     // their total size limit, MiB
+    int checkpoint_min_tokens;  // shorter timelines are not worth a checkpoint
     // HTTP
     const char *host;           // bind address (default 127.0.0.1)
     int port;                   // default 8080; 0: any free port (printed)

@@ -57,6 +57,9 @@ typedef struct st_srv {
     char last_exit[256];     // why the last worker ended
     uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_cached_tokens, n_cache_hits, n_cache_lookups;
     uint64_t n_rejected_queue_full;
+    uint64_t n_checkpoint_hits;  // requests whose cached prefix came from a checkpoint, not the live session
+    int n_checkpoints;           // checkpoints the worker holds (as of its last finished request)
+    int64_t checkpoint_bytes;    // and their host memory
     double last_prefill_tps, last_decode_tps;
     int kv_used;
     int prefill_done, prefill_total;  // of the current generation

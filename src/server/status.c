@@ -128,9 +128,13 @@ enum MHD_Result st_api_status(st_req *r) {
         json_object_set_new(o, "context", json_pack("{s:n, s:n, s:i}", "n_ctx", "n_ctx_train", "kv_used", 0));
     }
     json_object_set_new(o, "prefix_cache",
-                        json_pack("{s:b, s:I, s:I, s:I}", "enabled", st_S.cfg->prefix_cache, "lookups",
-                                  (json_int_t)st_S.n_cache_lookups, "hits", (json_int_t)st_S.n_cache_hits,
-                                  "cached_tokens_total", (json_int_t)st_S.n_cached_tokens));
+                        json_pack("{s:b, s:I, s:I, s:I, s:I, s:i, s:i, s:f, s:f}", "enabled", st_S.cfg->prefix_cache,
+                                  "lookups", (json_int_t)st_S.n_cache_lookups, "hits", (json_int_t)st_S.n_cache_hits,
+                                  "cached_tokens_total", (json_int_t)st_S.n_cached_tokens, "checkpoint_hits",
+                                  (json_int_t)st_S.n_checkpoint_hits, "checkpoints", st_S.n_checkpoints,
+                                  "max_checkpoints", st_S.cfg->prefix_cache ? st_S.cfg->prompt_checkpoints : 0,
+                                  "checkpoint_mib", (double)st_S.checkpoint_bytes / (1 << 20), "checkpoint_mib_max",
+                                  (double)st_S.cfg->checkpoint_mib));
     json_object_set_new(o, "speed", json_pack("{s:f, s:f}", "last_prefill_tokens_per_s", st_S.last_prefill_tps,
                                               "last_decode_tokens_per_s", st_S.last_decode_tps));
     json_object_set_new(o, "prefill", json_pack("{s:b, s:i, s:i}", "active", st_S.current && st_S.prefill_total > 0 &&
@@ -169,6 +173,11 @@ enum MHD_Result st_api_metrics(st_req *r) {
     METRIC("generated_tokens_total", "counter", "Generated tokens", "%llu", (unsigned long long)st_S.n_gen_tokens);
     METRIC("prefix_cache_hits_total", "counter", "Requests that reused a cached prefix", "%llu",
            (unsigned long long)st_S.n_cache_hits);
+    METRIC("checkpoint_hits_total", "counter", "Requests whose cached prefix came from a prompt checkpoint", "%llu",
+           (unsigned long long)st_S.n_checkpoint_hits);
+    METRIC("checkpoints", "gauge", "Prompt checkpoints (earlier conversations' KV) held in RAM", "%d",
+           st_S.n_checkpoints);
+    METRIC("checkpoint_bytes", "gauge", "RAM held by prompt checkpoints", "%lld", (long long)st_S.checkpoint_bytes);
     METRIC("prefill_tokens_per_second", "gauge", "Prefill speed of the last request", "%.3f", st_S.last_prefill_tps);
     METRIC("decode_tokens_per_second", "gauge", "Generation speed of the last request", "%.3f", st_S.last_decode_tps);
     METRIC("kv_used_tokens", "gauge", "Tokens held in the KV cache", "%d", st_S.kv_used);

@@ -289,6 +289,8 @@ static void on_message(json_t *m) {  // with mu held; steals m
         st_S.info = m;
         st_S.state = ST_ENG_READY;
         st_S.t_ready = st_now();
+        st_S.n_checkpoints = 0;  // a new worker starts without the predecessor's checkpoints
+        st_S.checkpoint_bytes = 0;
         st_info("serve: engine ready (worker %d, context %d tokens, loaded in %.2f s)", (int)st_S.pid,
                 (int)json_integer_value(json_object_get(m, "n_ctx")), json_number_value(json_object_get(m, "load_s")));
         return;
@@ -309,6 +311,7 @@ static void on_message(json_t *m) {  // with mu held; steals m
         int n_cached = (int)json_integer_value(json_object_get(m, "n_cached"));
         st_S.n_cache_lookups++;
         if (n_cached > 0) st_S.n_cache_hits++;
+        if (json_is_true(json_object_get(m, "checkpoint"))) st_S.n_checkpoint_hits++;
         st_S.prefill_done = 0;
         st_S.prefill_total = (int)json_integer_value(json_object_get(m, "n_prompt")) - n_cached;
     }
@@ -325,6 +328,8 @@ static void on_message(json_t *m) {  // with mu held; steals m
         st_S.n_cached_tokens += (uint64_t)n_cached;
         st_S.n_gen_tokens += (uint64_t)n_gen;
         st_S.kv_used = (int)json_integer_value(json_object_get(m, "kv_used"));
+        st_S.n_checkpoints = (int)json_integer_value(json_object_get(m, "checkpoints"));
+        st_S.checkpoint_bytes = (int64_t)json_integer_value(json_object_get(m, "checkpoint_bytes"));
         st_S.prefill_done = st_S.prefill_total = 0;
         st_S.backoff_s = st_S.cfg->backoff_min_s;  // a finished request proves the engine healthy
     }

@@ -18,6 +18,20 @@
 #include "util/log.h"
 
 #define PREFILL_CHUNK 256  // tokens per eval during prefill: the granularity of progress, heartbeat and cancel
+// Tokens at the end of a timeline that a chat template may render differently next turn (the generation prompt vs
+// the rendered assistant message, an empty think block, re-tokenized answer text): a request that reuses all of the
+// previous prompt but these continues that conversation, and a checkpoint that covers all but these is as good.
+#define CKPT_SLACK 32
+
+// A checkpoint: a host copy of an earlier timeline's KV (strata_session_snapshot), so that after the live session
+// moved on to another conversation (a sub-agent, a title request) the next turn of this one still finds its prefix.
+typedef struct ckpt {
+    strata_snapshot *snap;
+    const int32_t *tokens;  // [n] the snapshot's token ids (owned by snap)
+    int32_t n;
+    size_t bytes;           // host memory it holds
+    uint64_t used;          // LRU clock of its last save or hit
+} ckpt;
 
 typedef struct worker {
     int fd;
@@ -26,6 +40,14 @@ typedef struct worker {
     int32_t n_vocab;
     float *logits;      // [n_vocab] logits of the last evaluated token
     bool prefix_cache;
+    // Checkpoints (see ckpt): at most ckpt_max of them, ckpt_bytes in all <= ckpt_budget.
+    ckpt *ckpts;        // [ckpt_max]; the first n_ckpts are in use
+    int n_ckpts, ckpt_max;
+    size_t ckpt_bytes, ckpt_budget;
+    int32_t ckpt_min;   // timelines shorter than this get no checkpoint
+    size_t kv_token_bytes;  // estimated snapshot bytes per token (to fit a snapshot in the budget before taking it)
+    uint64_t ckpt_clock;
+    int32_t live_prompt; // prompt length of the request that built the live session (0: none)
     json_int_t cur_id;  // the generation in progress, 0 when idle
     bool cancel;        // a cancel for cur_id arrived
     bool gone;          // the server closed the channel: stop everything and exit
@@ -262,6 +284,106 @@ static json_t *script_load(const char *path) {
     return out;
 }
 
+// Tokens at the start of a and b that are equal.
+static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
+    int32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+static void ckpt_drop(worker *w, int i) {
+    w->ckpt_bytes -= w->ckpts[i].bytes;
+    strata_snapshot_free(w->ckpts[i].snap);
+    w->ckpts[i] = w->ckpts[--w->n_ckpts];
+}
+
+// Before a request replaces the live timeline: keep it as a checkpoint when the request does not continue it
+// (live_common: the tokens the request shares with it), it is long enough, and no checkpoint already covers it.
+// Saving here, rather than after every prefill, copies KV only when the server switches conversations; a
+// conversation that simply continues never pays for a copy.
+static void ckpt_save_live(worker *w, int32_t live_common) {
+    int32_t n = strata_session_n_past(w->s);
+    const int32_t *past = strata_session_tokens(w->s);
+    int32_t prev = w->live_prompt < n ? w->live_prompt : n;
+    if (w->ckpt_max <= 0 || n < w->ckpt_min || live_common + CKPT_SLACK >= prev) return;
+    for (int i = 0; i < w->n_ckpts; i++)
+        if (common_prefix(w->ckpts[i].tokens, w->ckpts[i].n, past, n) + CKPT_SLACK >= n) {
+            w->ckpts[i].used = ++w->ckpt_clock;
+            return;
+        }
+    // Longer than the whole budget: keep the prefix that fits (the start of a conversation is what is reused).
+    if (w->kv_token_bytes && (size_t)n * w->kv_token_bytes > w->ckpt_budget) {
+        n = (int32_t)((w->ckpt_budget - (w->ckpt_budget > 4096 ? 4096 : 0)) / w->kv_token_bytes);  // 4096: headers
+        if (n < w->ckpt_min) return;
+    }
+    strata_snapshot *snap = strata_session_snapshot(w->s, n);
+    if (!snap) {
+        // CUDA sessions cannot snapshot yet: live with the live session alone.
+        st_warn("engine worker: prompt checkpoints off: %s", strata_last_error());
+        w->ckpt_max = 0;
+        return;
+    }
+    size_t bytes = strata_snapshot_bytes(snap);
+    // Checkpoints this one covers serve no request that it does not.
+    for (int i = w->n_ckpts - 1; i >= 0; i--)
+        if (common_prefix(w->ckpts[i].tokens, w->ckpts[i].n, past, n) + CKPT_SLACK >= w->ckpts[i].n) ckpt_drop(w, i);
+    while (w->n_ckpts > 0 && (w->n_ckpts >= w->ckpt_max || w->ckpt_bytes + bytes > w->ckpt_budget)) {
+        int lru = 0;
+        for (int i = 1; i < w->n_ckpts; i++)
+            if (w->ckpts[i].used < w->ckpts[lru].used) lru = i;
+        ckpt_drop(w, lru);
+    }
+    if (w->ckpt_bytes + bytes > w->ckpt_budget) {
+        strata_snapshot_free(snap);
+        return;
+    }
+    ckpt *c = &w->ckpts[w->n_ckpts++];
+    c->snap = snap;
+    c->tokens = strata_snapshot_tokens(snap, &c->n);
+    c->bytes = bytes;
+    c->used = ++w->ckpt_clock;
+    w->ckpt_bytes += bytes;
+    st_info("engine worker: checkpoint of %d tokens (%.1f MiB; %d checkpoints, %.1f MiB)", c->n,
+            (double)bytes / (1 << 20), w->n_ckpts, (double)w->ckpt_bytes / (1 << 20));
+}
+
+// The prefix cache: saves the live timeline if this request abandons it, then puts the longest common prefix of the
+// prompt with the live session or a checkpoint into the session. Returns the cached prompt tokens; *from_ckpt is set
+// when a checkpoint supplied them. At least the last prompt token is evaluated again, since its logits are needed and
+// the session keeps only K/V.
+static int32_t prefix_lookup(worker *w, const int32_t *toks, int32_t n_prompt, bool use_cache, bool *from_ckpt) {
+    *from_ckpt = false;
+    if (!w->prefix_cache) {
+        strata_session_truncate(w->s, 0);
+        return 0;
+    }
+    int32_t live = common_prefix(strata_session_tokens(w->s), strata_session_n_past(w->s), toks, n_prompt);
+    ckpt_save_live(w, live);
+    if (!use_cache) {
+        strata_session_truncate(w->s, 0);
+        return 0;
+    }
+    int best = -1;
+    int32_t n_best = live;
+    for (int i = 0; i < w->n_ckpts; i++) {
+        int32_t c = common_prefix(w->ckpts[i].tokens, w->ckpts[i].n, toks, n_prompt);
+        if (c > n_best) n_best = c, best = i;
+    }
+    if (n_best == n_prompt) n_best--;
+    if (live == n_prompt) live--;
+    // Copying K/V rows is far cheaper than evaluating even one token, so any gain makes a restore worth it.
+    if (best >= 0 && n_best > live) {
+        if (strata_session_restore_prefix(w->s, w->ckpts[best].snap, n_best) == 0) {
+            w->ckpts[best].used = ++w->ckpt_clock;
+            *from_ckpt = true;
+            return n_best;
+        }
+        st_warn("engine worker: checkpoint restore failed: %s", strata_last_error());
+    }
+    strata_session_truncate(w->s, live);
+    return live;
+}
+
 static void do_generate(worker *w, json_t *m, json_int_t id) {
     int32_t *toks = NULL;
     int32_t n_prompt;
@@ -301,17 +423,12 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     json_int_t max_tokens = json_integer_value(json_object_get(m, "max_tokens"));
     if (max_tokens <= 0 || max_tokens > n_ctx - n_prompt) max_tokens = n_ctx - n_prompt;
 
-    // Prefix cache: keep the longest common prefix of the live session, evaluate only the rest. At least the last
-    // prompt token is evaluated again, since its logits are needed and the session keeps only K/V.
-    int32_t n_cached = 0;
-    if (w->prefix_cache && !json_is_false(json_object_get(m, "cache"))) {
-        int32_t n_past = strata_session_n_past(w->s);
-        const int32_t *past = strata_session_tokens(w->s);
-        while (n_cached < n_past && n_cached < n_prompt && past[n_cached] == toks[n_cached]) n_cached++;
-        if (n_cached == n_prompt) n_cached--;
-    }
-    strata_session_truncate(w->s, n_cached);
-    send_msg(w, json_pack("{s:s, s:I, s:i, s:i}", "t", "prompt", "id", id, "n_prompt", n_prompt, "n_cached", n_cached));
+    // Prefix cache: keep the longest common prefix with the live session or a checkpoint, evaluate only the rest.
+    bool from_ckpt = false;
+    int32_t n_cached = prefix_lookup(w, toks, n_prompt, !json_is_false(json_object_get(m, "cache")), &from_ckpt);
+    w->live_prompt = n_prompt;
+    send_msg(w, json_pack("{s:s, s:I, s:i, s:i, s:b}", "t", "prompt", "id", id, "n_prompt", n_prompt, "n_cached",
+                          n_cached, "checkpoint", from_ckpt));
 
     w->cur_id = id;
     w->cancel = false;
@@ -433,9 +550,11 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     }
     t_decode = st_now() - t1;
 done:
-    json_t *done_msg = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:f, s:f, s:i}", "t", "done", "id", id, "finish",
-                                 finish, "n_prompt", n_prompt, "n_cached", n_cached, "n_gen", n_gen, "t_prefill",
-                                 t_prefill, "t_decode", t_decode, "kv_used", strata_session_n_past(w->s));
+    json_t *done_msg = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:i, s:I}", "t", "done", "id", id,
+                                 "finish", finish, "n_prompt", n_prompt, "n_cached", n_cached, "n_gen", n_gen,
+                                 "t_prefill", t_prefill, "t_decode", t_decode, "kv_used", strata_session_n_past(w->s),
+                                 "checkpoint", from_ckpt, "checkpoints", w->n_ckpts, "checkpoint_bytes",
+                                 (json_int_t)w->ckpt_bytes);
     if (stop_hit && done_msg) json_object_set_new(done_msg, "stop_hit", json_string(stop_hit));
     send_msg(w, done_msg);
 out:
@@ -454,6 +573,10 @@ int st_worker_main(const st_server_config *c) {
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, SIG_IGN);  // Ctrl-C reaches the whole process group; the server decides when the worker ends
     worker w = {.fd = c->worker_fd, .prefix_cache = c->prefix_cache};
+    w.ckpt_max = c->prefix_cache && c->prompt_checkpoints > 0 && c->checkpoint_mib > 0 ? c->prompt_checkpoints : 0;
+    w.ckpt_budget = (size_t)c->checkpoint_mib << 20;
+    w.ckpt_min = c->checkpoint_min_tokens > 0 ? c->checkpoint_min_tokens : 1;
+    if (w.ckpt_max) w.ckpts = calloc((size_t)w.ckpt_max, sizeof *w.ckpts);
     st_info("engine worker %d: loading %s", (int)getpid(), c->model_path);
     double t0 = st_now();
     strata_engine_params ep = strata_engine_default_params();
@@ -479,6 +602,10 @@ int st_worker_main(const st_server_config *c) {
         return 1;
     }
     w.n_vocab = strata_n_vocab(w.e);
+    const st_model *model = strata_engine_model(w.e);
+    if (model)
+        w.kv_token_bytes = sizeof(int32_t) + (size_t)model->hp.n_layer * model->hp.n_head_kv *
+                                                 (model->hp.head_dim_k + model->hp.head_dim_v) * (c->kv_f32 ? 4 : 2);
     w.logits = malloc(sizeof(float) * (size_t)w.n_vocab);
     load_control_texts(&w);
     const char *tmpl = strata_chat_template(w.e);
@@ -529,6 +656,8 @@ int st_worker_main(const st_server_config *c) {
         else handle_side(&w, m);
         json_decref(m);
     }
+    while (w.n_ckpts > 0) ckpt_drop(&w, w.n_ckpts - 1);
+    free(w.ckpts);
     free(w.logits);
     if (w.ctrl_text)
         for (int32_t i = 0; i < w.n_vocab; i++) free(w.ctrl_text[i]);
