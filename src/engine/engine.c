@@ -254,19 +254,20 @@ struct strata_snapshot {
     uint8_t *kv;                  // [n_layer] x { K [n_tokens][k_row bytes], V [n_tokens][v_row bytes] }, one block
 };
 
-static const char *const no_gpu_snapshots = "snapshots are not implemented for CUDA sessions yet";
+// The backend-independent view of a session's cache for snapshots.
+static int64_t sess_n_past(const strata_session *s) { return s->gpu ? st_gpu_session_n_past(s->gpu) : s->cpu->n_past; }
+static int64_t sess_n_ctx(const strata_session *s) { return s->gpu ? st_gpu_session_n_ctx(s->gpu) : s->cpu->n_ctx; }
+static int sess_kv_f16(const strata_session *s) { return s->gpu ? st_gpu_session_kv_f16(s->gpu) : s->cpu->kv_f16; }
 
 strata_snapshot *strata_session_snapshot(strata_session *s, int32_t n_tokens) {
-    if (s->gpu) return st_err("%s", no_gpu_snapshots), NULL;
-    st_session *c = s->cpu;
-    if (n_tokens < 0 || n_tokens > c->n_past)
-        return st_err("snapshot of %d tokens: the session holds %lld", n_tokens, (long long)c->n_past), NULL;
-    const st_hparams *hp = &c->model->hp;
-    size_t el = c->kv_f16 ? 2 : 4;
+    if (n_tokens < 0 || n_tokens > sess_n_past(s))
+        return st_err("snapshot of %d tokens: the session holds %lld", n_tokens, (long long)sess_n_past(s)), NULL;
+    const st_hparams *hp = &s->engine->model->hp;
+    size_t el = sess_kv_f16(s) ? 2 : 4;
     strata_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap) return st_err("out of memory"), NULL;
     snap->engine = s->engine;
-    snap->kv_f16 = c->kv_f16;
+    snap->kv_f16 = sess_kv_f16(s);
     snap->n_tokens = n_tokens;
     snap->n_layer = hp->n_layer;
     snap->k_row = (size_t)hp->n_head_kv * hp->head_dim_k * el;
@@ -279,7 +280,15 @@ strata_snapshot *strata_session_snapshot(strata_session *s, int32_t n_tokens) {
         return st_err("out of memory for a snapshot of %d tokens (%zu bytes)", n_tokens, per_layer * hp->n_layer),
                NULL;
     }
-    memcpy(snap->tokens, c->tokens, sizeof(int32_t) * (size_t)n_tokens);
+    memcpy(snap->tokens, strata_session_tokens(s), sizeof(int32_t) * (size_t)n_tokens);
+    if (s->gpu) {
+        if (st_gpu_session_kv_transfer(s->gpu, snap->kv, n_tokens, n_tokens, NULL, 1)) {
+            strata_snapshot_free(snap);
+            return NULL;
+        }
+        return snap;
+    }
+    st_session *c = s->cpu;
     // Rows of positions 0..n-1 are contiguous at the start of each layer's [n_ctx][row] cache.
     uint8_t *p = snap->kv;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
@@ -292,17 +301,17 @@ strata_snapshot *strata_session_snapshot(strata_session *s, int32_t n_tokens) {
 }
 
 int strata_session_restore_prefix(strata_session *s, const strata_snapshot *snap, int32_t n_tokens) {
-    if (s->gpu) return st_err("%s", no_gpu_snapshots);
-    st_session *c = s->cpu;
     if (snap->engine != s->engine) return st_err("snapshot restore: the snapshot was taken from another engine");
-    if (snap->kv_f16 != c->kv_f16)
+    if (snap->kv_f16 != sess_kv_f16(s))
         return st_err("snapshot restore: the snapshot holds %s K/V but the session %s", snap->kv_f16 ? "f16" : "f32",
-                      c->kv_f16 ? "f16" : "f32");
+                      sess_kv_f16(s) ? "f16" : "f32");
     if (n_tokens < 0 || n_tokens > snap->n_tokens)
         return st_err("snapshot restore of %d tokens: the snapshot holds %d", n_tokens, snap->n_tokens);
-    if (n_tokens > c->n_ctx)
+    if (n_tokens > sess_n_ctx(s))
         return st_err("snapshot restore: %d tokens exceed the session's context of %lld", n_tokens,
-                      (long long)c->n_ctx);
+                      (long long)sess_n_ctx(s));
+    if (s->gpu) return st_gpu_session_kv_transfer(s->gpu, snap->kv, n_tokens, snap->n_tokens, snap->tokens, 0);
+    st_session *c = s->cpu;
     const uint8_t *p = snap->kv;
     for (uint32_t l = 0; l < snap->n_layer; l++) {
         memcpy(c->k_cache[l], p, (size_t)n_tokens * snap->k_row);

@@ -368,6 +368,34 @@ void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep) {
 int64_t st_gpu_session_n_past(const st_gpu_session *s) { return s->n_past; }
 int64_t st_gpu_session_n_ctx(const st_gpu_session *s) { return s->n_ctx; }
 const int32_t *st_gpu_session_tokens(const st_gpu_session *s) { return s->tokens; }
+int st_gpu_session_kv_f16(const st_gpu_session *s) { return s->kv_f16; }
+
+int st_gpu_session_kv_transfer(st_gpu_session *s, uint8_t *host, int64_t n, int64_t n_host, const int32_t *tokens,
+                               int to_host) {
+    const st_hparams *hp = &s->g->m->hp;
+    st_cuda_ctx *c = &s->g->ctx;
+    if (n < 0 || n > n_host || n > s->n_ctx || (to_host && n > s->n_past))
+        return st_err("KV transfer of %lld positions: out of range (cached %lld, context %lld)", (long long)n,
+                      (long long)s->n_past, (long long)s->n_ctx);
+    size_t el = s->kv_f16 ? 2 : 4;
+    size_t k_row = (size_t)hp->n_head_kv * hp->head_dim_k * el, v_row = (size_t)hp->n_head_kv * hp->head_dim_v * el;
+    uint8_t *p = host;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        int rc = to_host ? st_cuda_memcpy_d2h(c, p, s->k_cache[l], (size_t)n * k_row, NULL)
+                         : st_cuda_memcpy_h2d(c, s->k_cache[l], p, (size_t)n * k_row, NULL);
+        p += (size_t)n_host * k_row;
+        if (rc == 0)
+            rc = to_host ? st_cuda_memcpy_d2h(c, p, s->v_cache[l], (size_t)n * v_row, NULL)
+                         : st_cuda_memcpy_h2d(c, s->v_cache[l], p, (size_t)n * v_row, NULL);
+        p += (size_t)n_host * v_row;
+        if (rc) return -1;
+    }
+    if (!to_host) {
+        memcpy(s->tokens, tokens, sizeof(int32_t) * (size_t)n);
+        s->n_past = n;
+    }
+    return 0;
+}
 
 // ---- forward ----------------------------------------------------------------------------------------------------
 

@@ -26,5 +26,11 @@ void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep);
 int64_t st_gpu_session_n_past(const st_gpu_session *s);
 int64_t st_gpu_session_n_ctx(const st_gpu_session *s);
 const int32_t *st_gpu_session_tokens(const st_gpu_session *s);
+int st_gpu_session_kv_f16(const st_gpu_session *s);
+// Copies the K/V rows of positions [0, n) of every layer between the device cache and host memory laid out as
+// [n_layer] x { K [n_host][k_row bytes], V [n_host][v_row bytes] } (n <= n_host). to_host: 1 device -> host,
+// 0 host -> device (the session then holds exactly `tokens[0..n)`). Synchronous. Returns 0 or -1.
+int st_gpu_session_kv_transfer(st_gpu_session *s, uint8_t *host, int64_t n, int64_t n_host, const int32_t *tokens,
+                               int to_host);
 
 #endif

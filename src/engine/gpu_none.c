@@ -24,3 +24,9 @@ void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep) { (void)s, (void
 int64_t st_gpu_session_n_past(const st_gpu_session *s) { return (void)s, 0; }
 int64_t st_gpu_session_n_ctx(const st_gpu_session *s) { return (void)s, 0; }
 const int32_t *st_gpu_session_tokens(const st_gpu_session *s) { return (void)s, (const int32_t *)0; }
+int st_gpu_session_kv_f16(const st_gpu_session *s) { return (void)s, 0; }
+int st_gpu_session_kv_transfer(st_gpu_session *s, uint8_t *host, int64_t n, int64_t n_host, const int32_t *tokens,
+                               int to_host) {
+    (void)s, (void)host, (void)n, (void)n_host, (void)tokens, (void)to_host;
+    return st_err("no CUDA backend in this build");
+}

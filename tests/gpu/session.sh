@@ -34,6 +34,7 @@ if [ $tests = 1 ]; then
   python3 tests/gpu/e2e.py --strata build-gpu/bin/strata "${demo[@]}" \
     --vocab-from tests/tokenizer/goldens/smollm2-vocab.gguf --work /tmp/strata-e2e 2>&1 | tee "$out/e2e.log" || rc=1
   echo "== e2e done ($((SECONDS - t0)) s)"
+  build-gpu/bin/test_snapshot /tmp/strata-e2e/tiny-qwen3moe-Q4_K_M.gguf cuda 2>&1 | tail -3 | tee "$out/snapshot.log" || rc=1
 fi
 if [ $bench = 1 ]; then
   m=/tmp/q30b-q4km.gguf
