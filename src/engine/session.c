@@ -264,8 +264,11 @@ int st_session_eval(st_session *s, const int32_t *tokens, int64_t n, float *logi
             return st_err("token id %d at index %lld is outside the vocabulary (%u)", tokens[i], (long long)i,
                           hp->n_vocab);
     int64_t start = s->n_past;
-    for (int64_t off = 0; off < n; off += s->max_batch) {
-        int64_t c = n - off < s->max_batch ? n - off : s->max_batch;
+    for (int64_t off = 0, c; off < n; off += c) {
+        c = n - off < s->max_batch ? n - off : s->max_batch;
+        // No one-token tail chunk: one-token steps use decode arithmetic (as llama.cpp), batches batch arithmetic,
+        // and a prompt's result should not depend on where max_batch happens to cut it.
+        if (n - off - c == 1 && c > 2) c--;
         float *out = NULL;
         if (logits) {
             if (all_logits) out = logits + off * (int64_t)hp->n_vocab;

@@ -29,6 +29,7 @@ typedef struct ckpt {
     strata_snapshot *snap;
     const int32_t *tokens;  // [n] the snapshot's token ids (owned by snap)
     int32_t n;
+    int32_t reusable;       // leading positions computed by prompt prefill (see prefix_lookup), <= n
     size_t bytes;           // host memory it holds
     uint64_t used;          // LRU clock of its last save or hit
 } ckpt;
@@ -340,6 +341,7 @@ static void ckpt_save_live(worker *w, int32_t live_common) {
     ckpt *c = &w->ckpts[w->n_ckpts++];
     c->snap = snap;
     c->tokens = strata_snapshot_tokens(snap, &c->n);
+    c->reusable = w->live_prompt < c->n ? w->live_prompt : c->n;
     c->bytes = bytes;
     c->used = ++w->ckpt_clock;
     w->ckpt_bytes += bytes;
@@ -349,8 +351,11 @@ static void ckpt_save_live(worker *w, int32_t live_common) {
 
 // The prefix cache: saves the live timeline if this request abandons it, then puts the longest common prefix of the
 // prompt with the live session or a checkpoint into the session. Returns the cached prompt tokens; *from_ckpt is set
-// when a checkpoint supplied them. At least the last prompt token is evaluated again, since its logits are needed and
-// the session keeps only K/V.
+// when a checkpoint supplied them.
+// Outputs must not depend on the cache, and the CPU backend follows llama.cpp's arithmetic, which differs between
+// one-token steps and batches (attention's V product). So only positions that were computed by prompt prefill
+// batches are reused (not the generated answer, which was decoded one token at a time and is evaluated again as part
+// of the next prompt), and at least two tokens are evaluated, never a one-token batch.
 static int32_t prefix_lookup(worker *w, const int32_t *toks, int32_t n_prompt, bool use_cache, bool *from_ckpt) {
     *from_ckpt = false;
     if (!w->prefix_cache) {
@@ -359,6 +364,7 @@ static int32_t prefix_lookup(worker *w, const int32_t *toks, int32_t n_prompt, b
     }
     int32_t live = common_prefix(strata_session_tokens(w->s), strata_session_n_past(w->s), toks, n_prompt);
     ckpt_save_live(w, live);
+    if (live > w->live_prompt) live = w->live_prompt;
     if (!use_cache) {
         strata_session_truncate(w->s, 0);
         return 0;
@@ -367,10 +373,12 @@ static int32_t prefix_lookup(worker *w, const int32_t *toks, int32_t n_prompt, b
     int32_t n_best = live;
     for (int i = 0; i < w->n_ckpts; i++) {
         int32_t c = common_prefix(w->ckpts[i].tokens, w->ckpts[i].n, toks, n_prompt);
+        if (c > w->ckpts[i].reusable) c = w->ckpts[i].reusable;
         if (c > n_best) n_best = c, best = i;
     }
-    if (n_best == n_prompt) n_best--;
-    if (live == n_prompt) live--;
+    int32_t max_reuse = n_prompt >= 2 ? n_prompt - 2 : 0;
+    if (n_best > max_reuse) n_best = max_reuse;
+    if (live > max_reuse) live = max_reuse;
     // Copying K/V rows is far cheaper than evaluating even one token, so any gain makes a restore worth it.
     if (best >= 0 && n_best > live) {
         if (strata_session_restore_prefix(w->s, w->ckpts[best].snap, n_best) == 0) {
@@ -442,6 +450,7 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     const char *stop_hit = NULL;  // the stop string that ended the answer
     for (int32_t i = n_cached; i < n_prompt && !w->cancel && !w->gone;) {
         int32_t n = n_prompt - i < PREFILL_CHUNK ? n_prompt - i : PREFILL_CHUNK;
+        if (n_prompt - i - n == 1) n--;  // no one-token tail batch (see prefix_lookup)
         if (strata_session_eval(w->s, toks + i, n, w->logits, false)) {
             send_error(w, id, 500, "engine_error", NULL, "prefill failed at token %d: %s", i, strata_last_error());
             strata_session_truncate(w->s, 0);
