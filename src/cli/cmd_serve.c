@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "                            /detokenize (default: the STRATA_API_KEY environment variable, else none)\n"
             "  -c, --ctx-size N          context size in tokens (default 0: the model's trained context, at most 32768)\n"
             "  -t, --threads N           compute threads (default: all CPUs)\n"
+            "  -dev, --device DEV        cpu, cuda or cuda:N (default: cuda when the build has it and a GPU exists)\n"
             "  -ctk, --cache-type T      KV cache element type: f16 (default) or f32\n"
             "      --no-prefix-cache     evaluate every prompt from scratch\n"
             "      --prompt-checkpoints N  keep up to N earlier conversations' KV in RAM, so that switching between\n"
@@ -63,6 +64,7 @@ int cmd_serve(int argc, char **argv) {
         else if (st_args_is(&a, NULL, "--api-key")) c.api_key = st_args_str(&a);
         else if (st_args_is(&a, "-c", "--ctx-size")) c.n_ctx = (int)st_args_int(&a, 0, 1 << 30);
         else if (st_args_is(&a, "-t", "--threads")) c.n_threads = (int)st_args_int(&a, 1, 4096);
+        else if (st_args_is(&a, "-dev", "--device")) c.device = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--no-prefix-cache")) c.prefix_cache = false;
         else if (st_args_is(&a, NULL, "--prompt-checkpoints")) c.prompt_checkpoints = (int)st_args_int(&a, 0, 4096);
         else if (st_args_is(&a, NULL, "--checkpoint-mib")) c.checkpoint_mib = st_args_int(&a, 0, 1ll << 30);

@@ -98,6 +98,7 @@ typedef struct {
     size_t off;
     int copy;  // 0: only measure; 1: copy into the arena
     int failed;
+    st_progress *progress;  // upload progress lines (copy pass only)
 } placer;
 
 static void *place_bytes(placer *p, const void *src, size_t bytes, const char *what) {
@@ -109,6 +110,7 @@ static void *place_bytes(placer *p, const void *src, size_t bytes, const char *w
         st_err_prefix("uploading %s: ", what);
         p->failed = 1;
     }
+    if (p->progress) st_progress_add(p->progress, bytes);
     return dst;
 }
 
@@ -192,7 +194,7 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
     g->m = m;
     g->layers = calloc(m->hp.n_layer, sizeof *g->layers);
     if (!g->layers || st_cuda_init(&g->ctx, device, 1, 0)) goto fail;
-    placer p = {g, 0, 0, 0};
+    placer p = {g, 0, 0, 0, NULL};
     place_all(&p);
     g->arena_bytes = p.off;
     double t0 = st_now();
@@ -201,8 +203,11 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
         st_err_prefix("%s: ", m->path);
         goto fail;
     }
-    placer q = {g, 0, 1, 0};
+    st_progress prog;
+    st_progress_begin(&prog, "uploading weights to the GPU", g->arena_bytes, 1);
+    placer q = {g, 0, 1, 0, &prog};
     place_all(&q);
+    st_progress_end(&prog);
     if (q.failed) goto fail;
     g->gemm = st_cuda_gemm_create(&g->ctx);
     if (!g->gemm) goto fail;

@@ -29,6 +29,7 @@ typedef struct st_server_config {
     const char *alias;          // model name reported by the API; NULL: the file's base name
     int n_ctx;                  // context tokens; 0: the model's trained context
     int n_threads;              // 0: all CPUs
+    const char *device;         // "cpu", "cuda" or "cuda:N"; NULL: CUDA when the build has it and a GPU exists
     bool kv_f32;
     bool chatml;                // --chat-format chatml: the built-in ChatML format instead of the model's template
     bool prefix_cache;          // reuse the KV of the longest common prefix with the live session

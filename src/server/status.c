@@ -116,7 +116,9 @@ enum MHD_Result st_api_status(st_req *r) {
                           st_S.cfg->model_path, "engine", state_name(st_S.state), "worker_pid", (int)st_S.pid,
                           "uptime_s", st_now() - st_S.t_start, "engine_restarts", (json_int_t)st_S.restarts,
                           "last_engine_exit", st_S.last_exit, "queue_depth", st_S.q_len, "busy", (int)(st_S.current != NULL));
-    json_object_set_new(o, "placement", json_string("cpu"));
+    // Where the weights live: "CPU" or the GPU's name (all weights in VRAM until hybrid placement exists).
+    json_t *backend = st_S.info ? json_object_get(st_S.info, "backend") : NULL;
+    json_object_set_new(o, "placement", json_string(json_is_string(backend) ? json_string_value(backend) : "unknown"));
     if (st_S.info) {
         json_object_set_new(o, "context", json_pack("{s:O, s:O, s:i}", "n_ctx", json_object_get(st_S.info, "n_ctx"),
                                                     "n_ctx_train", json_object_get(st_S.info, "n_ctx_train"),

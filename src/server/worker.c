@@ -591,6 +591,7 @@ int st_worker_main(const st_server_config *c) {
     strata_engine_params ep = strata_engine_default_params();
     ep.model_path = c->model_path;
     ep.n_threads = c->n_threads;
+    ep.device = c->device;
     w.e = strata_engine_load(&ep);
     if (!w.e) {
         st_error("engine worker: %s", strata_last_error());
@@ -650,6 +651,7 @@ int st_worker_main(const st_server_config *c) {
                               w.n_vocab, "arch", strata_arch_name(w.e), "threads", strata_n_threads(w.e), "bos_token",
                               bos, "load_s", load_s, "pid", (int)getpid());
     if (tmpl) json_object_set_new(ready, "chat_template", json_string(tmpl));
+    json_object_set_new(ready, "backend", json_string(strata_backend_name(w.e)));
     send_msg(&w, ready);
 
     while (!w.gone) {

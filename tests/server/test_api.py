@@ -99,6 +99,8 @@ def run(args, rng):
         print("status:", json.dumps(s))
         check(s["engine"] == "ready" and s["context"]["n_ctx"] == 2048 and s["engine_restarts"] == 0, s)
         check(s["prefix_cache"]["hits"] >= 1 and s["speed"]["last_decode_tokens_per_s"] > 0, s)
+        # the tests start the server without -dev: the CPU in a CPU build, the GPU's name where CUDA runs it
+        check(s["placement"] == "CPU" or s["placement"].startswith("NVIDIA"), s["placement"])
         code, _, m = srv.request("GET", "/metrics", headers={})
         m = m.decode()
         check(code == 200 and "strata_engine_ready 1" in m and "strata_generated_tokens_total" in m, m)
