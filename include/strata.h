@@ -40,6 +40,8 @@ const char *strata_arch_name(const strata_engine *engine);  // "llama", "qwen3",
 int strata_n_threads(const strata_engine *engine);
 // "CPU" or the GPU's name ("NVIDIA H200").
 const char *strata_backend_name(const strata_engine *engine);
+// Device memory of a GPU engine in bytes (used by every process, and total). -1 for CPU engines.
+int strata_device_memory(const strata_engine *engine, size_t *used, size_t *total);
 
 // ---- tokens ----------------------------------------------------------------------------------------------------
 

@@ -122,6 +122,11 @@ const char *strata_arch_name(const strata_engine *e) { return st_arch_name(e->mo
 int strata_n_threads(const strata_engine *e) { return st_pool_threads(e->pool); }
 const char *strata_backend_name(const strata_engine *e) { return e->gpu ? st_gpu_device_name(e->gpu) : "CPU"; }
 
+int strata_device_memory(const strata_engine *e, size_t *used, size_t *total) {
+    if (!e->gpu) return st_err("the engine runs on the CPU");
+    return st_gpu_device_memory(e->gpu, used, total);
+}
+
 const st_model *strata_engine_model(const strata_engine *e) { return e->model; }
 
 int32_t strata_tokenize(const strata_engine *e, const char *text, size_t len, bool add_special, bool parse_special,

@@ -91,6 +91,14 @@ int st_gpu_available(void) { return st_cuda_device_count() > 0; }
 
 const char *st_gpu_device_name(const st_gpu_model *g) { return g->ctx.name; }
 
+int st_gpu_device_memory(st_gpu_model *g, size_t *used, size_t *total) {
+    size_t free_b = 0, total_b = 0;
+    if (st_cuda_mem_info(&g->ctx, &free_b, &total_b)) return -1;
+    *used = total_b - free_b;
+    *total = total_b;
+    return 0;
+}
+
 // ---- weights ----------------------------------------------------------------------------------------------------
 
 typedef struct {

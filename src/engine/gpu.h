@@ -17,6 +17,7 @@ int st_gpu_available(void);
 st_gpu_model *st_gpu_model_load(const st_model *m, int device);
 void st_gpu_model_free(st_gpu_model *g);
 const char *st_gpu_device_name(const st_gpu_model *g);
+int st_gpu_device_memory(st_gpu_model *g, size_t *used, size_t *total);
 
 st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16);
 void st_gpu_session_free(st_gpu_session *s);

@@ -11,6 +11,10 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
 }
 void st_gpu_model_free(st_gpu_model *g) { (void)g; }
 const char *st_gpu_device_name(const st_gpu_model *g) { return (void)g, "none"; }
+int st_gpu_device_memory(st_gpu_model *g, size_t *used, size_t *total) {
+    (void)g, (void)used, (void)total;
+    return st_err("no CUDA backend in this build");
+}
 st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     (void)g, (void)n_ctx, (void)kv_f16;
     return NULL;

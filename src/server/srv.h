@@ -62,6 +62,7 @@ typedef struct st_srv {
     int64_t checkpoint_bytes;    // and their host memory
     double last_prefill_tps, last_decode_tps;
     int kv_used;
+    double gpu_mem_used_mb, gpu_mem_total_mb;  // device memory of a GPU engine (last ping), 0 on the CPU
     int prefill_done, prefill_total;  // of the current generation
 } st_srv;
 

@@ -119,6 +119,9 @@ enum MHD_Result st_api_status(st_req *r) {
     // Where the weights live: "CPU" or the GPU's name (all weights in VRAM until hybrid placement exists).
     json_t *backend = st_S.info ? json_object_get(st_S.info, "backend") : NULL;
     json_object_set_new(o, "placement", json_string(json_is_string(backend) ? json_string_value(backend) : "unknown"));
+    if (st_S.gpu_mem_total_mb > 0)
+        json_object_set_new(o, "gpu", json_pack("{s:s, s:f, s:f}", "name", json_string_value(backend), "mem_used_mb",
+                                                st_S.gpu_mem_used_mb, "mem_total_mb", st_S.gpu_mem_total_mb));
     if (st_S.info) {
         json_object_set_new(o, "context", json_pack("{s:O, s:O, s:i}", "n_ctx", json_object_get(st_S.info, "n_ctx"),
                                                     "n_ctx_train", json_object_get(st_S.info, "n_ctx_train"),
@@ -183,6 +186,8 @@ enum MHD_Result st_api_metrics(st_req *r) {
     METRIC("prefill_tokens_per_second", "gauge", "Prefill speed of the last request", "%.3f", st_S.last_prefill_tps);
     METRIC("decode_tokens_per_second", "gauge", "Generation speed of the last request", "%.3f", st_S.last_decode_tps);
     METRIC("kv_used_tokens", "gauge", "Tokens held in the KV cache", "%d", st_S.kv_used);
+    if (st_S.gpu_mem_total_mb > 0)
+        METRIC("gpu_memory_used_mib", "gauge", "Device memory in use on the engine's GPU", "%.0f", st_S.gpu_mem_used_mb);
     METRIC("context_tokens", "gauge", "KV cache capacity in tokens", "%lld",
            st_S.info ? (long long)json_integer_value(json_object_get(st_S.info, "n_ctx")) : 0ll);
     METRIC("prefill_progress_tokens", "gauge", "Prompt tokens evaluated so far in the current prefill", "%d",

@@ -297,6 +297,9 @@ static void on_message(json_t *m) {  // with mu held; steals m
     }
     if (!strcmp(t, "pong")) {
         st_S.kv_used = (int)json_integer_value(json_object_get(m, "kv_used"));
+        json_t *gm = json_object_get(m, "gpu_mem");
+        st_S.gpu_mem_used_mb = gm ? (double)json_integer_value(json_object_get(gm, "used")) / 1048576.0 : 0;
+        st_S.gpu_mem_total_mb = gm ? (double)json_integer_value(json_object_get(gm, "total")) / 1048576.0 : 0;
         json_decref(m);
         return;
     }

@@ -173,7 +173,12 @@ static void handle_side(worker *w, json_t *m) {
     if (!strcmp(t, "cancel")) {
         if (id == w->cur_id) w->cancel = true;
     } else if (!strcmp(t, "ping")) {
-        send_msg(w, json_pack("{s:s, s:I, s:i}", "t", "pong", "id", id, "kv_used", strata_session_n_past(w->s)));
+        json_t *pong = json_pack("{s:s, s:I, s:i}", "t", "pong", "id", id, "kv_used", strata_session_n_past(w->s));
+        size_t used, total;
+        if (strata_device_memory(w->e, &used, &total) == 0)
+            json_object_set_new(pong, "gpu_mem", json_pack("{s:I, s:I}", "used", (json_int_t)used, "total",
+                                                           (json_int_t)total));
+        send_msg(w, pong);
     } else if (!strcmp(t, "tokenize")) {
         do_tokenize(w, m, id);
     } else if (!strcmp(t, "detokenize")) {
