@@ -608,13 +608,7 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
     st_cuda_ctx *c = &g->ctx;
     const st_hparams *hp = &g->m->hp;
     if (n <= 0) return 0;
-    if (s->n_past + n > s->n_ctx)
-        return st_err("context full: %lld cached + %lld new tokens exceed the context of %lld (raise -c)",
-                      (long long)s->n_past, (long long)n, (long long)s->n_ctx);
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
-            return st_err("token id %d at index %lld is outside the vocabulary (%u)", tokens[i], (long long)i,
-                          hp->n_vocab);
+    if (st_model_check_batch(g->m, tokens, n, s->n_past, s->n_ctx)) return -1;
     int64_t start = s->n_past;
     size_t nv = hp->n_vocab;
     for (int64_t off = 0; off < n;) {

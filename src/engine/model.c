@@ -104,3 +104,14 @@ void st_model_free(st_model *m) {
     free(m->path);
     free(m);
 }
+
+int st_model_check_batch(const st_model *m, const int32_t *tokens, int64_t n, int64_t n_past, int64_t n_ctx) {
+    if (n_past + n > n_ctx)
+        return st_err("context full: %lld cached + %lld new tokens exceed the context of %lld (raise -c)",
+                      (long long)n_past, (long long)n, (long long)n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
+            return st_err("token id %d at index %lld is outside the vocabulary (%u)", tokens[i], (long long)i,
+                          m->hp.n_vocab);
+    return 0;
+}

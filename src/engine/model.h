@@ -54,4 +54,8 @@ typedef struct st_model {
 st_model *st_model_load(const char *path);
 void st_model_free(st_model *m);
 
+// Checks a batch before evaluation: it fits after n_past cached tokens in a context of n_ctx, and every id is in the
+// vocabulary. 0, or -1 with a message that says what to do. Shared by the CPU and CUDA sessions.
+int st_model_check_batch(const st_model *m, const int32_t *tokens, int64_t n, int64_t n_past, int64_t n_ctx);
+
 #endif

@@ -256,13 +256,7 @@ static int eval_chunk(st_session *s, const int32_t *tokens, int64_t n, float *lo
 int st_session_eval(st_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits) {
     const st_hparams *hp = &s->model->hp;
     if (n <= 0) return 0;
-    if (s->n_past + n > s->n_ctx)
-        return st_err("context full: %lld cached + %lld new tokens exceed the context of %lld (raise -c)",
-                      (long long)s->n_past, (long long)n, (long long)s->n_ctx);
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
-            return st_err("token id %d at index %lld is outside the vocabulary (%u)", tokens[i], (long long)i,
-                          hp->n_vocab);
+    if (st_model_check_batch(s->model, tokens, n, s->n_past, s->n_ctx)) return -1;
     int64_t start = s->n_past;
     for (int64_t off = 0, c; off < n; off += c) {
         c = n - off < s->max_batch ? n - off : s->max_batch;
