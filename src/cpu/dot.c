@@ -79,6 +79,11 @@ st_vec_dot4_fn st_cpu_vec_dot4(int weight_type, st_cpu_isa isa) {
     return kernels(isa)->dot4[weight_type];
 }
 
+int st_cpu_dot4_gemm_order(int weight_type) {
+    return weight_type == ST_TYPE_Q8_0 || weight_type == ST_TYPE_Q4_0 || weight_type == ST_TYPE_Q5_0 ||
+           weight_type == ST_TYPE_IQ4_NL;
+}
+
 int st_cpu_vec_dot_native(int weight_type, st_cpu_isa isa) {
     if (weight_type < 0 || weight_type >= ST_TYPE_COUNT || (unsigned)isa >= ST_CPU_ISA_COUNT) return 0;
     pthread_once(&g_once, init_tables);

@@ -27,6 +27,10 @@ typedef struct st_cpu_kernels {
 void st_cpu_kernels_init_portable(st_cpu_kernels *k);
 // The 4-token kernel for weight_type on isa (not inherited from lower ISAs); NULL if none.
 st_vec_dot4_fn st_cpu_vec_dot4(int weight_type, st_cpu_isa isa);
+// 1 where weight_type's 4-token kernel follows llama.cpp's prompt-path (tinyBLAS) accumulation order rather than
+// the 1-token kernel's: then every token of a multi-token matmul must go through the 4-token kernel (a lone
+// token as a_stride = 0) to stay bit-identical to llama.cpp. See dot_x86.inc.
+int st_cpu_dot4_gemm_order(int weight_type);
 #ifdef ST_CPU_X86
 void st_cpu_kernels_init_avx2(st_cpu_kernels *k);
 void st_cpu_kernels_init_avx512(st_cpu_kernels *k);

@@ -52,6 +52,7 @@ static void quant_task(void *ud, int64_t t, int thread) {
 typedef struct {
     st_vec_dot_fn dot;
     st_vec_dot4_fn dot4;  // NULL: per-token dot only
+    int tail4;            // leftover tokens also go through dot4 (a_stride 0): st_cpu_dot4_gemm_order types
     const uint8_t *W;     // row row0
     size_t w_stride;      // bytes per weight row
     int64_t ne0, n_rows, n_tok;
@@ -79,6 +80,13 @@ static void mm_task(void *ud, int64_t task, int thread) {
                 for (int c = 0; c < 4; c++) j->Y[(t + c) * j->ldy + r] = out[c];
             }
         }
+        if (j->tail4) {
+            for (; t < t1; t++) {
+                float out[4];
+                j->dot4(j->ne0, w, j->Xq + (size_t)t * j->xq_stride, 0, out);
+                j->Y[t * j->ldy + r] = out[0];
+            }
+        }
         for (; t < t1; t++) j->Y[t * j->ldy + r] = j->dot(j->ne0, w, j->Xq + (size_t)t * j->xq_stride);
     }
 }
@@ -100,6 +108,7 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
     mm_job j = {
         .dot = st_cpu_vec_dot(weight_type, isa),
         .dot4 = n_tok >= 4 ? st_cpu_vec_dot4(weight_type, isa) : NULL,
+        .tail4 = 0,
         .w_stride = st_row_size(weight_type, ne0),
         .ne0 = ne0,
         .n_rows = n_rows,
@@ -110,6 +119,11 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
         .ldy = ldy,
     };
     j.W = (const uint8_t *)W + (size_t)row0 * j.w_stride;
+    // llama.cpp computes prompts (2+ tokens) of these types in one accumulation order, decode in another.
+    if (n_tok >= 2 && st_cpu_dot4_gemm_order(weight_type)) {
+        j.dot4 = st_cpu_vec_dot4(weight_type, isa);
+        j.tail4 = j.dot4 != NULL;
+    }
     const int n_threads = pool ? st_pool_threads(pool) : 1;
     // Token tile: activation rows that fit in ~128 KiB of L2. Row tile: enough tasks for load balance
     // (about 8 per thread for a single token tile), each at least a few rows.

@@ -7,7 +7,8 @@
 //    (relative to sum |w_i * a_i|, which is robust to cancellation);
 //  - SIMD results agree with the portable path;
 //  - st_cpu_matmul / st_cpu_matmul_rows (1 and several tokens, 1 and 2 threads, row subsets) match the reference
-//    element by element; outputs are poisoned with NaN first, so unwritten elements fail.
+//    element by element; outputs are poisoned with NaN first, so unwritten elements fail;
+//  - 4-token (prefill) kernels are bit-identical per token to the 1-token kernels, directly and through matmul.
 // Random blocks (st_random_blocks) and activations are fresh each run; STRATA_SEED=<n> reproduces a run.
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "cpu/dot.h"
+#include "cpu/dot_impl.h"
 #include "cpu/features.h"
 #include "cpu/matmul.h"
 #include "quant/blocks.h"
@@ -282,6 +284,95 @@ static void test_matmul(int type, st_rng *rng, st_pool *pool2) {
     free(W), free(wd), free(ad);
 }
 
+// 4-token kernels (prefill): for every type that has one on an ISA, each token's result must be bit-identical to
+// that ISA's 1-token kernel (parity with llama.cpp rests on the 1-token kernels' accumulation order), and
+// st_cpu_matmul over 9 tokens (two 4-token groups and a tail) must equal per-token dot products bit for bit.
+// Exception, st_cpu_dot4_gemm_order types: llama.cpp's prompt path uses another order, so there the reference is
+// the 4-token kernel run on one token (a_stride 0), which must equal each token's result in a group of 4 (no
+// cross-talk, no dependence on the position in the group), and the 1-token kernel must agree within tolerance.
+// Types listed in k_dot4_x86 must have a 4-token kernel on AVX2 and AVX-512, so a lost table entry fails.
+static const int k_dot4_x86[] = {ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0,   ST_TYPE_Q5_1,  ST_TYPE_Q8_0,
+                                 ST_TYPE_Q2_K, ST_TYPE_Q3_K, ST_TYPE_Q4_K,   ST_TYPE_Q5_K,  ST_TYPE_Q6_K,
+                                 ST_TYPE_IQ4_NL, ST_TYPE_IQ4_XS, ST_TYPE_MXFP4};
+
+static void test_dot4(int type, st_rng *rng) {
+    const int act = st_cpu_act_type(type);
+    const int bs = st_type_get(type)->block_size;
+    int want_x86 = 0;
+    for (size_t k = 0; k < sizeof k_dot4_x86 / sizeof k_dot4_x86[0]; k++) want_x86 |= k_dot4_x86[k] == type;
+    const int64_t lens[] = {act == ST_TYPE_Q8_K ? 256 * 3 : 32 * 7, act == ST_TYPE_Q8_K ? 1024 : 32 * 8};
+    for (int isa = 0; isa < ST_CPU_ISA_COUNT; isa++) {
+        if (!st_cpu_isa_supported(isa)) continue;
+        st_vec_dot4_fn fn4 = st_cpu_vec_dot4(type, isa);
+        if (!fn4) {
+            if (want_x86 && (isa == ST_CPU_ISA_AVX2 || isa == ST_CPU_ISA_AVX512))
+                FAIL("%s: no 4-token kernel on %s", st_type_name(type), st_cpu_isa_name(isa));
+            continue;
+        }
+        st_vec_dot_fn fn = st_cpu_vec_dot(type, isa);
+        const int gemm = st_cpu_dot4_gemm_order(type);
+        for (int li = 0; li < 2; li++) {
+            const int64_t n = lens[li];
+            if (n % bs) continue;
+            // A stride that is not a multiple of 16 exercises unaligned vector loads (+4 keeps the blocks' own
+            // 2/4-byte alignment).
+            const size_t ab = st_cpu_act_row_size(type, n), stride = ab + 4;
+            void *w = xmalloc(st_row_size(type, n));
+            float *x = xmalloc(n * sizeof(float));
+            uint8_t *aq = xmalloc(stride * 4);
+            for (int rep = 0; rep < 8; rep++) {
+                fill_weights(type, w, n, rng);
+                for (int c = 0; c < 4; c++) {
+                    fill_acts(x, n, rng);
+                    if (st_cpu_quantize_act(act, x, aq + c * stride, n, isa) < 0) FAIL("quantize_act: %s", st_errmsg());
+                }
+                float out[4];
+                fn4(n, w, aq, stride, out);
+                for (int c = 0; c < 4; c++) {
+                    float one = fn(n, w, aq + c * stride), solo[4];
+                    if (gemm) {
+                        fn4(n, w, aq + c * stride, 0, solo);
+                        if (!(fabs(solo[0] - one) <= 1e-5 * fabs(one) + 1e-2))
+                            FAIL("dot4 %s n=%lld on %s (one token): %.9g, 1-token kernel %.9g", st_type_name(type),
+                                 (long long)n, st_cpu_isa_name(isa), solo[0], one);
+                        one = solo[0];
+                    }
+                    if (memcmp(&one, &out[c], sizeof one) != 0)
+                        FAIL("dot4 %s n=%lld on %s token %d: %.9g, 1-token kernel %.9g", st_type_name(type),
+                             (long long)n, st_cpu_isa_name(isa), c, out[c], one);
+                }
+            }
+            free(w), free(x), free(aq);
+        }
+        // Through the matmul dispatch.
+        const int64_t ne0 = lens[1], n_out = 11, nt = 9;
+        const size_t rb = st_row_size(type, ne0), ab = st_cpu_act_row_size(type, ne0);
+        uint8_t *W = xmalloc(rb * n_out), *aq = xmalloc(ab);
+        float *X = xmalloc(sizeof(float) * ne0 * nt), *Y = xmalloc(sizeof(float) * n_out * nt);
+        for (int64_t r = 0; r < n_out; r++) fill_weights(type, W + r * rb, ne0, rng);
+        fill_acts(X, ne0 * nt, rng);
+        st_cpu_isa_set(isa);
+        if (st_cpu_matmul(NULL, type, W, ne0, n_out, X, nt, Y, NULL) < 0) FAIL("matmul %s: %s", st_type_name(type), st_errmsg());
+        for (int64_t t = 0; t < nt; t++) {
+            st_cpu_quantize_act(act, X + t * ne0, aq, ne0, isa);
+            for (int64_t r = 0; r < n_out; r++) {
+                float one = fn(ne0, W + r * rb, aq), solo[4];
+                if (gemm) {
+                    fn4(ne0, W + r * rb, aq, 0, solo);
+                    one = solo[0];
+                }
+                if (memcmp(&one, &Y[t * n_out + r], sizeof one) != 0) {
+                    FAIL("matmul %s on %s: Y[%lld][%lld] = %.9g, 1-token kernel %.9g", st_type_name(type),
+                         st_cpu_isa_name(isa), (long long)t, (long long)r, Y[t * n_out + r], one);
+                    t = nt;
+                    break;
+                }
+            }
+        }
+        free(W), free(aq), free(X), free(Y);
+    }
+}
+
 int main(void) {
     const char *env = getenv("STRATA_SEED");
     g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
@@ -297,6 +388,7 @@ int main(void) {
     for (int i = 0; i < N_TYPES; i++) {
         test_dot(k_types[i], &rng);
         test_matmul(k_types[i], &rng, pool2);
+        test_dot4(k_types[i], &rng);
     }
     // Error paths: unsupported type and a row length that is not a block multiple.
     float x[64] = {0}, y[4];
