@@ -81,6 +81,7 @@ typedef struct ops_kernels {
     void (*axpy)(float *acc, const float *v, float w, int64_t n);         // acc[i] = fma(v[i], w, acc[i])
     void (*reduce16)(float *out, const float *acc, int64_t n);  // out[i] = tree over acc[l][i], l < 16
     void (*reduce64)(float *out, const float *acc, int64_t n);  // vec_dot's 4x16 accumulators, acc[j*16+l][i]
+    void (*f16_row)(float *y, const uint16_t *x, int64_t n);    // y[i] = (float)x[i], IEEE half (exact)
 } ops_kernels;
 
 #define OPS_GENERIC_KERNELS(SFX, ATTR)                                                                              \
@@ -137,12 +138,22 @@ typedef struct ops_kernels {
     }
 
 OPS_GENERIC_KERNELS(portable, )
-static const ops_kernels k_portable = {dot_portable,  exp_sum_portable,  swiglu_portable,
-                                       axpy_portable, reduce16_portable, reduce64_portable};
+static void f16_row_portable(float *y, const uint16_t *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = st_f16_to_f32(x[i]);
+}
+static const ops_kernels k_portable = {dot_portable,      exp_sum_portable,  swiglu_portable, axpy_portable,
+                                       reduce16_portable, reduce64_portable, f16_row_portable};
 
 #if OPS_X86
 OPS_GENERIC_KERNELS(avx2, TARGET_AVX2)
-static const ops_kernels k_avx2 = {dot_avx2, exp_sum_avx2, swiglu_avx2, axpy_avx2, reduce16_avx2, reduce64_avx2};
+// F16C conversion (exact, so the same values as the portable path); shared by the AVX-512 table.
+TARGET_AVX2 static void f16_row_f16c(float *y, const uint16_t *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
+}
+static const ops_kernels k_avx2 = {dot_avx2,      exp_sum_avx2,  swiglu_avx2, axpy_avx2,
+                                   reduce16_avx2, reduce64_avx2, f16_row_f16c};
 
 // AVX-512: the reference layout itself, in intrinsics.
 TARGET_AVX512 static inline __m512 exp_v512(__m512 x) {
@@ -260,8 +271,8 @@ TARGET_AVX512 static void reduce64_avx512(float *out, const float *acc, int64_t 
     }
 }
 
-static const ops_kernels k_avx512 = {dot_avx512,  exp_sum_avx512,  swiglu_avx512,
-                                     axpy_avx512, reduce16_avx512, reduce64_avx512};
+static const ops_kernels k_avx512 = {dot_avx512,      exp_sum_avx512,  swiglu_avx512, axpy_avx512,
+                                     reduce16_avx512, reduce64_avx512, f16_row_f16c};
 #endif
 
 static const ops_kernels *kernels(void) {
@@ -373,7 +384,7 @@ static void attn_task(void *ud, int64_t task, int thread) {
         const float *kr_row;
         if (j->kv_f16) {
             const uint16_t *src = (const uint16_t *)j->k + base;
-            for (int64_t i = 0; i < hd; i++) row[i] = st_f16_to_f32(src[i]);
+            kr->f16_row(row, src, hd);
             kr_row = row;
         } else {
             kr_row = (const float *)j->k + base;
@@ -395,7 +406,7 @@ static void attn_task(void *ud, int64_t task, int thread) {
         const float *vr;
         if (j->kv_f16) {
             const uint16_t *src = (const uint16_t *)j->v + base;
-            for (int64_t i = 0; i < hd; i++) row[i] = st_f16_to_f32(src[i]);
+            kr->f16_row(row, src, hd);
             vr = row;
         } else {
             vr = (const float *)j->v + base;
