@@ -2,6 +2,7 @@
 #include <pthread.h>
 
 #include "cpu/dot_impl.h"
+#include "quant/blocks.h"
 #include "util/err.h"
 
 static st_cpu_kernels g_native[ST_CPU_ISA_COUNT];    // as each ISA file filled it (NULL = no kernel)
@@ -79,9 +80,47 @@ st_vec_dot4_fn st_cpu_vec_dot4(int weight_type, st_cpu_isa isa) {
     return kernels(isa)->dot4[weight_type];
 }
 
+st_gemm8_fn st_cpu_gemm8(int weight_type, st_cpu_isa isa) {
+    if (weight_type < 0 || weight_type >= ST_TYPE_COUNT) return NULL;
+    const st_cpu_kernels *k = kernels(isa);
+    return k->dot_x8[weight_type] ? k->gemm8[weight_type] : NULL;
+}
+
+st_vec_dot_fn st_cpu_vec_dot_x8(int weight_type, st_cpu_isa isa) {
+    if (weight_type < 0 || weight_type >= ST_TYPE_COUNT) return NULL;
+    const st_cpu_kernels *k = kernels(isa);
+    return k->gemm8[weight_type] ? k->dot_x8[weight_type] : NULL;
+}
+
+size_t st_cpu_repack8_size(int weight_type, int64_t ne0) {
+    if (weight_type != ST_TYPE_Q4_K || ne0 <= 0 || ne0 % QK_K) return 0;
+    return (size_t)(ne0 / QK_K) * sizeof(block_q4_Kx8);
+}
+
+int st_cpu_repack8(int weight_type, const void *w, size_t w_stride, int64_t ne0, void *dst) {
+    if (st_cpu_repack8_size(weight_type, ne0) == 0) return -1;
+    block_q4_Kx8 *o = dst;
+    for (int64_t i = 0; i < ne0 / QK_K; i++, o++) {
+        for (int r = 0; r < 8; r++) {
+            const block_q4_K *b = (const block_q4_K *)((const uint8_t *)w + (size_t)r * w_stride) + i;
+            o->d[r] = st_cpu_h2f(b->d);
+            o->dmin[r] = st_cpu_h2f(b->dmin);
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, mn;
+                st_cpu_scale_min_k4(j, b->scales, &sc, &mn);
+                o->sc[j][r] = sc;
+                o->mn[j / 2][2 * r + (j & 1)] = mn;
+            }
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++) memcpy(&o->qs[c][g][4 * r], b->qs + 32 * c + 4 * g, 4);
+        }
+    }
+    return 0;
+}
+
 int st_cpu_dot4_gemm_order(int weight_type) {
     return weight_type == ST_TYPE_Q8_0 || weight_type == ST_TYPE_Q4_0 || weight_type == ST_TYPE_Q5_0 ||
-           weight_type == ST_TYPE_IQ4_NL;
+           weight_type == ST_TYPE_IQ4_NL || weight_type == ST_TYPE_F32;
 }
 
 int st_cpu_vec_dot_native(int weight_type, st_cpu_isa isa) {

@@ -18,9 +18,32 @@ typedef void (*st_quant_act_fn)(const float *x, void *dst, int64_t n);
 // matmul for prefill so each weight block is decoded once for 4 tokens.
 typedef void (*st_vec_dot4_fn)(int64_t n, const void *w, const void *a, size_t a_stride, float out[4]);
 
+// Tiles of 8 weight rows (prefill, MoE experts): st_cpu_repack8 interleaves 8 rows into the type's x8 layout
+// (below), then one call computes those 8 rows for n_tok <= 4 tokens (a + c * a_stride), y[c * ldy + r] for r < 8.
+// The rows are SIMD lanes, so no horizontal sums. The float accumulation follows llama.cpp's repacked kernels,
+// which it uses for these types when a tensor's row count is a multiple of 8 (ggml-cpu repack.cpp, x86): per
+// 64-column chunk in its 4-token GEMM (chunk_order = 1), per super-block in its 1-token GEMV (chunk_order = 0).
+typedef void (*st_gemm8_fn)(int64_t n, const void *w8, const void *a, size_t a_stride, int n_tok, float *y,
+                            int64_t ldy, int chunk_order);
+
+// Q4_K x8: per super-block of 256 columns, 8 rows interleaved so a 32-byte load holds 4 bytes of each row.
+typedef struct {
+    float d[8], dmin[8];   // per row: the super-block scales, widened
+    uint8_t sc[8][8];      // [sub-block][row] 6-bit scales
+    int16_t mn[4][16];     // [sub-block pair p][2 * row + j]: min of sub-block 2p + j (pairs for madd with bsums)
+    uint8_t qs[4][8][32];  // [chunk c][group g][4 * row + e] = row's qs[32c + 4g + e] (lo/hi nibble as in Q4_K)
+} block_q4_Kx8;
+
+// Repacks rows [0, 8) of w (stride w_stride bytes, ne0 columns) into dst; returns 0, or -1 where weight_type has
+// no x8 layout. st_cpu_repack8_size gives dst's bytes (0: none).
+size_t st_cpu_repack8_size(int weight_type, int64_t ne0);
+int st_cpu_repack8(int weight_type, const void *w, size_t w_stride, int64_t ne0, void *dst);
+
 typedef struct st_cpu_kernels {
     st_vec_dot_fn dot[ST_TYPE_COUNT];  // NULL where this ISA has no kernel of its own
     st_vec_dot4_fn dot4[ST_TYPE_COUNT];  // optional (NULL: matmul calls dot per token)
+    st_gemm8_fn gemm8[ST_TYPE_COUNT];    // optional 8-row x 4-token tiles on repacked rows (see st_cpu_repack8)
+    st_vec_dot_fn dot_x8[ST_TYPE_COUNT]; // 1-token kernel on plain rows in the x8 GEMV order (with gemm8)
     st_quant_act_fn quant_q8_0, quant_q8_1, quant_q8_K;
 } st_cpu_kernels;
 
@@ -31,6 +54,10 @@ st_vec_dot4_fn st_cpu_vec_dot4(int weight_type, st_cpu_isa isa);
 // the 1-token kernel's: then every token of a multi-token matmul must go through the 4-token kernel (a lone
 // token as a_stride = 0) to stay bit-identical to llama.cpp. See dot_x86.inc.
 int st_cpu_dot4_gemm_order(int weight_type);
+// The 8-row tile kernel for weight_type on isa and its 1-token companion in the same (GEMV) order; NULL if none
+// (both exist or neither).
+st_gemm8_fn st_cpu_gemm8(int weight_type, st_cpu_isa isa);
+st_vec_dot_fn st_cpu_vec_dot_x8(int weight_type, st_cpu_isa isa);
 #ifdef ST_CPU_X86
 void st_cpu_kernels_init_avx2(st_cpu_kernels *k);
 void st_cpu_kernels_init_avx512(st_cpu_kernels *k);

@@ -50,6 +50,9 @@ static void quant_task(void *ud, int64_t t, int thread) {
 // Tiled products.
 
 typedef struct {
+    st_gemm8_fn gemm8;    // NULL: no 8-row tiles; else every row goes through repacked 8-row tiles
+    int weight_type;
+    int64_t n_chunk_tok;  // gemm8: tokens [0, n_chunk_tok) in 4-token groups take the chunk order, the rest GEMV
     st_vec_dot_fn dot;
     st_vec_dot4_fn dot4;  // NULL: per-token dot only
     int tail4;            // leftover tokens also go through dot4 (a_stride 0): st_cpu_dot4_gemm_order types
@@ -65,6 +68,20 @@ typedef struct {
 
 #define PF_AHEAD 2048
 
+// Per-thread buffer for one 8-row repacked tile (grows on demand, lives as long as the thread).
+static void *repack_buffer(size_t bytes) {
+    static _Thread_local void *buf;
+    static _Thread_local size_t cap;
+    if (bytes > cap) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, bytes) != 0) return NULL;  // caller falls back to the row kernels
+        free(buf);
+        buf = p;
+        cap = bytes;
+    }
+    return buf;
+}
+
 static void mm_task(void *ud, int64_t task, int thread) {
     (void)thread;
     const mm_job *j = ud;
@@ -75,8 +92,21 @@ static void mm_task(void *ud, int64_t task, int thread) {
     // the out-of-order window to keep enough cache misses in flight, and the hardware prefetchers alone left DRAM
     // reads at 2.5 GB/s per core here (6.4 GB/s with this, st-cpu-bench Q4_1 576 x 262144).
     const size_t ahead = PF_AHEAD > j->w_stride ? PF_AHEAD : j->w_stride;
+    int64_t r = r0;
+    if (j->gemm8) {
+        // 8 rows repacked once into this thread's buffer, then swept over every token of the tile 4 at a time.
+        void *w8 = repack_buffer(st_cpu_repack8_size(j->weight_type, j->ne0));
+        for (; w8 && r + 8 <= r1; r += 8) {
+            st_cpu_repack8(j->weight_type, j->W + (size_t)r * j->w_stride, j->w_stride, j->ne0, w8);
+            for (int64_t t = t0; t < t1; t += 4) {
+                const int nt = t1 - t < 4 ? (int)(t1 - t) : 4;
+                j->gemm8(j->ne0, w8, j->Xq + (size_t)t * j->xq_stride, j->xq_stride, nt, j->Y + t * j->ldy + r,
+                         j->ldy, t + 4 <= j->n_chunk_tok);
+            }
+        }
+    }
     // Row-outer: one weight row stays in L1 while the tile's activation rows (sized to fit L2) stream past it.
-    for (int64_t r = r0; r < r1; r++) {
+    for (; r < r1; r++) {
         const uint8_t *w = j->W + (size_t)r * j->w_stride;
         for (size_t off = 0; off < j->w_stride; off += 64) __builtin_prefetch(w + ahead + off, 0, 3);
         int64_t t = t0;
@@ -108,7 +138,7 @@ static int check_shape(int weight_type, int64_t ne0, const char *what) {
 }
 
 int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t row0, int64_t n_rows,
-                         const void *Xq, size_t xq_stride, int64_t n_tok, float *Y, int64_t ldy) {
+                         const void *Xq, size_t xq_stride, int64_t n_tok, float *Y, int64_t ldy, int flags) {
     if (check_shape(weight_type, ne0, "st_cpu_matmul_rows_q") < 0) return -1;
     if (n_rows <= 0 || n_tok <= 0) return 0;
     const st_cpu_isa isa = st_cpu_isa_active();
@@ -131,17 +161,36 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
         j.dot4 = st_cpu_vec_dot4(weight_type, isa);
         j.tail4 = j.dot4 != NULL;
     }
+    // Types llama.cpp repacks into 8-row tiles (row count a multiple of 8) follow its repacked kernels' order:
+    // dense products of 4+ tokens take 4-token groups in the GEMM's chunk order and the rest in the GEMV order;
+    // experts (its mul_mat_id) and fewer than 4 tokens the GEMV order. The tiles also run ~2x faster than 4-token
+    // row kernels (STRATA_NO_GEMM8=1 turns them off, for A/B measurements).
+    static int no_x8 = -1;
+    if (no_x8 < 0) no_x8 = getenv("STRATA_NO_GEMM8") != NULL;
+    const int x8 = row0 % 8 == 0 && n_rows % 8 == 0 && st_cpu_gemm8(weight_type, isa) && !no_x8;
+    if (x8) {
+        j.dot = st_cpu_vec_dot_x8(weight_type, isa);
+        j.dot4 = NULL;
+        j.tail4 = 0;
+        if (n_tok >= 4) {
+            j.gemm8 = st_cpu_gemm8(weight_type, isa);
+            j.weight_type = weight_type;
+            j.n_chunk_tok = (flags & ST_MM_EXPERT) ? 0 : n_tok - n_tok % 4;
+        }
+    }
     const int n_threads = pool ? st_pool_threads(pool) : 1;
     // Token tile: activation rows that fit in ~128 KiB of L2. Row tile: enough tasks for load balance
     // (about 8 per thread for a single token tile), each at least a few rows.
     int64_t tt = (int64_t)((128 << 10) / (xq_stride ? xq_stride : 1));
-    if (tt < 1) tt = 1;
+    if (j.gemm8) tt &= ~(int64_t)3;  // token tiles hold whole 4-token groups
+    if (tt < 1) tt = j.gemm8 ? 4 : 1;
     if (tt > n_tok) tt = n_tok;
     const int64_t n_tok_tiles = (n_tok + tt - 1) / tt;
     int64_t tr = n_rows / ((int64_t)n_threads * 8 / n_tok_tiles + 1);
     const int64_t max_rows = (int64_t)((256 << 10) / j.w_stride) + 1;  // keep a tile's weights L2-sized
     if (tr > max_rows) tr = max_rows;
     if (tr < 4) tr = 4;
+    if (x8) tr = (tr + 7) & ~(int64_t)7;  // whole 8-row tiles
     if (tr > n_rows) tr = n_rows;
     j.tile_rows = tr;
     j.tile_toks = tt;
@@ -156,7 +205,7 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
 }
 
 int st_cpu_matmul_rows(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t row0, int64_t n_rows,
-                       const float *X, int64_t n_tok, float *Y, int64_t ldy, st_cpu_scratch *scratch) {
+                       const float *X, int64_t n_tok, float *Y, int64_t ldy, st_cpu_scratch *scratch, int flags) {
     if (check_shape(weight_type, ne0, "st_cpu_matmul") < 0) return -1;
     if (n_rows <= 0 || n_tok <= 0) return 0;
     const int act_type = st_cpu_act_type(weight_type);
@@ -172,12 +221,12 @@ int st_cpu_matmul_rows(st_pool *pool, int weight_type, const void *W, int64_t ne
     } else {
         for (int64_t t = 0; t < n_tok; t++) quant_task(&qj, t, 0);
     }
-    int rc = st_cpu_matmul_rows_q(pool, weight_type, W, ne0, row0, n_rows, Xq, stride, n_tok, Y, ldy);
+    int rc = st_cpu_matmul_rows_q(pool, weight_type, W, ne0, row0, n_rows, Xq, stride, n_tok, Y, ldy, flags);
     if (!scratch) st_cpu_scratch_free(&local);
     return rc;
 }
 
 int st_cpu_matmul(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t n_out, const float *X,
                   int64_t n_tok, float *Y, st_cpu_scratch *scratch) {
-    return st_cpu_matmul_rows(pool, weight_type, W, ne0, 0, n_out, X, n_tok, Y, n_out, scratch);
+    return st_cpu_matmul_rows(pool, weight_type, W, ne0, 0, n_out, X, n_tok, Y, n_out, scratch, 0);
 }

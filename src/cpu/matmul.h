@@ -29,15 +29,20 @@ void *st_cpu_scratch_get(st_cpu_scratch *s, size_t size);
 int st_cpu_matmul(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t n_out, const float *X,
                   int64_t n_tok, float *Y, st_cpu_scratch *scratch);
 
+// flags for the row variants: ST_MM_EXPERT marks one expert of a MoE tensor (llama.cpp computes those through
+// mul_mat_id, whose kernels for some types sum in another order than its dense products; see cpu/dot_impl.h).
+// Row ranges should start and end on multiples of 8 so that types computed in 8-row tiles keep their order.
+#define ST_MM_EXPERT 1
+
 // Rows [row0, row0 + n_rows) of W only, for n_tok activation rows already quantized with st_cpu_quantize_act
 // (Xq row t at Xq + t * xq_stride bytes). Writes Y[t * ldy + (r - row0)]. For MoE experts W points at one
 // expert's slice of a [ne0, n_out, n_expert] tensor, and Xq at the quantized rows of the tokens routed to it;
 // quantize once and call this per expert (or per row range, to split work between devices).
 int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t row0, int64_t n_rows,
-                         const void *Xq, size_t xq_stride, int64_t n_tok, float *Y, int64_t ldy);
+                         const void *Xq, size_t xq_stride, int64_t n_tok, float *Y, int64_t ldy, int flags);
 
 // Same from float activations X [n_tok][ne0] (quantized into scratch first).
 int st_cpu_matmul_rows(st_pool *pool, int weight_type, const void *W, int64_t ne0, int64_t row0, int64_t n_rows,
-                       const float *X, int64_t n_tok, float *Y, int64_t ldy, st_cpu_scratch *scratch);
+                       const float *X, int64_t n_tok, float *Y, int64_t ldy, st_cpu_scratch *scratch, int flags);
 
 #endif

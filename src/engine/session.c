@@ -104,7 +104,8 @@ void st_session_truncate(st_session *s, int64_t n_keep) {
 static int matmul(st_session *s, const st_weight *w, int64_t expert, const float *X, int64_t n, float *Y) {
     int64_t rows = w->ne[1];
     const uint8_t *base = w->data + (expert >= 0 ? (size_t)expert * (size_t)rows * w->row_bytes : 0);
-    return st_cpu_matmul(s->pool, w->type, base, w->ne[0], rows, X, n, Y, &s->mm_scratch);
+    return st_cpu_matmul_rows(s->pool, w->type, base, w->ne[0], 0, rows, X, n, Y, rows, &s->mm_scratch,
+                              expert >= 0 ? ST_MM_EXPERT : 0);
 }
 
 static void store_kv(st_session *s, int layer, int64_t pos0, int64_t n) {
@@ -197,6 +198,10 @@ static int moe_ffn(st_session *s, const st_layer *L, int64_t n) {
     int64_t d = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     if (matmul(s, &L->router, -1, s->xn, n, s->router)) return -1;
     route(s, n);
+    if (s->route_counts) {  // routing profile (strata profile)
+        uint32_t *rc = s->route_counts + (L - s->model->layers) * E;
+        for (int64_t i = 0; i < n * K; i++) rc[s->sel_expert[i]]++;
+    }
     for (int32_t e = 0; e < E; e++) {
         int64_t cnt = 0;
         for (int64_t t = 0; t < n; t++)

@@ -38,6 +38,8 @@ typedef struct st_session {
                             // order afterwards (llama.cpp's order); NULL for dense models
     float *rope_cs;         // [n_rot] (cos, sin) pairs of the current position
     st_cpu_scratch mm_scratch;  // quantized activations of the current matmul
+    uint32_t *route_counts;     // optional, caller-owned [n_layer][n_expert]: incremented for every (token, expert)
+                                // the router selects (strata profile); NULL: not counted
 } st_session;
 
 st_session *st_session_new(const st_model *m, st_pool *pool, int64_t n_ctx, int kv_f16);

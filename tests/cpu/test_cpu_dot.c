@@ -252,7 +252,7 @@ static void test_matmul(int type, st_rng *rng, st_pool *pool2) {
                 } else {
                     // rows [5, 29) written with ldy = n_out at their own columns
                     row0 = 5, nr = 24;
-                    rc = st_cpu_matmul_rows(pool2, type, W, ne0, row0, nr, X, nt, Y + row0, n_out, NULL);
+                    rc = st_cpu_matmul_rows(pool2, type, W, ne0, row0, nr, X, nt, Y + row0, n_out, NULL, 0);
                 }
                 if (rc < 0) {
                     FAIL("matmul %s: %s", st_type_name(type), st_errmsg());
@@ -361,7 +361,12 @@ static void test_dot4(int type, st_rng *rng) {
                     fn4(ne0, W + r * rb, aq, 0, solo);
                     one = solo[0];
                 }
-                if (memcmp(&one, &Y[t * n_out + r], sizeof one) != 0) {
+                // Rows in 8-row repacked tiles sum in another float order: within rounding, not bit-equal
+                // (their accuracy against the float64 reference is checked by test_matmul).
+                const int tiled = st_cpu_gemm8(type, isa) && r < (n_out & ~7);
+                const int same = tiled ? fabsf(one - Y[t * n_out + r]) <= 2e-5f * (fabsf(one) + 1.0f)
+                                       : memcmp(&one, &Y[t * n_out + r], sizeof one) == 0;
+                if (!same) {
                     FAIL("matmul %s on %s: Y[%lld][%lld] = %.9g, 1-token kernel %.9g", st_type_name(type),
                          st_cpu_isa_name(isa), (long long)t, (long long)r, Y[t * n_out + r], one);
                     t = nt;
