@@ -9,5 +9,9 @@ int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+// strata info --plan (cmd_plan.c); cmd_info hands over when --plan is given.
+int cmd_info_plan(int argc, char **argv);
 
 #endif

@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "  --tensors          list every tensor: name, type, shape (GGUF ne order), bytes\n"
             "  --json             machine-readable output on stdout\n"
             "  --ctx N            context length for the KV cache estimate (default: the trained context)\n"
+            "  --plan             the hybrid placement plan under a VRAM budget instead (strata info --plan --help)\n"
             "  -h, --help         this text\n");
 }
 
@@ -144,6 +145,8 @@ typedef struct {
 } type_stat;
 
 int cmd_info(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--plan")) return cmd_info_plan(argc, argv);  // placement plan: cmd_plan.c
     const char *path = NULL;
     bool tensors = false, json = false;
     uint64_t ctx_override = 0;

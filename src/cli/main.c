@@ -18,6 +18,8 @@ static const subcommand commands[] = {
     {"serve", cmd_serve, "serve the model over HTTP (OpenAI-compatible API) with a supervised engine worker"},
     {"bench", cmd_bench, "measure prompt processing and generation speed (llama-bench's pp/tg/-d/-r/-o)"},
     {"logits", cmd_logits, "print a prompt's token ids and the top-K logits at every position as JSON"},
+    {"pack", cmd_pack, "write a MoE model's experts as a native pack file (the mmap host expert arena)"},
+    {"profile", cmd_profile, "record per-layer expert routing counts over prompts (for the VRAM expert cache)"},
 };
 
 static void usage(FILE *f) {

@@ -1,5 +1,6 @@
 // Kernel dispatch: one table per ISA, filled once; missing entries fall back to the next lower ISA.
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "cpu/dot_impl.h"
 #include "quant/blocks.h"

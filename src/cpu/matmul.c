@@ -53,6 +53,8 @@ typedef struct {
     st_gemm8_fn gemm8;    // NULL: no 8-row tiles; else every row goes through repacked 8-row tiles
     int weight_type;
     int64_t n_chunk_tok;  // gemm8: tokens [0, n_chunk_tok) in 4-token groups take the chunk order, the rest GEMV
+    uint8_t *w8;          // gemm8: [n_threads][w8_bytes] one repacked 8-row tile per thread
+    size_t w8_bytes;
     st_vec_dot_fn dot;
     st_vec_dot4_fn dot4;  // NULL: per-token dot only
     int tail4;            // leftover tokens also go through dot4 (a_stride 0): st_cpu_dot4_gemm_order types
@@ -68,22 +70,8 @@ typedef struct {
 
 #define PF_AHEAD 2048
 
-// Per-thread buffer for one 8-row repacked tile (grows on demand, lives as long as the thread).
-static void *repack_buffer(size_t bytes) {
-    static _Thread_local void *buf;
-    static _Thread_local size_t cap;
-    if (bytes > cap) {
-        void *p = NULL;
-        if (posix_memalign(&p, 64, bytes) != 0) return NULL;  // caller falls back to the row kernels
-        free(buf);
-        buf = p;
-        cap = bytes;
-    }
-    return buf;
-}
 
 static void mm_task(void *ud, int64_t task, int thread) {
-    (void)thread;
     const mm_job *j = ud;
     const int64_t rt = task % j->n_row_tiles, tt = task / j->n_row_tiles;
     const int64_t r0 = rt * j->tile_rows, r1 = r0 + j->tile_rows < j->n_rows ? r0 + j->tile_rows : j->n_rows;
@@ -95,8 +83,8 @@ static void mm_task(void *ud, int64_t task, int thread) {
     int64_t r = r0;
     if (j->gemm8) {
         // 8 rows repacked once into this thread's buffer, then swept over every token of the tile 4 at a time.
-        void *w8 = repack_buffer(st_cpu_repack8_size(j->weight_type, j->ne0));
-        for (; w8 && r + 8 <= r1; r += 8) {
+        void *w8 = j->w8 + (size_t)thread * j->w8_bytes;
+        for (; r + 8 <= r1; r += 8) {
             st_cpu_repack8(j->weight_type, j->W + (size_t)r * j->w_stride, j->w_stride, j->ne0, w8);
             for (int64_t t = t0; t < t1; t += 4) {
                 const int nt = t1 - t < 4 ? (int)(t1 - t) : 4;
@@ -179,6 +167,11 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
         }
     }
     const int n_threads = pool ? st_pool_threads(pool) : 1;
+    if (j.gemm8) {
+        j.w8_bytes = (st_cpu_repack8_size(weight_type, ne0) + 63) & ~(size_t)63;
+        if (posix_memalign((void **)&j.w8, 64, j.w8_bytes * (size_t)n_threads) != 0)
+            return st_err("cpu matmul: cannot allocate %zu bytes for repacked tiles", j.w8_bytes * (size_t)n_threads);
+    }
     // Token tile: activation rows that fit in ~128 KiB of L2. Row tile: enough tasks for load balance
     // (about 8 per thread for a single token tile), each at least a few rows.
     int64_t tt = (int64_t)((128 << 10) / (xq_stride ? xq_stride : 1));
@@ -201,6 +194,7 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
     } else {
         for (int64_t t = 0; t < n_tasks; t++) mm_task(&j, t, 0);
     }
+    free(j.w8);
     return 0;
 }
 

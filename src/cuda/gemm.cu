@@ -548,6 +548,13 @@ static int mmq_launch(st_cuda_ctx *ctx, int type, int bn, const mmq_args &a, dim
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// f16 tensor-core kernel on weights dequantized in shared memory.
+
+#include "cuda/gemm_tc.cuh"
+
+extern "C" int st_cuda_tc_supported(int t) { return tc_supported(t); }
+
+// ---------------------------------------------------------------------------------------------------------------
 // Dense entry points.
 
 static int gemm_check(const char *fn, int type, int64_t ne0, int64_t n_out, int64_t n_tok) {
@@ -569,6 +576,7 @@ static int pick_engine(int engine, int type, int64_t ne0, int64_t n_tok) {
 
 extern "C" size_t st_cuda_gemm_scratch_bytes(int engine, int type, int64_t ne0, int64_t n_out, int64_t n_tok) {
     engine = pick_engine(engine, type, ne0, n_tok);
+    if (engine == ST_GEMM_TC) return align_up((size_t)n_tok * ne0 * 2);
     if (engine == ST_GEMM_MMQ)
         return align_up((size_t)n_tok * ne0) + align_up((size_t)n_tok * (ne0 / 32) * 4) +
                align_up((size_t)n_tok * (ne0 / 16) * 4);
@@ -624,6 +632,26 @@ extern "C" int st_cuda_gemm(st_gemm_ctx *g, int engine, int type, const void *W,
     if (st_cuda_set_device(g->ctx)) return -1;
     engine = pick_engine(engine, type, ne0, n_tok);
     if (engine == ST_GEMM_CUBLAS) return gemm_cublas(g, type, W, ne0, n_out, X, NULL, n_tok, Y, scratch, scratch_bytes, stream);
+    if (engine == ST_GEMM_TC) {
+        if (!tc_supported(type) || ne0 % TC_BK)
+            return st_err("st_cuda_gemm: the f16 tensor-core engine does not handle %s with ne0 %lld (needs a "
+                          "multiple of %d)", st_type_name(type), (long long)ne0, TC_BK);
+        const size_t need = align_up((size_t)n_tok * ne0 * 2);
+        if (need > scratch_bytes)
+            return st_err("st_cuda_gemm: scratch of %zu bytes is too small (%zu needed)", scratch_bytes, need);
+        if (st_cuda_f32_to_f16(g->ctx, X, scratch, n_tok * ne0, stream)) return -1;
+        tc_args a;
+        memset(&a, 0, sizeof a);
+        a.W = (const uint8_t *)W;
+        a.row_bytes = (long long)st_row_size(type, ne0);
+        a.ne0 = (int)ne0, a.n_out = (int)n_out;
+        a.x = (const __half *)scratch;
+        a.n_rows = (int)n_tok;
+        a.y = Y, a.ldy = n_out;
+        const dim3 grid((unsigned)((n_out + TC_BM - 1) / TC_BM), (unsigned)((n_tok + TC_BN - 1) / TC_BN), 1);
+        if (grid.y > 65535) return st_err("st_cuda_gemm: %lld tokens is too many for one call", (long long)n_tok);
+        return tc_launch(g->ctx, type, 0, a, grid, stream);
+    }
     if (engine != ST_GEMM_MMQ) return st_err("st_cuda_gemm: unknown engine %d", engine);
     if (!st_cuda_mmq_supported(type) || ne0 % MMQ_BK)
         return st_err("st_cuda_gemm: the int8 engine does not handle %s with ne0 %lld (needs a multiple of %d)",
@@ -781,7 +809,8 @@ struct moe_bufs {
     size_t total;
 };
 
-static int moe_bn(int n_tok, int n_used, int n_expert) {
+static int moe_bn(int engine, int n_tok, int n_used, int n_expert) {
+    if (engine == ST_MOE_TC) return TC_BN;  // the kernel skips the unused n8 tiles of a short tile
     return (long long)n_tok * n_used <= 48LL * n_expert ? 32 : 64;
 }
 
@@ -791,7 +820,7 @@ static moe_bufs moe_layout(void *base, int engine, int64_t n_embd, int64_t n_ff,
     memset(&b, 0, sizeof b);
     carve c = {(uint8_t *)base, 0, 0};
     const size_t np = (size_t)n_tok * n_used;
-    const size_t max_tiles = np / 32 + n_expert + 1;
+    const size_t max_tiles = np / 32 + n_expert + 1;  // bn >= 32 for every engine
     b.counts = (int32_t *)c.take(n_expert * 4);
     b.offsets = (int32_t *)c.take((n_expert + 1) * 4);
     b.perm = (int32_t *)c.take(np * 4);
@@ -800,9 +829,12 @@ static moe_bufs moe_layout(void *base, int engine, int64_t n_embd, int64_t n_ff,
     b.tile_r0 = (int32_t *)c.take(max_tiles * 4);
     b.tile_n = (int32_t *)c.take(max_tiles * 4);
     b.n_tiles = (int32_t *)c.take(4);
-    b.gu = (float *)c.take(np * 2 * n_ff * 4);
+    if (engine != ST_MOE_TC) b.gu = (float *)c.take(np * 2 * n_ff * 4);  // tc: SwiGLU fused into gate/up
     b.d = (float *)c.take(np * n_embd * 4);
-    if (engine == ST_MOE_MMQ) {
+    if (engine == ST_MOE_TC) {
+        b.xh = (__half *)c.take(np * n_embd * 2);
+        b.hh = (__half *)c.take(np * n_ff * 2);
+    } else if (engine == ST_MOE_MMQ) {
         b.xq = (int8_t *)c.take(np * n_embd);
         b.xd = (float *)c.take(np * (n_embd / 32) * 4);
         b.xs = (float *)c.take(np * (n_embd / 16) * 4);
@@ -885,7 +917,7 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
                                void *scratch, size_t scratch_bytes, cudaStream_t stream) {
     st_cuda_ctx *ctx = g->ctx;
     const char *fn = "st_cuda_moe_ffn";
-    if (engine < ST_MOE_MMQ || engine > ST_MOE_CUBLAS_LOOP) return st_err("%s: unknown engine %d", fn, engine);
+    if (engine < ST_MOE_MMQ || engine > ST_MOE_TC) return st_err("%s: unknown engine %d", fn, engine);
     if (n_expert <= 0 || n_expert > ST_GEMM_MAX_EXPERT || n_used <= 0 || n_used > n_expert || n_tok < 0 ||
         (long long)n_tok * n_used > INT_MAX / 4 || n_embd % 32 || n_ff % 32)
         return st_err("%s: bad sizes: n_expert %d (max %d), n_used %d, n_tok %d, n_embd %lld, n_ff %lld", fn,
@@ -898,6 +930,13 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
                           fn, MMQ_BK, st_type_name(type_gu), st_type_name(type_down), (long long)n_embd,
                           (long long)n_ff);
     }
+    if (engine == ST_MOE_TC) {
+        if (!tc_supported(type_gu) || !tc_supported(type_down) || n_embd % TC_BK || n_ff % TC_BK)
+            return st_err("%s: the f16 tensor-core engine needs quantized types and sizes that are multiples of %d "
+                          "(got %s/%s, n_embd %lld, n_ff %lld)",
+                          fn, TC_BK, st_type_name(type_gu), st_type_name(type_down), (long long)n_embd,
+                          (long long)n_ff);
+    }
     if (n_tok == 0) return 0;
     if ((uintptr_t)scratch & (GEMM_ALIGN - 1)) return st_err("%s: scratch must be %d-byte aligned", fn, GEMM_ALIGN);
     moe_bufs b = moe_layout(scratch, engine, n_embd, n_ff, n_expert, n_tok, n_used);
@@ -906,7 +945,7 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
                       scratch_bytes, b.total, n_tok, n_used);
     if (st_cuda_set_device(ctx)) return -1;
     const int np = n_tok * n_used;
-    const int bn = moe_bn(n_tok, n_used, n_expert);
+    const int bn = moe_bn(engine, n_tok, n_used, n_expert);
 
     k_moe_count<<<n_expert, 256, 0, stream>>>(ids, np, n_expert, b.counts, b.inv);
     if (st_cuda_check_launch(ctx, "moe_count")) return -1;
@@ -915,7 +954,37 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
     if (st_cuda_check_launch(ctx, "moe_place")) return -1;
     const int32_t *n_valid = b.offsets + n_expert;
 
-    if (engine == ST_MOE_MMQ) {
+    if (engine == ST_MOE_TC) {
+        g->last_n_expert = 0;
+        // Routed rows gathered into expert order as f16 (rows past the valid count are skipped).
+        k_rows_to_f16<<<rows_grid(np, n_embd), 256, 0, stream>>>(X, b.perm, n_used, n_valid, np, n_embd, b.xh);
+        if (st_cuda_check_launch(ctx, "moe_gather_f16")) return -1;
+        const unsigned max_tiles = (unsigned)(np / bn + n_expert);
+        if (max_tiles > 65535)
+            return st_err("%s: %d (token, expert) pairs are too many for one call (split the chunk)", fn, np);
+        tc_args a;
+        memset(&a, 0, sizeof a);
+        a.tile_e = b.tile_e, a.tile_r0 = b.tile_r0, a.tile_n = b.tile_n, a.n_tiles = b.n_tiles;
+        // gate + up + SwiGLU: 32 gate and the same 32 up rows per CTA, h [rows][n_ff] f16.
+        a.W = (const uint8_t *)Wgate, a.W2 = (const uint8_t *)Wup;
+        a.row_bytes = (long long)st_row_size(type_gu, n_embd);
+        a.expert_bytes = a.row_bytes * n_ff;
+        a.ne0 = (int)n_embd, a.n_out = (int)n_ff;
+        a.x = b.xh;
+        a.h = b.hh;
+        if (tc_launch(ctx, type_gu, 1, a, dim3((unsigned)((n_ff + TC_BM / 2 - 1) / (TC_BM / 2)), max_tiles, 1), stream))
+            return -1;
+        // down: D [rows][n_embd] f32 in expert order; the weighted sum below restores token order.
+        a.W = (const uint8_t *)Wdown, a.W2 = NULL;
+        a.row_bytes = (long long)st_row_size(type_down, n_ff);
+        a.expert_bytes = a.row_bytes * n_embd;
+        a.ne0 = (int)n_ff, a.n_out = (int)n_embd;
+        a.x = b.hh;
+        a.h = NULL;
+        a.y = b.d, a.ldy = n_embd;
+        if (tc_launch(ctx, type_down, 0, a, dim3((unsigned)((n_embd + TC_BM - 1) / TC_BM), max_tiles, 1), stream))
+            return -1;
+    } else if (engine == ST_MOE_MMQ) {
         g->last_n_expert = 0;
         if (quant_rows(ctx, 0, X, n_embd, b.perm, n_used, n_valid, np, (int)n_embd, b.xq, b.xd, b.xs, stream))
             return -1;

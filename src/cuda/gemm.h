@@ -42,6 +42,8 @@ typedef enum st_gemm_engine {
     ST_GEMM_AUTO = 0,     // mmq where supported and n_tok is small per weight tile, else cuBLAS
     ST_GEMM_CUBLAS = 1,   // dequantize to f16 + cublasGemmEx
     ST_GEMM_MMQ = 2,      // int8 tensor cores on unpacked tiles (error if the type is not supported)
+    ST_GEMM_TC = 3,       // f16 tensor cores on tiles dequantized in shared memory (st_cuda_tc_supported types,
+                          // ne0 % 256 == 0); X is converted to f16 in the scratch
 } st_gemm_engine;
 
 // 1 if the cuBLAS engine handles the type: every type with a qblock.h unpacker plus F32, F16, BF16.
@@ -49,6 +51,9 @@ int st_cuda_gemm_supported(int weight_type);
 // 1 if the int8 engine handles the type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ2_*, IQ3_*, IQ1_S, IQ4_*,
 // MXFP4: every unpacker whose offsets are per 16 or 32 elements).
 int st_cuda_mmq_supported(int weight_type);
+
+// 1 if the f16 tensor-core engine (ST_GEMM_TC, ST_MOE_TC) handles the type: the mmq types plus IQ1_M.
+int st_cuda_tc_supported(int weight_type);
 
 // Dequantizes n_rows rows of ne0 elements of W_dev (any st_cuda_gemm_supported type) into IEEE half.
 // Output row r goes to out_f16 + ((r / group_rows) * dst_group_rows + r % group_rows) * ne0 elements: group_rows =
@@ -90,6 +95,8 @@ typedef enum st_moe_engine {
     ST_MOE_MMQ = 0,           // int8 grouped kernel, device-side counts (no host sync)
     ST_MOE_CUBLAS_GROUPED = 1,  // dequantize all experts to f16 + cublasGemmGroupedBatchedEx per projection
     ST_MOE_CUBLAS_LOOP = 2,   // dequantize + one cublasGemmEx per active expert
+    ST_MOE_TC = 3,            // f16 mma on weights dequantized in shared memory, gate+up+SwiGLU in one kernel,
+                              // device-side counts (no host sync); st_cuda_tc_supported types, sizes % 256 == 0
 } st_moe_engine;
 
 size_t st_cuda_moe_scratch_bytes(int engine, int type_gu, int type_down, int64_t n_embd, int64_t n_ff,

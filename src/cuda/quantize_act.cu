@@ -16,7 +16,8 @@ __global__ void k_quantize_act32(const float *__restrict__ x, uint8_t *__restric
     float amax = fabsf(v);
     for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(ST_WARP_FULL_MASK, amax, o));
     // As llama.cpp's x86 runtime quantizer (the CPU backend follows it): inverse scale 127 / amax, ties to even.
-    const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    // IEEE-rounded divisions: under --use_fast_math a plain '/' is approximate and moves quants and scales.
+    const float d = __fdiv_rn(amax, 127.0f), id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
     const int q = __float2int_rn(v * id);
     int sum = q;
     for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(ST_WARP_FULL_MASK, sum, o);
@@ -66,7 +67,7 @@ __global__ void k_quantize_act256(const float *__restrict__ x, uint8_t *__restri
         if (lane < 8) ds[lane] = make_float2(0.0f, 0.0f);
         return;
     }
-    const float iscale = -127.0f / best_val, d = 1.0f / iscale;
+    const float iscale = __fdiv_rn(-127.0f, best_val), d = __fdiv_rn(1.0f, iscale);
     int sums[8];
     for (int j = 0; j < 8; j++) {
         int q = __float2int_rn(iscale * v[j]);

@@ -11,6 +11,8 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/attention.h"
+#include "cuda/attention_tc.h"
+#include "cuda/decode.h"
 #include "cuda/gemm.h"
 #include "cuda/matvec_f32.h"
 #include "cuda/mmvq.h"
@@ -39,6 +41,7 @@ typedef struct glayer {
     gweight wq, wk, wv, wo;
     gweight ffn_gate, ffn_up, ffn_down;
     gweight router, gate_exps, up_exps, down_exps;
+    const void *const *experts;  // device [n_expert][3]: gate, up, down base address of each expert (decode.h), or NULL
 } glayer;
 
 struct st_gpu_model {
@@ -50,6 +53,7 @@ struct st_gpu_model {
     gweight token_embd, output;
     float *output_norm;    // [n_embd] f32
     glayer *layers;        // [n_layer]
+    const void **expert_tables;  // device [n_layer][n_expert][3] expert addresses (glayer.experts points into it)
 };
 
 struct st_gpu_session {
@@ -73,6 +77,9 @@ struct st_gpu_session {
     float *d_wts;               // [B][n_expert_used] their weights
     int32_t *d_xrow;            // [B * n_expert_used]: activation row of pair p = p / n_expert_used
     void *xq;                   // [B * n_expert_used] planar q8_1 rows of the widest input
+    void *xq2;                  // [B * n_expert_used] planar q8_1 rows of n_ff_exp: the fused MoE's down input
+    int32_t *dec_counters;      // zeroed counters of the fused decode kernels [st_cuda_dec_counters_bytes]
+    int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
     float *logits;              // [logits_rows][n_vocab]
     int64_t logits_rows;        // grows on demand (all-position logits of a prefill chunk)
     void *gemm_scratch;         // prefill GEMM / MoE scratch [gemm_scratch_bytes]
@@ -195,6 +202,40 @@ static int check_types(const st_model *m) {
     return 0;
 }
 
+// Per-layer tables of expert addresses for the fused MoE decode kernels (decode.h): expert e of a stack starts
+// e * (rows per expert) * row_bytes into it. A later hybrid mode points entries at VRAM cache slots or mapped host
+// memory instead; the kernels only see the table.
+static int build_expert_tables(st_gpu_model *g) {
+    const st_hparams *hp = &g->m->hp;
+    const size_t E = hp->n_expert;
+    if (E == 0) return 0;
+    const size_t per_layer = E * 3;
+    const void **h = calloc(per_layer * hp->n_layer, sizeof *h);
+    if (!h) return st_err("out of memory");
+    int any = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const glayer *L = &g->layers[l];
+        if (!L->gate_exps.d || !L->up_exps.d || !L->down_exps.d) continue;
+        any = 1;
+        const gweight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t e = 0; e < E; e++)
+            for (int k = 0; k < 3; k++)
+                h[l * per_layer + e * 3 + k] = w[k]->d + e * (size_t)w[k]->ne[1] * w[k]->row_bytes;
+    }
+    int rc = 0;
+    if (any) {
+        g->expert_tables = st_cuda_alloc(&g->ctx, sizeof *h * per_layer * hp->n_layer, "expert address tables");
+        rc = g->expert_tables ? st_cuda_memcpy_h2d(&g->ctx, g->expert_tables, h, sizeof *h * per_layer * hp->n_layer,
+                                                   NULL)
+                              : -1;
+        for (uint32_t l = 0; rc == 0 && l < hp->n_layer; l++)
+            if (g->layers[l].gate_exps.d)
+                g->layers[l].experts = (const void *const *)(g->expert_tables + l * per_layer);
+    }
+    free(h);
+    return rc;
+}
+
 st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
     if (check_types(m)) return NULL;
     st_gpu_model *g = calloc(1, sizeof *g);
@@ -216,7 +257,7 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
     placer q = {g, 0, 1, 0, &prog};
     place_all(&q);
     st_progress_end(&prog);
-    if (q.failed) goto fail;
+    if (q.failed || build_expert_tables(g)) goto fail;
     g->gemm = st_cuda_gemm_create(&g->ctx);
     if (!g->gemm) goto fail;
     char a[32];
@@ -232,6 +273,7 @@ void st_gpu_model_free(st_gpu_model *g) {
     if (!g) return;
     if (g->gemm) st_cuda_gemm_destroy(g->gemm);
     if (g->arena) st_cuda_free(&g->ctx, g->arena);
+    if (g->expert_tables) st_cuda_free(&g->ctx, (void *)g->expert_tables);
     st_cuda_destroy(&g->ctx);
     free(g->layers);
     free(g);
@@ -239,9 +281,17 @@ void st_gpu_model_free(st_gpu_model *g) {
 
 // ---- sessions ---------------------------------------------------------------------------------------------------
 
+// Prefill MoE engine: the f16 tensor-core kernel where it applies (sizes % 256), else int8 mmq, else cuBLAS.
+// STRATA_MOE_ENGINE=mmq|tc|cublas forces one (for A/B timing); a forced engine that cannot run falls back.
 static int moe_engine(const glayer *L) {
-    return st_cuda_mmq_supported(L->gate_exps.type) && st_cuda_mmq_supported(L->down_exps.type) ? ST_MOE_MMQ
-                                                                                                : ST_MOE_CUBLAS_LOOP;
+    const int gt = L->gate_exps.type, dt = L->down_exps.type;
+    const int sizes = L->gate_exps.ne[0] % 256 == 0 && L->down_exps.ne[0] % 256 == 0;  // both engines' K tile
+    const int tc = sizes && st_cuda_tc_supported(gt) && st_cuda_tc_supported(dt);
+    const int mmq = sizes && st_cuda_mmq_supported(gt) && st_cuda_mmq_supported(dt);
+    const char *env = getenv("STRATA_MOE_ENGINE");
+    if (env && !strcmp(env, "cublas")) return ST_MOE_CUBLAS_LOOP;
+    if (env && !strcmp(env, "mmq") && mmq) return ST_MOE_MMQ;
+    return tc ? ST_MOE_TC : mmq ? ST_MOE_MMQ : ST_MOE_CUBLAS_LOOP;
 }
 
 // The largest scratch any prefill GEMM or MoE call of a PREFILL_CHUNK-token chunk needs.
@@ -326,6 +376,11 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     size_t widest = d > qd ? d : qd;
     if (ff > widest) widest = ff;
     s->xq = dalloc(s, (size_t)st_cuda_q8_1_row_bytes((int64_t)widest) * B * K, "quantized activations", &fail);
+    s->xq2 = dalloc(s, (size_t)st_cuda_q8_1_row_bytes((int64_t)ff) * B * K, "quantized activations", &fail);
+    const size_t cnt_bytes = st_cuda_dec_counters_bytes((int64_t)ff, (int)K, (int)B);
+    s->dec_counters = dalloc(s, cnt_bytes, "decode counters", &fail);
+    if (!fail && st_cuda_memset(&g->ctx, s->dec_counters, 0, cnt_bytes, NULL)) fail = 1;
+    s->fused = getenv("STRATA_NO_FUSED") == NULL;
     s->logits_rows = B;
     s->logits = dalloc(s, sizeof(float) * B * hp->n_vocab, "logits", &fail);
     s->gemm_min = GEMM_MIN_DEFAULT;
@@ -365,7 +420,8 @@ void st_gpu_session_free(st_gpu_session *s) {
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
-                    s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch};
+                    s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
+                    s->xq2, s->dec_counters};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -448,8 +504,37 @@ static int qk_rope_kv(st_gpu_session *s, const glayer *L, uint32_t l, int n) {
                                    hp->rms_eps, hp->rope_freq_base, hp->rope_freq_scale, neox, s->stream);
 }
 
+// Whether rmsnorm_act can write rows of n elements in the activation format of weights of `type`.
+static int norm_act_ok(int64_t n, int type) {
+    const int fmt = st_cuda_act_format(type);
+    return fmt >= 0 && n % 32 == 0 && n <= 12288 && (fmt != ST_TYPE_Q8_K || n % 256 == 0);
+}
+
+// Whether layer L's attention input takes the fused path: RMSNorm + quantization in one kernel, then Q, K and V in
+// one launch from the shared quantized input (one token).
+static int fused_qkv(const st_gpu_session *s, const glayer *L, int n) {
+    const int64_t d = s->g->m->hp.n_embd;
+    return s->fused && n == 1 && st_cuda_dec_supported(L->wq.type) && st_cuda_dec_supported(L->wk.type) &&
+           st_cuda_dec_supported(L->wv.type) && same_act(&L->wq, &L->wk) && same_act(&L->wq, &L->wv) &&
+           norm_act_ok(d, L->wq.type);
+}
+
+// Whether layer L's MoE FFN takes the fused path (decode.h): RMSNorm + residual + quantization, router + top-k,
+// gate/up GLU + quantization, down + weighted sum + residual: four launches for n <= SMALL_BATCH tokens.
+static int fused_moe(const st_gpu_session *s, const glayer *L, int n) {
+    const st_hparams *hp = &s->g->m->hp;
+    const int64_t d = hp->n_embd, F = hp->n_ff_exp;
+    const int dfmt = st_cuda_act_format(L->down_exps.type);
+    return s->fused && n <= SMALL_BATCH && L->experts && st_cuda_matvec_float_supported(L->router.type) &&
+           st_cuda_dec_supported(L->gate_exps.type) && L->up_exps.type == L->gate_exps.type &&
+           st_cuda_dec_supported(L->down_exps.type) && norm_act_ok(d, L->gate_exps.type) && d % 4 == 0 &&
+           hp->n_expert <= 512 && hp->n_expert_used >= 1 && hp->n_expert_used <= 32 && F % 32 == 0 &&
+           (dfmt != ST_TYPE_Q8_K || F % 256 == 0);
+}
+
 // One step of n <= SMALL_BATCH tokens whose ids are in d_tokens and first position in d_pos. Enqueues only
-// (capturable): no host synchronisation, no allocation.
+// (capturable): no host synchronisation, no allocation. Layers whose types allow it take the fused decode
+// kernels (decode.h: 11 launches per MoE layer instead of 18); the rest goes operator by operator.
 static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     st_gpu_model *g = s->g;
     st_cuda_ctx *c = &g->ctx;
@@ -460,10 +545,20 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     if (embed_tokens(s, n)) return -1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
-        if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
-        if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||
-            mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
-            return -1;
+        if (fused_qkv(s, L, n)) {
+            const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q},
+                                          {L->wk.type, L->wk.d, L->wk.ne[1], s->k},
+                                          {L->wv.type, L->wv.d, L->wv.ne[1], s->v}};
+            if (st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL, L->attn_norm, n, d,
+                                    hp->rms_eps, st) ||
+                st_cuda_mmvq_multi(m, 3, d, s->xq, st))
+                return -1;
+        } else {
+            if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
+            if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||
+                mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
+                return -1;
+        }
         if (qk_rope_kv(s, L, l, n)) return -1;
         int rc = n == 1 ? st_cuda_attn_decode(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
                                               (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split, s->attn_ws,
@@ -471,6 +566,21 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                         : st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n,
                                                (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st);
         if (rc || mv(s, &L->wo, s->attn, n, s->ffn_out, 0)) return -1;
+        if (hp->n_expert && fused_moe(s, L, n)) {
+            // x += attention output; xn = ffn_norm(x) (f32 for the router, quantized for gate/up); then
+            // x += sum_k w_k down_k(GLU_k(xn)), the down input quantized by the GLU kernel.
+            const int F = (int)hp->n_ff_exp, E = (int)hp->n_expert;
+            if (st_cuda_rmsnorm_act(s->xn, s->xq, st_cuda_act_format(L->gate_exps.type), s->x, s->ffn_out,
+                                    L->ffn_norm, n, d, hp->rms_eps, st) ||
+                st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
+                                    s->router, s->d_ids, s->d_wts, s->dec_counters, st) ||
+                st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n, K,
+                                  s->ffn_a, s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st) ||
+                st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2, s->d_ids,
+                                     s->d_wts, n, K, s->x, s->x, st))
+                return -1;
+            continue;
+        }
         // x += attention output; xn = ffn_norm(x)
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st)) return -1;
         if (hp->n_expert == 0) {
@@ -521,6 +631,18 @@ static int gemm(st_gpu_session *s, const gweight *w, const float *x, int n, floa
                         s->gemm_scratch_bytes, s->stream);
 }
 
+// Prefill attention of layer l: the tensor-core flash kernel for f16 caches (head_dim 64/128), else the SIMT one.
+// STRATA_ATTN_SIMT=1 forces the SIMT kernel (A/B timing).
+static int attn_prefill(st_gpu_session *s, uint32_t l, int n, float scale) {
+    const st_hparams *hp = &s->g->m->hp;
+    const int hd = (int)hp->head_dim_k, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    if (st_cuda_attn_prefill_tc_supported(hd, nh, nkv, s->kv_f16) && !getenv("STRATA_ATTN_SIMT"))
+        return st_cuda_attn_prefill_tc(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->d_pos, n, nh, nkv, hd, scale,
+                                       s->stream);
+    return st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n, nh, nkv, hd,
+                                scale, s->stream);
+}
+
 // One chunk of PREFILL_CHUNK >= n > SMALL_BATCH tokens through matrix-matrix products (tensor cores): the same
 // operators as step(), with GEMMs for the projections and the grouped MoE.
 static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
@@ -535,8 +657,7 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st) ||
             gemm(s, &L->wq, s->xn, n, s->q) || gemm(s, &L->wk, s->xn, n, s->k) || gemm(s, &L->wv, s->xn, n, s->v) ||
             qk_rope_kv(s, L, l, n) ||
-            st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n,
-                                 (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st) ||
+            attn_prefill(s, l, n, scale) ||
             gemm(s, &L->wo, s->attn, n, s->ffn_out) ||
             st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st))
             return -1;

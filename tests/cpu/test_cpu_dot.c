@@ -378,6 +378,29 @@ static void test_dot4(int type, st_rng *rng) {
     }
 }
 
+// 8-row repacking (st_cpu_repack8): the tile decodes back to the rows it came from (scales, mins, quants).
+static void test_repack8(st_rng *rng) {
+    const int type = ST_TYPE_Q4_K;
+    const int64_t ne0 = 512;
+    const size_t rb = st_row_size(type, ne0), sz = st_cpu_repack8_size(type, ne0);
+    uint8_t *W = xmalloc(rb * 8), *ref = xmalloc(sz);
+    for (int r = 0; r < 8; r++) fill_weights(type, W + r * rb, ne0, rng);
+    if (st_cpu_repack8(type, W, rb, ne0, ref) != 0) FAIL("repack8 Q4_K refused");
+    const block_q4_Kx8 *x = (const block_q4_Kx8 *)ref;
+    for (int64_t i = 0; i < ne0 / 256; i++)
+        for (int r = 0; r < 8; r++) {
+            const block_q4_K *b = (const block_q4_K *)(W + r * rb) + i;
+            for (int q = 0; q < 128; q++)
+                if (x[i].qs[q / 32][(q % 32) / 4][4 * r + q % 4] != b->qs[q]) FAIL("repack8: quant byte %d of row %d", q, r);
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, mn;
+                st_cpu_scale_min_k4(j, b->scales, &sc, &mn);
+                if (x[i].sc[j][r] != sc || x[i].mn[j / 2][2 * r + (j & 1)] != mn) FAIL("repack8: scale %d of row %d", j, r);
+            }
+        }
+    free(W), free(ref);
+}
+
 int main(void) {
     const char *env = getenv("STRATA_SEED");
     g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
@@ -390,6 +413,7 @@ int main(void) {
 
     st_pool *pool2 = st_pool_create(2);
     test_quantize_act(&rng);
+    test_repack8(&rng);
     for (int i = 0; i < N_TYPES; i++) {
         test_dot(k_types[i], &rng);
         test_matmul(k_types[i], &rng, pool2);

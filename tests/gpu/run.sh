@@ -3,7 +3,8 @@
 # compute-sanitizer memcheck with --quick (small sizes), and prints a summary table. Exits non-zero on any failure.
 #
 # Usage: tests/gpu/run.sh [--no-sanitizer] [--no-build] [NAME_FILTER...]
-#   NAME_FILTER: run only tests whose name contains one of these (e.g. "mmvq").
+#   NAME_FILTER: run only tests whose name contains one of these (e.g. "mmvq"). Benchmarks (bench_gpu_*) run only
+#   when a filter matches them (e.g. "bench_gpu_decode"), and never under the sanitizer.
 # Environment:
 #   OUT                  if set, the whole output is also written to $OUT/gpu-tests.log
 #   STRATA_DEPS_PREFIX   prefix(es, ':'-separated) of unpacked -dev packages (e.g. PCRE2/jansson headers from .deb
@@ -70,10 +71,11 @@ if [ ${#CMAKE_PREFIXES[@]} -gt 0 ]; then
 fi
 
 # ---- configure and build ------------------------------------------------------------------------------------
-mapfile -t SRCS < <(find "$ROOT/tests/gpu" -maxdepth 1 \( -name 'test_gpu_*.c' -o -name 'test_gpu_*.cu' \) | sort)
+mapfile -t SRCS < <(find "$ROOT/tests/gpu" -maxdepth 1 \( -name 'test_gpu_*.c' -o -name 'test_gpu_*.cu' -o -name 'bench_gpu_*.c' \) | sort)
 TESTS=()
 for s in "${SRCS[@]}"; do
   n="$(basename "$s")"; n="${n%.*}"
+  [[ "$n" == bench_* && ${#FILTERS[@]} -eq 0 ]] && continue
   if [ ${#FILTERS[@]} -gt 0 ]; then
     keep=0; for f in "${FILTERS[@]}"; do [[ "$n" == *"$f"* ]] && keep=1; done
     [ $keep = 1 ] || continue
@@ -135,6 +137,7 @@ if [ $SANITIZE = 1 ]; then
   else
     for n in "${TESTS[@]}"; do
       [ -x "$BUILD/bin/$n" ] || continue
+      [[ "$n" == bench_* ]] && continue
       run_one "memcheck $n" "$SAN" --tool memcheck --report-api-errors no --error-exitcode 99 --print-limit 20 "$BUILD/bin/$n" --quick
       SAN_RC[$n]=$LAST_RC; SAN_T[$n]=$LAST_T
       [ $LAST_RC = 0 ] || FAILED=1

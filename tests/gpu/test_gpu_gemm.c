@@ -1,11 +1,12 @@
 // GPU parity and timing of the prefill GEMMs (src/cuda/gemm.h) against the CPU path (st_cpu_matmul), on fresh
 // random weights (st_random_blocks) and activations (seed printed; STRATA_SEED overrides):
 //   dense:  every weight type x shapes (ne0 -> n_out) 2048->4096, 4096->2048, 2048->768, 768->2048 x
-//           N in {1, 7, 64, 512}, both engines (cuBLAS f16, int8 mmq where supported). Outputs are poisoned (NaN)
+//           N in {1, 7, 64, 512}, every engine (cuBLAS f16, int8 mmq, f16 tensor cores on shared-memory-dequantized
+//           tiles ("tc"), the last two where supported). Outputs are poisoned (NaN)
 //           first. Pass: every |gpu - cpu| <= 1e-2 |W_r| |X_t| (row norms of the dequantized weights and of the
 //           activations) and the relative RMS error of the whole product <= 3e-2 (int8/f16 rounding on both
 //           sides gives ~1e-2).
-//   MoE:    st_cuda_moe_ffn with each engine vs a CPU loop over experts with the same routing (skewed random ids,
+//   MoE:    st_cuda_moe_ffn with each engine (mmq, cuBLAS grouped/loop, tc with gate/up + SwiGLU fused) vs a CPU loop over experts with the same routing (skewed random ids,
 //           the top eighth of the experts never used); pass: per-token relative RMS error <= 4e-2 and every element
 //           within 0.25 of the token's output RMS.
 //   timing: one 48-layer prefill chunk of 512 tokens on the Qwen3-30B-A3B shape (attention projections, router,
@@ -107,8 +108,9 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
     for (int ni = 0; ni < n_ns; ni++) {
         const int64_t n_tok = ns[ni];
         CHECK(st_cpu_matmul(g_pool, type, w, ne0, n_out, x, n_tok, y_cpu, &cs));
-        for (int eng = ST_GEMM_CUBLAS; eng <= ST_GEMM_MMQ; eng++) {
+        for (int eng = ST_GEMM_CUBLAS; eng <= ST_GEMM_TC; eng++) {
             if (eng == ST_GEMM_MMQ && (!st_cuda_mmq_supported(type) || ne0 % 256)) continue;
+            if (eng == ST_GEMM_TC && (!st_cuda_tc_supported(type) || ne0 % 256)) continue;
             const size_t sb = st_cuda_gemm_scratch_bytes(eng, type, ne0, n_out, n_tok);
             void *scr = st_cuda_alloc(ctx, sb, "scratch");
             CHECKP(scr);
@@ -136,7 +138,7 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
             if (!ok || n_tok == max_tok)
                 printf("  %s %-7s %-6s %5lld -> %-5lld N %-4lld rel_rms %.2e  max err/bound %.3f  bad %lld  "
                        "nonfinite %lld\n",
-                       ok ? "ok  " : "FAIL", st_type_name(type), eng == ST_GEMM_MMQ ? "mmq" : "cublas", (long long)ne0,
+                       ok ? "ok  " : "FAIL", st_type_name(type), eng == ST_GEMM_MMQ ? "mmq" : eng == ST_GEMM_TC ? "tc" : "cublas", (long long)ne0,
                        (long long)n_out, (long long)n_tok, rel, worst, (long long)bad, (long long)nonfinite);
             if (!ok) g_fail = 1;
         }
@@ -229,9 +231,12 @@ static void test_moe(st_cuda_ctx *ctx, st_gemm_ctx *g, int type_gu, int type_d, 
     CHECK(st_cuda_memcpy_h2d(ctx, dx, x, sizeof(float) * n_embd * n_tok, NULL));
     CHECK(st_cuda_memcpy_h2d(ctx, dw, w, sizeof(float) * n_tok * n_used, NULL));
     CHECK(st_cuda_memcpy_h2d(ctx, dids, ids, sizeof(int32_t) * n_tok * n_used, NULL));
-    static const char *names[] = {"mmq", "cublas-grouped", "cublas-loop"};
-    for (int eng = ST_MOE_MMQ; eng <= ST_MOE_CUBLAS_LOOP; eng++) {
+    static const char *names[] = {"mmq", "cublas-grouped", "cublas-loop", "tc"};
+    for (int eng = ST_MOE_MMQ; eng <= ST_MOE_TC; eng++) {
         if (eng == ST_MOE_MMQ && (!st_cuda_mmq_supported(type_gu) || !st_cuda_mmq_supported(type_d))) continue;
+        if (eng == ST_MOE_TC && (!st_cuda_tc_supported(type_gu) || !st_cuda_tc_supported(type_d) || n_embd % 256 ||
+                                 n_ff % 256))
+            continue;
         const size_t sb = st_cuda_moe_scratch_bytes(eng, type_gu, type_d, n_embd, n_ff, n_expert, n_tok, n_used);
         void *scr = st_cuda_alloc(ctx, sb, "moe scratch");
         CHECKP(scr);
@@ -243,7 +248,7 @@ static void test_moe(st_cuda_ctx *ctx, st_gemm_ctx *g, int type_gu, int type_d, 
         CHECK(st_cuda_memcpy_d2h(ctx, y_gpu, dy, sizeof(float) * n_embd * n_tok, NULL));
         st_cuda_free(ctx, scr);
         int ok = 1;
-        if (eng != ST_MOE_MMQ) {  // the host saw the device's counting sort: it must match
+        if (eng == ST_MOE_CUBLAS_GROUPED || eng == ST_MOE_CUBLAS_LOOP) {  // the host saw the device's counting sort: it must match
             const int32_t *hc = st_cuda_moe_last_counts(g);
             for (int e = 0; hc && e < n_expert; e++)
                 if (hc[e] != cnt[e]) ok = 0;
@@ -345,11 +350,11 @@ static void timing(st_cuda_ctx *ctx, st_gemm_ctx *g, st_rng *r) {
     CHECK(st_cuda_memcpy_h2d(ctx, dwt, w, sizeof(float) * n_tok * n_used, NULL));
     size_t sb = 0;
     for (int i = 0; i < n_dw; i++)
-        for (int e = ST_GEMM_CUBLAS; e <= ST_GEMM_MMQ; e++) {
+        for (int e = ST_GEMM_CUBLAS; e <= ST_GEMM_TC; e++) {
             const size_t s = st_cuda_gemm_scratch_bytes(e, dw[i].type, dw[i].ne0, dw[i].n_out, n_tok);
             if (s > sb) sb = s;
         }
-    for (int e = ST_MOE_MMQ; e <= ST_MOE_CUBLAS_LOOP; e++) {
+    for (int e = ST_MOE_MMQ; e <= ST_MOE_TC; e++) {
         const size_t s = st_cuda_moe_scratch_bytes(e, ST_TYPE_Q4_K, ST_TYPE_Q6_K, n_embd, n_ff, n_expert, n_tok, n_used);
         if (s > sb) sb = s;
     }
@@ -368,8 +373,9 @@ static void timing(st_cuda_ctx *ctx, st_gemm_ctx *g, st_rng *r) {
     for (int i = 0; i < n_dw; i++) {
         double best = 1e30;
         const double flop = 2.0 * n_tok * dw[i].ne0 * dw[i].n_out;
-        for (int eng = ST_GEMM_CUBLAS; eng <= ST_GEMM_MMQ; eng++) {
+        for (int eng = ST_GEMM_CUBLAS; eng <= ST_GEMM_TC; eng++) {
             if (eng == ST_GEMM_MMQ && !st_cuda_mmq_supported(dw[i].type)) continue;
+            if (eng == ST_GEMM_TC && !st_cuda_tc_supported(dw[i].type)) continue;
             const size_t wb = st_row_size(dw[i].type, dw[i].ne0) * dw[i].n_out;
             for (int k = 0; k < 2; k++)  // warm-up
                 CHECK(st_cuda_gemm(g, eng, dw[i].type, dw[i].w, dw[i].ne0, dw[i].n_out, dx, n_tok, dy, scr, sb, s));
@@ -382,17 +388,17 @@ static void timing(st_cuda_ctx *ctx, st_gemm_ctx *g, st_rng *r) {
             CHECK(cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess);
             const double per = ms / reps;
             printf("    %-12s %-5s %5lld -> %-5lld %-6s %8.3f ms  %7.1f TFLOP/s\n", dw[i].name, st_type_name(dw[i].type),
-                   (long long)dw[i].ne0, (long long)dw[i].n_out, eng == ST_GEMM_MMQ ? "mmq" : "cublas", per,
+                   (long long)dw[i].ne0, (long long)dw[i].n_out, eng == ST_GEMM_MMQ ? "mmq" : eng == ST_GEMM_TC ? "tc" : "cublas", per,
                    flop / (per * 1e-3) / 1e12);
             if (per < best) best = per;
         }
         dense_best_ms += best;
         dense_flop += flop;
     }
-    static const char *names[] = {"mmq", "cublas-grouped", "cublas-loop"};
+    static const char *names[] = {"mmq", "cublas-grouped", "cublas-loop", "tc"};
     const double moe_flop = 2.0 * n_tok * n_used * 3.0 * n_embd * n_ff;
     double moe_best = 1e30;
-    for (int eng = ST_MOE_MMQ; eng <= ST_MOE_CUBLAS_LOOP; eng++) {
+    for (int eng = ST_MOE_MMQ; eng <= ST_MOE_TC; eng++) {
         for (int k = 0; k < 2; k++)
             CHECK(st_cuda_moe_ffn(g, eng, ST_TYPE_Q4_K, wg, wu, ST_TYPE_Q6_K, wd, n_embd, n_ff, n_expert, dx, dids, dwt,
                                   n_tok, n_used, dy, scr, sb, s));
@@ -436,6 +442,10 @@ static void test_errors(st_cuda_ctx *ctx, st_gemm_ctx *g) {
     if (st_cuda_moe_ffn(g, ST_MOE_MMQ, ST_TYPE_Q4_K, d, d, ST_TYPE_Q6_K, d, 2048, 768, 128, d, (int32_t *)d, d, 4, 9,
                         d, d, 4096, NULL) == 0)
         bad++;  // n_used > n_expert? no: 9 <= 128, but scratch too small
+    if (st_cuda_gemm(g, ST_GEMM_TC, ST_TYPE_F16, d, 256, 8, d, 1, d, d, 4096, NULL) == 0) bad++;  // float tc
+    if (st_cuda_moe_ffn(g, ST_MOE_TC, ST_TYPE_Q4_K, d, d, ST_TYPE_Q6_K, d, 2048, 96, 128, d, (int32_t *)d, d, 4, 8,
+                        d, d, 1 << 30, NULL) == 0)
+        bad++;  // n_ff % 256
     if (st_cuda_gemm(g, ST_GEMM_CUBLAS, 5 /* no such type */, d, 256, 8, d, 1, d, d, 4096, NULL) == 0) bad++;
     st_cuda_free(ctx, d);
     printf("  %s argument checks (%d accepted that should fail)\n", bad ? "FAIL" : "ok  ", bad);

@@ -1,0 +1,595 @@
+// Fused one-token decode kernels (see decode.h).
+//
+// Work unit: a "group" of 32 lanes (a whole warp on NVIDIA; half a wave on a wave64 part, whose shuffles with
+// xor offsets < 32 stay inside the group), so the 32-element quantization blocks and the per-row dot products map
+// one to one onto groups whatever ST_WARP_SIZE is. A block is DEC_GROUPS groups.
+//
+// Matrix-vector rows: one group per output row, lane l takes the 32-weight items l, l + 32, ... of the row and
+// dots them with the matching int8 activation block (cuda/qblock.h unpack + dp4a), then a butterfly sum: the same
+// arithmetic and order as st_k_mmvq with one warp per row (mmvq_impl.cuh), so the outputs match that kernel's.
+#include "cuda/decode.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "cuda/common.cuh"  // launch_check, ST_WARP_MASK
+#include "cuda/qblock.h"    // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
+
+#define G32 32                                 // lanes per group
+#define DEC_GROUPS 8                           // groups per block
+#define DEC_THREADS (DEC_GROUPS * G32)
+#define NORM_MAX_N 12288                       // rmsnorm_act stages the row in shared memory (48 KiB)
+#define ROUTER_MAX_PER_LANE 16                 // n_expert <= 16 * 32
+#define DOWN_R 4                               // output rows per block of the down projection
+#define DOWN_MAX_USED 32
+
+#if ST_WARP_SIZE % 32 != 0
+#error "decode.cu: groups of 32 lanes must tile the warp"
+#endif
+
+// ---- 32-lane group reductions (xor offsets < 32 never leave the group) ---------------------------------------
+
+__device__ __forceinline__ float g32_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_WARP_MASK, v, o));
+    return v;
+}
+__device__ __forceinline__ int g32_sum_i(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ float g32_sum_f(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ double g32_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
+
+// ---- activation quantization in the CPU's formats (quantize_act.h), IEEE-rounded ---------------------------
+//
+// Every division is __fdiv_rn: under --use_fast_math a plain '/' is approximate and would move a quant or a scale
+// by one unit against the CPU's IEEE arithmetic.
+
+// Q8_0 / Q8_1 block b of a planar row of nb blocks; lane j of the group holds element j (value v).
+__device__ __forceinline__ void quant32(uint8_t *row, int nb, int b, int j, float v, bool q81) {
+    const float amax = g32_max(fabsf(v));
+    const float d = __fdiv_rn(amax, 127.0f), id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int q = __float2int_rn(__fmul_rn(v, id));  // ties to even, as the CPU's nearbyintf
+    const int sum = g32_sum_i(q);
+    row[(size_t)b * 32 + j] = (uint8_t)(int8_t)q;
+    if (j == 0) {
+        const float d16 = __half2float(__float2half_rn(d));
+        const float s = q81 ? __half2float(__float2half_rn(__fmul_rn((float)sum, d))) : __fmul_rn(d16, (float)sum);
+        ((float2 *)(row + (size_t)nb * 32))[b] = make_float2(d16, s);
+    }
+}
+
+// Q8_K 256-element block kb of a planar row of nb 32-blocks; lane l holds v[j] = element 32 j + l.
+__device__ __forceinline__ void quant256(uint8_t *row, int nb, int kb, int lane, const float v[8]) {
+    // The CPU keeps the first element of strictly larger magnitude (index order).
+    float best_abs = -1.0f, best_val = 0.0f;
+    int best_idx = 1 << 30;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float a = fabsf(v[j]);
+        if (a > best_abs) best_abs = a, best_val = v[j], best_idx = 32 * j + lane;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(ST_WARP_MASK, best_abs, o);
+        const float ov = __shfl_xor_sync(ST_WARP_MASK, best_val, o);
+        const int oi = __shfl_xor_sync(ST_WARP_MASK, best_idx, o);
+        if (oa > best_abs || (oa == best_abs && oi < best_idx)) best_abs = oa, best_val = ov, best_idx = oi;
+    }
+    float2 *ds = (float2 *)(row + (size_t)nb * 32) + (size_t)kb * 8;
+    uint8_t *qs = row + (size_t)kb * 256;
+    if (best_abs == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) qs[32 * j + lane] = 0;
+        if (lane < 8) ds[lane] = make_float2(0.0f, 0.0f);
+        return;
+    }
+    const float iscale = __fdiv_rn(-127.0f, best_val), d = __fdiv_rn(1.0f, iscale);
+    int my_sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int q = __float2int_rn(__fmul_rn(iscale, v[j]));
+        q = q > 127 ? 127 : q;
+        qs[32 * j + lane] = (uint8_t)(int8_t)q;
+        const int s = g32_sum_i(q);
+        if (lane == j) my_sum = s;
+    }
+    if (lane < 8) ds[lane] = make_float2(d, __fmul_rn(d, (float)my_sum));
+}
+
+// Loads of values other blocks of this launch wrote: straight from L2 (never a stale L1 line).
+template <bool CG> __device__ __forceinline__ float ldv(const float *p) { return CG ? __ldcg(p) : *p; }
+
+// The block quantizes 32-blocks [b0, b0 + n32) of the row src (element i at src[i]; b0, n32 multiples of 8 for
+// Q8_K) into the planar row `row` of nb blocks. All threads of the block call it (no barrier inside).
+template <bool CG>
+__device__ void block_quant(int fmt, const float *src, uint8_t *row, int nb, int b0, int n32) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    if (fmt == ST_TYPE_Q8_K) {
+        for (int kb = b0 / 8 + g; kb < (b0 + n32) / 8; kb += ng) {
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = ldv<CG>(src + (size_t)kb * 256 + 32 * j + lane);
+            quant256(row, nb, kb, lane, v);
+        }
+    } else {
+        for (int b = b0 + g; b < b0 + n32; b += ng)
+            quant32(row, nb, b, lane, ldv<CG>(src + (size_t)b * 32 + lane), fmt == ST_TYPE_Q8_1);
+    }
+}
+
+static bool fmt_ok(int fmt) { return fmt == ST_TYPE_Q8_0 || fmt == ST_TYPE_Q8_1 || fmt == ST_TYPE_Q8_K; }
+
+// ---- RMSNorm + residual + quantization ---------------------------------------------------------------------------
+
+// Deterministic block sum of doubles (fixed order over the groups); every thread gets the result.
+__device__ double block_sum_d(double v) {
+    __shared__ double part[1024 / G32];
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    v = g32_sum_d(v);
+    __syncthreads();
+    if (lane == 0) part[g] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < ng; i++) s += part[i];
+    return s;
+}
+
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_rmsnorm_act(float *__restrict__ y, uint8_t *__restrict__ yq, int fmt, float *__restrict__ x,
+                  const float *__restrict__ res, const float *__restrict__ w, int n, float eps, long long qstride) {
+    extern __shared__ float sv[];  // [n]: the row after the residual add, then normalised
+    const int64_t r = blockIdx.x;
+    float *xr = x + r * n;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (res) {
+            v = __fadd_rn(v, res[r * n + i]);
+            xr[i] = v;
+        }
+        sv[i] = v;
+        ss += (double)__fmul_rn(v, v);  // the square rounded to float, summed in double (st_rmsnorm)
+    }
+    ss = block_sum_d(ss);
+    const float mean = (float)(ss / (double)n);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {  // each thread rewrites only its own elements
+        float v = __fmul_rn(sv[i], scale);
+        if (w) v = __fmul_rn(v, w[i]);
+        sv[i] = v;
+        if (y) y[r * n + i] = v;
+    }
+    if (!yq) return;  // uniform across the block
+    __syncthreads();
+    block_quant<false>(fmt, sv, yq + r * qstride, n / 32, 0, n / 32);
+}
+
+extern "C" int st_cuda_rmsnorm_act(float *y, void *yq, int act_format, float *x, const float *res, const float *w,
+                                   int n_rows, int n, float eps, cudaStream_t stream) {
+    if (!y && !yq) return st_err("st_cuda_rmsnorm_act: no output given");
+    if (n <= 0 || n > NORM_MAX_N || n % 32)
+        return st_err("st_cuda_rmsnorm_act: row of %d elements (need a multiple of 32, at most %d)", n, NORM_MAX_N);
+    if (yq && (!fmt_ok(act_format) || (act_format == ST_TYPE_Q8_K && n % 256)))
+        return st_err("st_cuda_rmsnorm_act: activation format %d for rows of %d (Q8_0, Q8_1, or Q8_K with n %% 256 "
+                      "== 0)", act_format, n);
+    if (yq && ((uintptr_t)yq & 15)) return st_err("st_cuda_rmsnorm_act: yq must be 16-byte aligned");
+    if (n_rows <= 0) return 0;
+    k_rmsnorm_act<<<n_rows, DEC_THREADS, sizeof(float) * (size_t)n, stream>>>(
+        y, (uint8_t *)yq, act_format, x, res, w, n, eps, (long long)st_q8_1_row_bytes(n));
+    return launch_check("rmsnorm_act");
+}
+
+// ---- matrix-vector rows ----------------------------------------------------------------------------------------
+
+#define DEC_TYPES(X)                                                                                               \
+    X(ST_TYPE_Q4_0) X(ST_TYPE_Q4_1) X(ST_TYPE_Q5_0) X(ST_TYPE_Q5_1) X(ST_TYPE_Q8_0) X(ST_TYPE_Q2_K) X(ST_TYPE_Q3_K) \
+        X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K)
+
+extern "C" int st_cuda_dec_supported(int t) {
+#define X(T) \
+    if (t == T) return 1;
+    DEC_TYPES(X)
+#undef X
+    return 0;
+}
+
+// Activation block `it` of a planar q8_1 row: quants as 8 ints, (d, s) pair.
+__device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8], float2 &ds) {
+    const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
+    const uint4 v0 = qp[0], v1 = qp[1];
+    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
+    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
+    ds = ((const float2 *)xds)[it];
+}
+
+// dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
+template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    const uint8_t *xds = xq + (size_t)nitems * 32;
+    float acc = 0.0f;
+    for (int it = lane; it < nitems; it += G32) {
+        int32_t q[8];
+        float2 ds;
+        load_act(xq, xds, it, q, ds);
+        st_qb_w w;
+        st_qb_unpack(TYPE, row + (size_t)(it / IPB) * TS, it % IPB, &w);
+        acc += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+    }
+    return g32_sum_f(acc);
+}
+
+// Two rows (gate, up) against the same activations in one pass.
+template <int TYPE>
+__device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems, int lane,
+                                         float &a, float &b) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    const uint8_t *xds = xq + (size_t)nitems * 32;
+    float acc_a = 0.0f, acc_b = 0.0f;
+    for (int it = lane; it < nitems; it += G32) {
+        int32_t q[8];
+        float2 ds;
+        load_act(xq, xds, it, q, ds);
+        const size_t off = (size_t)(it / IPB) * TS;
+        st_qb_w w;
+        st_qb_unpack(TYPE, ra + off, it % IPB, &w);
+        acc_a += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+        st_qb_unpack(TYPE, rb + off, it % IPB, &w);
+        acc_b += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+    }
+    a = g32_sum_f(acc_a);
+    b = g32_sum_f(acc_b);
+}
+
+// Runtime type dispatch (uniform per group).
+__device__ __noinline__ float row_dot_any(int type, const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
+    switch (type) {
+#define X(T) \
+    case T: return row_dot<T>(row, xq, nitems, lane);
+        DEC_TYPES(X)
+#undef X
+    default: return f_nan();
+    }
+}
+__device__ __noinline__ void row_dot2_any(int type, const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems,
+                                          int lane, float *a, float *b) {
+    switch (type) {
+#define X(T) \
+    case T: row_dot2<T>(ra, rb, xq, nitems, lane, *a, *b); return;
+        DEC_TYPES(X)
+#undef X
+    default: *a = *b = f_nan();
+    }
+}
+
+// ---- Q/K/V in one launch ---------------------------------------------------------------------------------------
+
+struct multi_args {
+    const uint8_t *W[ST_DEC_MAX_MATS];
+    float *y[ST_DEC_MAX_MATS];
+    long long row_bytes[ST_DEC_MAX_MATS];
+    int type[ST_DEC_MAX_MATS];
+    int row_end[ST_DEC_MAX_MATS];  // cumulative row counts
+    int n_mat;
+    int nitems;
+    const uint8_t *xq;
+};
+
+__global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) {
+    const int lane = threadIdx.x % G32;
+    const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
+    if (grow >= a.row_end[a.n_mat - 1]) return;  // whole groups leave (no barrier below)
+    // Select the matrix with an unrolled scan, so the argument arrays are never indexed dynamically.
+    const uint8_t *W = a.W[0];
+    float *y = a.y[0];
+    long long rb = a.row_bytes[0];
+    int type = a.type[0], r = grow;
+#pragma unroll
+    for (int i = 1; i < ST_DEC_MAX_MATS; i++)
+        if (i < a.n_mat && grow >= a.row_end[i - 1]) {
+            W = a.W[i], y = a.y[i], rb = a.row_bytes[i], type = a.type[i];
+            r = grow - a.row_end[i - 1];
+        }
+    const float v = row_dot_any(type, W + (size_t)r * (size_t)rb, a.xq, a.nitems, lane);
+    if (lane == 0) y[r] = v;
+}
+
+extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
+                                  cudaStream_t stream) {
+    if (n_mat < 1 || n_mat > ST_DEC_MAX_MATS) return st_err("st_cuda_mmvq_multi: %d matrices (1..%d)", n_mat, ST_DEC_MAX_MATS);
+    if (ne0 <= 0 || ne0 % 32) return st_err("st_cuda_mmvq_multi: ne0 %lld", (long long)ne0);
+    if (!xq || ((uintptr_t)xq & 15)) return st_err("st_cuda_mmvq_multi: xq must be a 16-byte aligned device pointer");
+    multi_args a;
+    memset(&a, 0, sizeof a);
+    int64_t rows = 0;
+    for (int i = 0; i < n_mat; i++) {
+        const st_cuda_dec_mat *m = &mats[i];
+        const st_type_info *ti = st_type_get(m->type);
+        if (!ti || !st_cuda_dec_supported(m->type) || ne0 % ti->block_size)
+            return st_err("st_cuda_mmvq_multi: matrix %d: type %s with rows of %lld is not supported", i,
+                          st_type_name(m->type), (long long)ne0);
+        if (!m->W || !m->y || ((uintptr_t)m->W & 15) || ((uintptr_t)m->y & 3) || m->n_out <= 0)
+            return st_err("st_cuda_mmvq_multi: matrix %d: bad pointer or n_out %lld", i, (long long)m->n_out);
+        rows += m->n_out;
+        if (rows > INT32_MAX / 2) return st_err("st_cuda_mmvq_multi: %lld rows in all", (long long)rows);
+        a.W[i] = (const uint8_t *)m->W;
+        a.y[i] = m->y;
+        a.row_bytes[i] = (long long)st_row_size(m->type, ne0);
+        a.type[i] = m->type;
+        a.row_end[i] = (int)rows;
+    }
+    a.n_mat = n_mat;
+    a.nitems = (int)(ne0 / 32);
+    a.xq = (const uint8_t *)xq;
+    const int per_block = DEC_THREADS / G32;
+    k_mmvq_multi<<<(unsigned)((rows + per_block - 1) / per_block), DEC_THREADS, 0, stream>>>(a);
+    return launch_check("mmvq_multi");
+}
+
+// ---- router: float matvec + softmax + top-k ---------------------------------------------------------------------
+
+template <typename T> __device__ __forceinline__ float4 ld4(const T *w, int64_t i4);
+template <> __device__ __forceinline__ float4 ld4<float>(const float *w, int64_t i4) {
+    return ((const float4 *)w)[i4];
+}
+template <> __device__ __forceinline__ float4 ld4<__half>(const __half *w, int64_t i4) {
+    const uint2 u = ((const uint2 *)w)[i4];
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+template <> __device__ __forceinline__ float4 ld4<__nv_bfloat16>(const __nv_bfloat16 *w, int64_t i4) {
+    const uint2 u = ((const uint2 *)w)[i4];
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+
+// The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
+__device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
+    const int lane = threadIdx.x % G32;
+    float p[ROUTER_MAX_PER_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+        const int e = lane + j * G32;
+        p[j] = e < E ? __ldcg(l + e) : -INFINITY;
+        mx = fmaxf(mx, p[j]);
+    }
+    mx = g32_max(mx);
+    double sum = 0;
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+        const int e = lane + j * G32;
+        p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
+        sum += p[j];
+    }
+    sum = g32_sum_d(sum);
+    const float inv = (float)(1.0 / sum);
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+        const int e = lane + j * G32;
+        p[j] = e < E ? __fmul_rn(p[j], inv) : -1.0f;  // -1: no expert / taken (probabilities are >= 0)
+    }
+    float my_w = 0.0f;  // lane k keeps the k-th pick
+    int32_t my_id = 0;
+    double wsum = 0;
+    for (int k = 0; k < K; k++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
+            if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
+            const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+#pragma unroll
+        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
+            if (lane + j * G32 == bi) p[j] = -1.0f;
+        if (lane == k) my_w = bv, my_id = bi;
+        wsum += (double)bv;  // k ascending, in double, as the CPU
+    }
+    if (lane < K) {
+        float w = my_w;
+        if (norm) {
+            float fs = (float)wsum;
+            if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
+            w = __fdiv_rn(my_w, fs);
+        }
+        ids[lane] = my_id;
+        weights[lane] = w;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
+             float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    const int task = blockIdx.x * ng + g;  // (token, expert) logit
+    if (task < E * n_tok) {
+        const int r = task % E, t = task / E;
+        const T *w = W + (int64_t)r * ne0;
+        const float *xt = x + (int64_t)t * ne0;
+        float sum = 0.0f;
+        for (int i4 = lane; i4 < ne0 / 4; i4 += G32) {
+            const float4 a = ld4<T>(w, i4), b = ((const float4 *)xt)[i4];
+            sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+        }
+        sum = g32_sum_f(sum);
+        if (lane == 0) logits[(int64_t)t * E + r] = sum;
+    }
+    // Last block: every logit is written; route each token.
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
+        if (last) *counter = 0;  // ready for the next launch (graph replay)
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int t = g; t < n_tok; t += ng)
+        route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
+}
+
+extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
+                                   int n_used, int norm, float *logits, int32_t *ids, float *weights,
+                                   int32_t *counters, cudaStream_t stream) {
+    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
+        n_used <= 0 || n_used > G32 || n_used > n_expert || n_tok <= 0 || n_tok > 64)
+        return st_err("st_cuda_router_topk: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used "
+                      "(<= 32), %d tokens", (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used, n_tok);
+    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits || !ids || !weights || !counters)
+        return st_err("st_cuda_router_topk: W and x must be 16-byte aligned; outputs and counters non-NULL");
+    const int per_block = DEC_THREADS / G32;
+    const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
+    if (w_type == ST_TYPE_F32)
+        k_router<float><<<grid, DEC_THREADS, 0, stream>>>((const float *)W, (int)ne0, n_expert, x, n_tok, n_used, norm,
+                                                          logits, ids, weights, counters);
+    else if (w_type == ST_TYPE_F16)
+        k_router<__half><<<grid, DEC_THREADS, 0, stream>>>((const __half *)W, (int)ne0, n_expert, x, n_tok, n_used,
+                                                           norm, logits, ids, weights, counters);
+    else if (w_type == ST_TYPE_BF16)
+        k_router<__nv_bfloat16><<<grid, DEC_THREADS, 0, stream>>>((const __nv_bfloat16 *)W, (int)ne0, n_expert, x,
+                                                                  n_tok, n_used, norm, logits, ids, weights, counters);
+    else
+        return st_err("st_cuda_router_topk: router type %s (F32, F16 or BF16)", st_type_name(w_type));
+    return launch_check("router_topk");
+}
+
+// ---- MoE gate/up GLU + quantization of the down projection's input -------------------------------------------
+
+extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n_tok) {
+    const int64_t chunks = n_ff_exp > 0 ? (n_ff_exp + 31) / 32 : 1;
+    return sizeof(int32_t) * (size_t)(1 + (int64_t)(n_used > 0 ? n_used : 1) * (n_tok > 0 ? n_tok : 1) * chunks);
+}
+
+// grid (n_ff / DEC_GROUPS, n_pairs): group g of block (bx, p) computes row bx * DEC_GROUPS + g of pair p.
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
+              const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
+              float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
+              int32_t *counters) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
+    const int p = blockIdx.y, t = p / K, r = blockIdx.x * DEC_GROUPS + g;
+    const int e = ids[p];
+    float v = f_nan();
+    if (e >= 0 && e < E) {
+        const uint8_t *gate = tbl[3 * e], *up = tbl[3 * e + 1];
+        float a, b;
+        row_dot2_any(type, gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes,
+                     xq + (size_t)t * (size_t)xq_stride, nitems, lane, &a, &b);
+        v = a / (1.0f + __expf(-a)) * b;  // as st_k_mmvq's GLU epilogue
+    }
+    float *arow = act + (size_t)p * (size_t)n_ff;
+    if (lane == 0) arow[r] = v;
+    // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % DEC_GROUPS == 0, so a block
+    // lies in one chunk).
+    const int per_chunk = chunk_rows / DEC_GROUPS, chunk = blockIdx.x / per_chunk;
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t *c = counters + (size_t)p * (size_t)(n_ff / chunk_rows) + chunk;
+        last = atomicAdd(c, 1) == per_chunk - 1;
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    block_quant<true>(fmt, arow, actq + (size_t)p * (size_t)aq_stride, n_ff / 32, chunk * chunk_rows / 32,
+                      chunk_rows / 32);
+}
+
+extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                                 const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, void *actq,
+                                 int act_format, int32_t *counters, cudaStream_t stream) {
+    const st_type_info *ti = st_type_get(gu_type);
+    if (!ti || !st_cuda_dec_supported(gu_type) || n_embd <= 0 || n_embd % ti->block_size || n_embd > INT32_MAX / 2)
+        return st_err("st_cuda_moe_glu_q: gate/up type %s with rows of %lld is not supported", st_type_name(gu_type),
+                      (long long)n_embd);
+    if (!fmt_ok(act_format) || n_ff <= 0 || n_ff % 32 || (act_format == ST_TYPE_Q8_K && n_ff % 256) ||
+        n_ff > INT32_MAX / 2)
+        return st_err("st_cuda_moe_glu_q: n_ff %lld and activation format %d (Q8_0/Q8_1: n_ff %% 32 == 0, Q8_K: "
+                      "%% 256)", (long long)n_ff, act_format);
+    if (n_tok <= 0 || n_used <= 0 || (int64_t)n_tok * n_used > 65535 || n_expert <= 0)
+        return st_err("st_cuda_moe_glu_q: %d tokens x %d experts of %d", n_tok, n_used, n_expert);
+    if (!table || !xq || !ids || !act || !actq || !counters || ((uintptr_t)xq & 15) || ((uintptr_t)actq & 15))
+        return st_err("st_cuda_moe_glu_q: NULL or misaligned device pointer");
+    const int chunk_rows = n_ff % 256 == 0 ? 256 : 32;
+    const dim3 grid((unsigned)(n_ff / DEC_GROUPS), (unsigned)(n_tok * n_used));
+    k_moe_glu<<<grid, DEC_THREADS, 0, stream>>>(gu_type, (const uint8_t *const *)table, n_expert, (int)(n_embd / 32),
+                                                (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
+                                                (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act,
+                                                (uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff), act_format,
+                                                chunk_rows, counters + 1);
+    return launch_check("moe_glu_q");
+}
+
+// ---- MoE down projection + weighted sum + residual -----------------------------------------------------------
+
+// grid (ceil(n_embd / DOWN_R), n_tok): the block computes rows r0 .. r0 + DOWN_R - 1 of every selected expert of
+// token t (group tasks (k, row)), then combines them in rank order.
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
+               const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
+               const float *__restrict__ wts, int K, float *out, const float *add) {
+    __shared__ float ys[DOWN_MAX_USED][DOWN_R];
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
+    for (int task = g; task < K * DOWN_R; task += ng) {
+        const int k = task / DOWN_R, rr = task % DOWN_R, r = r0 + rr, p = t * K + k;
+        const int e = ids[p];
+        float v = f_nan();
+        if (r < d && e >= 0 && e < E)
+            v = row_dot_any(type, tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes, actq + (size_t)p * (size_t)aq_stride,
+                            nitems, lane);
+        if (lane == 0) ys[k][rr] = v;
+    }
+    __syncthreads();
+    const int rr = threadIdx.x, r = r0 + rr;
+    if (rr < DOWN_R && r < d) {
+        const float *w = wts + (size_t)t * K;
+        float o = __fmul_rn(ys[0][rr], w[0]);
+        for (int k = 1; k < K; k++) o = __fadd_rn(o, __fmul_rn(ys[k][rr], w[k]));
+        const size_t at = (size_t)t * d + r;
+        out[at] = add ? __fadd_rn(add[at], o) : o;
+    }
+}
+
+extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,
+                                    int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
+                                    int n_used, float *out, const float *add, cudaStream_t stream) {
+    const st_type_info *ti = st_type_get(down_type);
+    if (!ti || !st_cuda_dec_supported(down_type) || n_ff <= 0 || n_ff % ti->block_size || n_ff > INT32_MAX / 2)
+        return st_err("st_cuda_moe_down_sum: down type %s with rows of %lld is not supported",
+                      st_type_name(down_type), (long long)n_ff);
+    if (n_embd <= 0 || n_embd > INT32_MAX / 2 || n_tok <= 0 || n_tok > 65535 || n_used <= 0 ||
+        n_used > DOWN_MAX_USED || n_expert <= 0)
+        return st_err("st_cuda_moe_down_sum: n_embd %lld, %d tokens, %d used (<= %d)", (long long)n_embd, n_tok,
+                      n_used, DOWN_MAX_USED);
+    if (!table || !actq || !ids || !weights || !out || ((uintptr_t)actq & 15))
+        return st_err("st_cuda_moe_down_sum: NULL or misaligned device pointer");
+    const dim3 grid((unsigned)((n_embd + DOWN_R - 1) / DOWN_R), (unsigned)n_tok);
+    k_moe_down<<<grid, DEC_THREADS, 0, stream>>>(down_type, (const uint8_t *const *)table, n_expert, (int)(n_ff / 32),
+                                                 (long long)st_row_size(down_type, n_ff), (int)n_embd,
+                                                 (const uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff), ids,
+                                                 weights, n_used, out, add);
+    return launch_check("moe_down_sum");
+}

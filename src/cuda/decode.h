@@ -1,0 +1,96 @@
+// Fused kernels of the one-token decode step (issue #4): fewer, larger launches per layer than the operator-by-
+// operator path (ops.h + mmvq.h + quantize_act.h). A Qwen3-MoE layer goes from 18 launches to 11:
+//   rmsnorm+quant | Q/K/V | qk-norm+rope+kv | attention (split, combine) | quant | wo | rmsnorm+residual+quant |
+//   router+top-k | gate/up GLU + quant | down + weighted sum + residual
+//
+// Numerics: the int8 activations are exactly the CPU backend's (Q8_0 / Q8_1 / Q8_K rules of quantize_act.h), the
+// integer dot products are exact, and the float steps follow the CPU reference's order where the old kernels did
+// (rmsnorm: squares rounded to float, summed in double; expert outputs weighted and added in rank order, then added
+// to the residual, with IEEE-rounded operations so fast math cannot contract them). What differs from the CPU is only
+// the float summation order inside one dot product (as before).
+//
+// Cross-block steps use the "last block finishes" pattern: every block writes its part, fences, and bumps a counter;
+// the block that brings the counter to its target does the final step (quantization of a 256-row chunk, the top-k
+// of the router) and resets the counter to 0, so the kernels stay graph-replayable. Counters live in a zeroed
+// device array the caller owns (st_cuda_dec_counters_bytes); no two launches that may run at once share one.
+//
+// All launchers are C-callable, enqueue only (no sync, no allocation: capturable in a CUDA graph) and return 0, or
+// -1 with st_errmsg for unsupported arguments (the caller then takes the unfused path) or a launch error.
+#ifndef STRATA_CUDA_DECODE_H
+#define STRATA_CUDA_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Weight types the fused matrix-vector kernels take (one warp per row, n_tok = 1): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q2_K .. Q6_K. Others (IQ*, float) stay on st_cuda_mmvq.
+int st_cuda_dec_supported(int weight_type);
+
+// Counters (int32) one launch of each fused kernel may need, for n_tok tokens and n_used experts per token:
+// bytes of zeroed device memory to pass as `counters`. Zero it once (cudaMemset) after allocation.
+size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n_tok);
+
+// RMSNorm with the residual add and the activation quantization in the CPU's format fused in, per row r < n_rows:
+//   if res: x[r] += res[r] (written back);  v = x[r] * (1 / sqrt(mean(x^2) + eps)) * w  (as st_rmsnorm)
+//   y[r] = v (if y);  yq row r = v quantized in act_format (if yq; rows st_cuda_q8_1_row_bytes(n) apart)
+//   act_format: ST_TYPE_Q8_0, Q8_1 or Q8_K (st_cuda_act_format of the consumer's weights); n % 32 (Q8_K: % 256).
+//   n <= 12288 (the row is staged in shared memory). One block per row.
+int st_cuda_rmsnorm_act(float *y, void *yq, int act_format, float *x, const float *res, const float *w, int n_rows,
+                        int n, float eps, cudaStream_t stream);
+
+// Up to ST_DEC_MAX_MATS matrices sharing one quantized input (Q, K and V) in one launch, n_tok = 1:
+//   mats[i].y[r] = dot(mats[i].W row r, x) for r < mats[i].n_out. All ne0 the same; types may differ but must share
+//   the activation format of xq (one planar q8_1 row of ne0, quantize_act.h). One warp per output row.
+#define ST_DEC_MAX_MATS 4
+typedef struct st_cuda_dec_mat {
+    int type;          // weight type (st_cuda_dec_supported)
+    const void *W;     // [n_out][ne0] rows of `type`, 16-byte aligned
+    int64_t n_out;
+    float *y;          // [n_out] f32
+} st_cuda_dec_mat;
+int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, cudaStream_t stream);
+
+// MoE router of n_tok tokens in one launch: logits = W . x (float weights, float activations), then per token the
+// CPU's route (engine/session.c): softmax (double sum), the top n_used by probability (ties to the lower id),
+// renormalised when norm (sum in double, floored at 2^-14).
+//   W: [n_expert][ne0] F32 / F16 / BF16; x: [n_tok][ne0] f32; ne0 % 4 == 0; n_expert <= 512; n_used <= 32
+//   logits: [n_tok][n_expert] f32 (written: scratch and a debugging aid); ids [n_tok][n_used] int32 in rank order;
+//   weights [n_tok][n_used] f32; n_tok <= 8; counters: st_cuda_dec_counters_bytes memory (uses slot 0).
+int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok, int n_used,
+                        int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
+                        cudaStream_t stream);
+
+// Per-expert weight addresses of one layer, so the experts need not be one contiguous stack (the hybrid CPU/GPU
+// issue points some at VRAM cache slots and others at host memory mapped into the device):
+//   table[3 * e + 0]: gate rows [n_ff][n_embd]; [3 e + 1]: up rows [n_ff][n_embd]; [3 e + 2]: down rows
+//   [n_embd][n_ff]; device array of n_expert * 3 device-accessible pointers, each 16-byte aligned.
+
+// Gate/up GLU of the n_tok * n_used selected (token, slot) pairs, p = t * n_used + k, expert ids[p]:
+//   act[p][r] = silu(dot(gate_e row r, x_t)) * dot(up_e row r, x_t)   (silu(g) = g / (1 + exp(-g)), as mmvq glu)
+//   and actq row p = act[p] quantized in act_format (the down projection's input format), by the last block of
+//   each 256-row chunk (32-row for Q8_0/Q8_1 when n_ff % 256 != 0).
+//   xq: n_tok planar q8_1 rows of n_embd (format of the gate/up type); act: [n_pairs][n_ff] f32;
+//   actq: n_pairs planar rows of n_ff; n_ff % 32 == 0 (% 256 for Q8_K). An id outside [0, n_expert) gives NaN.
+int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                      const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, void *actq,
+                      int act_format, int32_t *counters, cudaStream_t stream);
+
+// Down projection of the selected experts, the weighted sum in rank order and the residual add, per token t:
+//   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each
+//   product and sum IEEE-rounded, the CPU's order), then out[t][j] = (add ? add[t][j] : 0) + o[j].
+//   out, add: [n_tok][n_embd] f32 (add may alias out: x += moe(x)); n_used <= 32.
+int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                         const void *actq, const int32_t *ids, const float *weights, int n_tok, int n_used,
+                         float *out, const float *add, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

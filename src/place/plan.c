@@ -1,0 +1,371 @@
+// The VRAM budget planner (see plan.h).
+#include "place/plan.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/mix.h"
+#include "quant/quant.h"
+#include "util/err.h"
+#include "util/log.h"
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+// ---- model description ------------------------------------------------------------------------------------------
+
+void st_xlayer_init(st_xlayer *x, const st_hparams *hp, int tg, int tu, int td) {
+    memset(x, 0, sizeof *x);
+    x->type[0] = tg, x->type[1] = tu, x->type[2] = td;
+    x->bytes[0] = (uint64_t)st_row_size(tg, hp->n_embd) * hp->n_ff_exp;
+    x->bytes[1] = (uint64_t)st_row_size(tu, hp->n_embd) * hp->n_ff_exp;
+    x->bytes[2] = (uint64_t)st_row_size(td, hp->n_ff_exp) * hp->n_embd;
+    x->off[0] = 0;
+    x->off[1] = align_up(x->bytes[0], ST_PLAN_ALIGN);
+    x->off[2] = x->off[1] + align_up(x->bytes[1], ST_PLAN_ALIGN);
+    x->slot_bytes = x->off[2] + align_up(x->bytes[2], ST_PLAN_ALIGN);
+}
+
+static uint64_t tensor_bytes(int type, const int64_t *ne) {
+    return (uint64_t)st_row_size(type, ne[0]) * (uint64_t)ne[1] * (uint64_t)ne[2] * (uint64_t)ne[3];
+}
+
+// Fills d->xl from the expert stacks' types once d->t is complete.
+static int build_xlayers(st_place_desc *d) {
+    const st_hparams *hp = &d->hp;
+    if (hp->n_expert == 0) return 0;
+    d->xl = calloc(hp->n_layer, sizeof *d->xl);
+    int *ty = malloc(sizeof(int) * 3 * hp->n_layer);
+    if (!d->xl || !ty) {
+        free(ty);
+        return st_err("%s: out of memory", d->name);
+    }
+    for (uint32_t i = 0; i < 3 * hp->n_layer; i++) ty[i] = -1;
+    for (int i = 0; i < d->n_tensors; i++) {
+        const st_tensor_spec *s = &d->t[i].spec;
+        int part = s->role == ST_T_FFN_GATE_EXPS ? 0 : s->role == ST_T_FFN_UP_EXPS ? 1 : s->role == ST_T_FFN_DOWN_EXPS ? 2 : -1;
+        if (part >= 0 && s->layer >= 0 && (uint32_t)s->layer < hp->n_layer) ty[s->layer * 3 + part] = d->t[i].type;
+    }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (ty[l * 3] < 0 || ty[l * 3 + 1] < 0 || ty[l * 3 + 2] < 0) {
+            free(ty);
+            return st_err("%s: layer %u lacks one of ffn_gate_exps / ffn_up_exps / ffn_down_exps", d->name, l);
+        }
+        st_xlayer_init(&d->xl[l], hp, ty[l * 3], ty[l * 3 + 1], ty[l * 3 + 2]);
+    }
+    free(ty);
+    return 0;
+}
+
+int st_place_desc_from_model(const st_model *m, st_place_desc *d) {
+    memset(d, 0, sizeof *d);
+    d->hp = m->hp;
+    snprintf(d->name, sizeof d->name, "%s", m->path ? m->path : "model");
+    st_tensor_spec *specs = st_arch_tensors(&m->hp, &d->n_tensors);
+    if (!specs) return st_err_prefix("%s: ", d->name);
+    d->t = calloc((size_t)d->n_tensors, sizeof *d->t);
+    if (!d->t) {
+        free(specs);
+        return st_err("%s: out of memory", d->name);
+    }
+    for (int i = 0; i < d->n_tensors; i++) {
+        const gguf_tensor *t = gguf_find_tensor(m->gguf, specs[i].name);
+        if (!t) {
+            free(specs);
+            st_place_desc_free(d);
+            return st_err("%s: tensor '%s' is missing", m->path, specs[i].name);
+        }
+        d->t[i].spec = specs[i];
+        d->t[i].type = t->type;
+        d->t[i].bytes = t->nbytes;
+    }
+    free(specs);
+    if (build_xlayers(d)) {
+        st_place_desc_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+int st_place_desc_from_preset(const st_hparams *hp_in, int ftype, const char *label, st_place_desc *d) {
+    memset(d, 0, sizeof *d);
+    d->hp = *hp_in;
+    st_hparams_defaults(&d->hp);
+    snprintf(d->name, sizeof d->name, "%s %s", label ? label : "model", st_ftype_name(ftype));
+    if (st_hparams_check(&d->hp)) return st_err_prefix("%s: ", d->name);
+    st_tensor_spec *specs = st_arch_tensors(&d->hp, &d->n_tensors);
+    if (!specs) return st_err_prefix("%s: ", d->name);
+    d->t = calloc((size_t)d->n_tensors, sizeof *d->t);
+    if (!d->t) {
+        free(specs);
+        return st_err("%s: out of memory", d->name);
+    }
+    for (int i = 0; i < d->n_tensors; i++) {
+        d->t[i].spec = specs[i];
+        d->t[i].type = st_mix_tensor_type(ftype, &d->hp, &specs[i]);
+        d->t[i].bytes = tensor_bytes(d->t[i].type, specs[i].ne);
+    }
+    free(specs);
+    if (build_xlayers(d)) {
+        st_place_desc_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+void st_place_desc_free(st_place_desc *d) {
+    if (!d) return;
+    free(d->t);
+    free(d->xl);
+    d->t = NULL;
+    d->xl = NULL;
+    d->n_tensors = 0;
+}
+
+// ---- CUDA engine sizes, re-derived on the host -----------------------------------------------------------------
+
+// gemm.cu: types the int8 tensor-core engine (mmq) handles.
+static int mmq_supported(int t) {
+    switch (t) {
+        case ST_TYPE_Q4_0: case ST_TYPE_Q4_1: case ST_TYPE_Q5_0: case ST_TYPE_Q5_1: case ST_TYPE_Q8_0:
+        case ST_TYPE_Q2_K: case ST_TYPE_Q3_K: case ST_TYPE_Q4_K: case ST_TYPE_Q5_K: case ST_TYPE_Q6_K:
+        case ST_TYPE_IQ2_XXS: case ST_TYPE_IQ2_XS: case ST_TYPE_IQ2_S: case ST_TYPE_IQ3_XXS: case ST_TYPE_IQ3_S:
+        case ST_TYPE_IQ1_S: case ST_TYPE_IQ4_NL: case ST_TYPE_IQ4_XS: case ST_TYPE_MXFP4: return 1;
+        default: return 0;
+    }
+}
+
+// gemm.cu st_cuda_gemm_scratch_bytes with ST_GEMM_AUTO: mmq below 256 tokens where the type allows, else cuBLAS
+// with the weight dequantized to f16 (the dominant term: the LM head at n_vocab x n_embd x 2 bytes).
+static uint64_t gemm_scratch(int type, int64_t ne0, int64_t n_out, int64_t n_tok) {
+    const uint64_t A = ST_PLAN_ALIGN;
+    if (mmq_supported(type) && ne0 % 256 == 0 && n_tok < 256)
+        return align_up((uint64_t)n_tok * ne0, A) + align_up((uint64_t)n_tok * (ne0 / 32) * 4, A) +
+               align_up((uint64_t)n_tok * (ne0 / 16) * 4, A);
+    return (type == ST_TYPE_F16 ? 0 : align_up((uint64_t)n_out * ne0 * 2, A)) + align_up((uint64_t)n_tok * ne0 * 2, A);
+}
+
+// gemm.cu moe_layout().total for the engine gpu.c picks (mmq when both stack types allow it, else the cuBLAS loop,
+// which dequantizes every expert of the layer to f16).
+static uint64_t moe_scratch(int mmq, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_tok, int64_t n_used) {
+    const uint64_t A = ST_PLAN_ALIGN, np = (uint64_t)n_tok * n_used, max_tiles = np / 32 + n_expert + 1;
+    uint64_t t = align_up(n_expert * 4, A) + align_up((n_expert + 1) * 4, A) + 2 * align_up(np * 4, A) +
+                 3 * align_up(max_tiles * 4, A) + align_up(4, A) + align_up(np * 2 * n_ff * 4, A) +
+                 align_up(np * n_embd * 4, A);
+    if (mmq)
+        t += align_up(np * n_embd, A) + align_up(np * (n_embd / 32) * 4, A) + align_up(np * (n_embd / 16) * 4, A) +
+             align_up(np * n_ff, A) + align_up(np * (n_ff / 32) * 4, A) + align_up(np * (n_ff / 16) * 4, A);
+    else
+        t += align_up(np * n_embd * 2, A) + align_up(np * n_ff * 2, A) +
+             align_up((uint64_t)n_expert * 2 * n_ff * n_embd * 2, A) + align_up(6 * (uint64_t)n_expert * 8, A);
+    return t;
+}
+
+// cuda/qblock.h st_q8_1_row_bytes: 40 bytes per 32 elements, rows padded to 128.
+static uint64_t q8_1_row_bytes(uint64_t ne0) { return align_up(ne0 / 32 * 40, 128); }
+
+uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
+    const st_hparams *hp = &d->hp;
+    if (chunk <= 0) chunk = ST_PLAN_PREFILL_CHUNK;
+    const uint64_t P = (uint64_t)chunk, B = ST_PLAN_DECODE_BATCH, K = hp->n_expert_used ? hp->n_expert_used : 1;
+    const uint64_t dd = hp->n_embd, kd = (uint64_t)hp->n_head_kv * hp->head_dim_k;
+    const uint64_t qd = (uint64_t)hp->n_head * hp->head_dim_k, ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    const uint64_t A = ST_PLAN_ALIGN;
+    // gpu.c st_gpu_session_new: the per-chunk activations (each its own allocation).
+    uint64_t ffn_rows = B * K > P ? B * K : P;
+    uint64_t widest = dd > qd ? dd : qd;
+    if (ff > widest) widest = ff;
+    uint64_t s = align_up(4 * P, A) + align_up(4, A) + 2 * align_up(4 * P * dd, A) + 2 * align_up(4 * P * qd, A) +
+                 2 * align_up(4 * P * kd, A) + 2 * align_up(4 * ffn_rows * ff, A) + align_up(4 * ffn_rows * dd, A) +
+                 align_up(4 * P * (hp->n_expert ? hp->n_expert : 1), A) + 2 * align_up(4 * P * K, A) +
+                 align_up(4 * B * K, A) + align_up(q8_1_row_bytes(widest) * B * K, A) +
+                 align_up(4 * B * hp->n_vocab, A);
+    // gemm_scratch_need: the largest GEMM / MoE scratch of one chunk.
+    uint64_t need = 0;
+    int moe_gu = -1, moe_down = -1;
+    for (int i = 0; i < d->n_tensors; i++) {
+        const st_place_tensor *t = &d->t[i];
+        switch (t->spec.role) {
+            case ST_T_ATTN_Q: case ST_T_ATTN_K: case ST_T_ATTN_V: case ST_T_ATTN_OUT: case ST_T_FFN_GATE:
+            case ST_T_FFN_UP: case ST_T_FFN_DOWN: case ST_T_OUTPUT: {
+                uint64_t b = gemm_scratch(t->type, t->spec.ne[0], t->spec.ne[1], (int64_t)P);
+                if (b > need) need = b;
+                break;
+            }
+            case ST_T_FFN_GATE_EXPS: moe_gu = t->type; break;
+            case ST_T_FFN_DOWN_EXPS: {
+                moe_down = t->type;
+                int mmq = mmq_supported(moe_gu) && mmq_supported(moe_down);
+                uint64_t b = moe_scratch(mmq, hp->n_embd, hp->n_ff_exp, hp->n_expert, (int64_t)P, (int64_t)K);
+                if (b > need) need = b;
+                break;
+            }
+            default: break;
+        }
+    }
+    if (hp->tied_output) {  // the LM head is token_embd: gemm_scratch_need still sizes a GEMM for it
+        for (int i = 0; i < d->n_tensors; i++)
+            if (d->t[i].spec.role == ST_T_TOKEN_EMBD) {
+                uint64_t b = gemm_scratch(d->t[i].type, d->t[i].spec.ne[0], d->t[i].spec.ne[1], (int64_t)P);
+                if (b > need) need = b;
+            }
+    }
+    s += align_up(need, A);
+    // Decode attention workspace: n_head * n_split * (head_dim + 2) floats, n_split = ceil(4 n_sm / n_head_kv).
+    uint64_t n_split = (4 * ST_PLAN_SM_COUNT + hp->n_head_kv - 1) / (hp->n_head_kv ? hp->n_head_kv : 1);
+    s += align_up(4 * (uint64_t)hp->n_head * n_split * (hp->head_dim_k + 2), A);
+    return s;
+}
+
+// ---- the plan ---------------------------------------------------------------------------------------------------
+
+void st_plan_params_default(st_plan_params *p) {
+    memset(p, 0, sizeof *p);
+    p->kv_elem_bytes = 2;
+    p->staging_slots = -1;
+    p->reserve_bytes = -1;
+}
+
+static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+
+typedef struct {
+    uint64_t count;
+    uint32_t layer, expert;
+} ranked;
+
+static int by_count_desc(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *out) {
+    st_plan_params def;
+    if (!pp) {
+        st_plan_params_default(&def);
+        pp = &def;
+    }
+    memset(out, 0, sizeof *out);
+    const st_hparams *hp = &d->hp;
+    out->moe = hp->n_expert > 0;
+    out->n_ctx = pp->n_ctx > 0 ? pp->n_ctx : (hp->n_ctx_train ? hp->n_ctx_train : 4096);
+    out->kv_elem_bytes = pp->kv_elem_bytes == 4 ? 4 : 2;
+    if (pp->gpu_mem_gib > 0) out->budget = (uint64_t)(pp->gpu_mem_gib * (double)(1ull << 30));
+    else out->budget = pp->gpu_budget;
+    out->unlimited = out->budget == 0;
+
+    // Dense weights as gpu.c uploads them: each tensor 256-aligned, norm gains as F32, a tied head once.
+    for (int i = 0; i < d->n_tensors; i++) {
+        const st_place_tensor *t = &d->t[i];
+        if (t->spec.expert) {
+            out->experts_vram_bytes += align_up(t->bytes, ST_PLAN_ALIGN);
+            continue;
+        }
+        uint64_t b = t->spec.tclass == ST_TCLASS_NORM ? 4 * (uint64_t)t->spec.ne[0] : t->bytes;
+        out->dense_bytes += align_up(b, ST_PLAN_ALIGN);
+    }
+    // gpu.c allocates K and V per layer, each n_ctx * n_head_kv * head_dim_k elements.
+    out->kv_bytes = st_hparams_kv_bytes(hp, (uint64_t)out->n_ctx, out->kv_elem_bytes);
+    out->scratch_bytes = st_plan_scratch_bytes(d, pp->prefill_chunk);
+    out->reserve_bytes = pp->reserve_bytes >= 0 ? (uint64_t)pp->reserve_bytes : ST_PLAN_RESERVE_DEFAULT;
+    uint64_t base = out->dense_bytes + out->kv_bytes + out->scratch_bytes + out->reserve_bytes;
+
+    if (out->moe) {
+        out->n_experts_total = (uint64_t)hp->n_layer * hp->n_expert;
+        out->expert_bytes_min = UINT64_MAX;
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
+            const st_xlayer *x = &d->xl[l];
+            uint64_t e = x->bytes[0] + x->bytes[1] + x->bytes[2];
+            if (e < out->expert_bytes_min) out->expert_bytes_min = e;
+            if (e > out->expert_bytes_max) out->expert_bytes_max = e;
+            if (x->slot_bytes > out->slot_bytes) out->slot_bytes = x->slot_bytes;
+            out->experts_bytes += e * hp->n_expert;
+            out->arena_bytes += align_up(x->slot_bytes, 4096) * hp->n_expert;
+        }
+        out->n_staging = pp->staging_slots >= 0 ? (uint64_t)pp->staging_slots : 2ull * hp->n_expert_used;
+        out->staging_bytes = out->n_staging * out->slot_bytes;
+    }
+    out->min_bytes = base + (out->moe ? out->staging_bytes : 0);
+    if (pp->profile && out->moe &&
+        (pp->profile->n_layer != hp->n_layer || pp->profile->n_expert != hp->n_expert))
+        return st_err("%s: the routing profile has %u layers x %u experts, the model %u x %u", d->name,
+                      pp->profile->n_layer, pp->profile->n_expert, hp->n_layer, hp->n_expert);
+
+    // Everything in VRAM: no budget, or the budget holds the expert stacks as well.
+    if (out->unlimited || base + out->experts_vram_bytes <= out->budget) {
+        out->all_in_vram = true;
+        out->staging_bytes = 0;
+        out->n_staging = 0;
+        out->arena_bytes = 0;
+        out->n_slots = out->n_experts_total;
+        out->used_bytes = base + out->experts_vram_bytes;
+        return 0;
+    }
+    if (out->budget < out->min_bytes) {
+        char b[7][32], what[160] = "";
+        if (out->moe)
+            snprintf(what, sizeof what, " + prefill staging %s (%" PRIu64 " expert slots of %s)",
+                     st_fmt_bytes(b[5], 32, (double)out->staging_bytes), out->n_staging,
+                     st_fmt_bytes(b[6], 32, (double)out->slot_bytes));
+        return st_err("%s: a VRAM budget of %.2f GiB is too small: at least %.2f GiB (%" PRIu64 " bytes) is needed = "
+                      "dense weights %s + KV cache %s (%" PRId64 " positions, %s) + compute scratch %s + CUDA runtime "
+                      "reserve %s%s%s",
+                      d->name, gib(out->budget), gib(out->min_bytes), out->min_bytes,
+                      st_fmt_bytes(b[0], 32, (double)out->dense_bytes), st_fmt_bytes(b[1], 32, (double)out->kv_bytes),
+                      out->n_ctx, out->kv_elem_bytes == 2 ? "F16" : "F32",
+                      st_fmt_bytes(b[2], 32, (double)out->scratch_bytes),
+                      st_fmt_bytes(b[3], 32, (double)out->reserve_bytes), what,
+                      out->moe ? "" : " (a dense model has no experts to keep in host memory)");
+    }
+    // Hybrid: the rest of the budget becomes fixed-size expert slots.
+    uint64_t rest = out->budget - out->min_bytes;
+    out->n_slots = rest / out->slot_bytes;
+    if (out->n_slots >= out->n_experts_total) out->n_slots = out->n_experts_total - 1;  // unreachable in practice
+    out->cache_bytes = out->n_slots * out->slot_bytes;
+    out->used_bytes = out->min_bytes + out->cache_bytes;
+    out->resident = calloc(hp->n_layer, sizeof *out->resident);
+    out->initial = calloc(out->n_slots ? out->n_slots : 1, sizeof *out->initial);
+    if (!out->resident || !out->initial) {
+        st_plan_free(out);
+        return st_err("%s: out of memory", d->name);
+    }
+    if (pp->profile) {
+        // Hottest (layer, expert) pairs first; every layer routes the same number of tokens, so counts compare
+        // across layers. Ties: lower layer, then lower id (deterministic).
+        out->from_profile = true;
+        ranked *r = malloc(sizeof *r * out->n_experts_total);
+        if (!r) {
+            st_plan_free(out);
+            return st_err("%s: out of memory", d->name);
+        }
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            for (uint32_t e = 0; e < hp->n_expert; e++)
+                r[(uint64_t)l * hp->n_expert + e] =
+                    (ranked){pp->profile->counts[(uint64_t)l * hp->n_expert + e], l, e};
+        qsort(r, out->n_experts_total, sizeof *r, by_count_desc);
+        for (uint64_t i = 0; i < out->n_slots; i++) {
+            out->initial[i] = (st_plan_slot){r[i].layer, r[i].expert};
+            out->resident[r[i].layer]++;
+        }
+        free(r);
+    } else {
+        // No profile: the slots spread evenly over layers (the first layers take the remainder), lowest ids first.
+        uint64_t per = out->n_slots / hp->n_layer, extra = out->n_slots % hp->n_layer, k = 0;
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
+            uint64_t n = per + (l < extra ? 1 : 0);
+            out->resident[l] = (uint32_t)n;
+            for (uint64_t e = 0; e < n; e++) out->initial[k++] = (st_plan_slot){l, (uint32_t)e};
+        }
+    }
+    return 0;
+}
+
+void st_plan_free(st_plan *p) {
+    if (!p) return;
+    free(p->initial);
+    free(p->resident);
+    p->initial = NULL;
+    p->resident = NULL;
+}

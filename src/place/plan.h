@@ -1,0 +1,137 @@
+// Hybrid expert placement, step 1: the VRAM budget planner.
+//
+// Given a model's tensors (from a loaded file, or from a preset shape and quantization mix without writing the
+// file), a per-GPU VRAM budget, the context length and KV element size, the planner decides what lives where:
+// dense weights (attention, norms, routers, embeddings, LM head, shared experts), the KV cache and the compute
+// scratch go to VRAM first; the rest of the budget becomes an expert cache of fixed-size slots; every expert also
+// lives in the host expert arena (place/arena.h) in the native layout (place/pack.h). docs/HYBRID.md has the design.
+//
+// Sizes mirror the CUDA engine (engine/gpu.c): every device tensor is a 256-byte aligned sub-allocation, norm gains
+// are uploaded as F32, and the compute scratch of a 512-token prefill chunk follows gpu.c's session allocation and
+// its gemm_scratch_need() (st_plan_scratch_bytes re-derives those numbers on the host, so a CPU-only build can plan).
+#ifndef STRATA_PLACE_PLAN_H
+#define STRATA_PLACE_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "model/arch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ST_PLAN_ALIGN 256             // device sub-allocation alignment (gpu.c ARENA_ALIGN, gemm.cu GEMM_ALIGN)
+#define ST_PLAN_PREFILL_CHUNK 512     // tokens per prefill chunk on the GEMM path (gpu.c PREFILL_CHUNK)
+#define ST_PLAN_DECODE_BATCH 8        // tokens per step of the matrix-vector path (ST_MMVQ_MAX_TOK)
+#define ST_PLAN_SM_COUNT 132          // streaming multiprocessors assumed for the attention workspace (H200)
+#define ST_PLAN_RESERVE_DEFAULT (320ull << 20)  // CUDA context, cuBLAS handle + workspace, allocator slack
+
+// One tensor of the model as the planner sees it: its spec (name, role, layer, shape) and stored type.
+typedef struct st_place_tensor {
+    st_tensor_spec spec;
+    int type;         // st_type as stored in the file (or chosen by the mix)
+    uint64_t bytes;   // bytes as stored: st_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]
+} st_place_tensor;
+
+// Native layout of one layer's experts: a record is gate | up | down, each part starting at a multiple of
+// ST_PLAN_ALIGN. `slot_bytes` is what one expert occupies in a VRAM slot; pack records are padded further to 4096.
+typedef struct st_xlayer {
+    int type[3];          // st_type of gate, up, down
+    uint64_t bytes[3];    // one expert's part: rows * row bytes (gate/up: n_ff_exp rows of n_embd; down: n_embd
+                          // rows of n_ff_exp)
+    uint64_t off[3];      // offset of each part inside the record: 0, align(bytes[0]), off[1] + align(bytes[1])
+    uint64_t slot_bytes;  // off[2] + align(bytes[2])
+} st_xlayer;
+
+// The model as the planner sees it.
+typedef struct st_place_desc {
+    st_hparams hp;
+    int n_tensors;
+    st_place_tensor *t;    // [n_tensors] in st_arch_tensors order
+    st_xlayer *xl;         // [hp.n_layer] expert layouts; NULL for dense models
+    char name[256];        // for messages: the model path, or "preset qwen3-30b-a3b Q4_K_M"
+} st_place_desc;
+
+// From a loaded model (types and bytes from its GGUF). 0 or -1 (st_errmsg).
+int st_place_desc_from_model(const st_model *m, st_place_desc *d);
+// From hparams (st_hparams_defaults applied) and an st_ftype mix: the tensors make-model would write.
+int st_place_desc_from_preset(const st_hparams *hp, int ftype, const char *label, st_place_desc *d);
+void st_place_desc_free(st_place_desc *d);
+// The layout of one layer's experts from its three stacks' types (used by the pack writer and reader too).
+void st_xlayer_init(st_xlayer *x, const st_hparams *hp, int type_gate, int type_up, int type_down);
+
+// Compute scratch in VRAM of a CUDA session of this model: activations for a `chunk`-token prefill step, the
+// matrix-vector step's quantized activations and logits, the largest GEMM / MoE scratch of a chunk (cuBLAS for
+// dense GEMMs of >= 256 tokens: the weight dequantized to f16; int8 mmq for MoE where the type allows), and the
+// decode attention workspace. Excludes the KV cache and ST_PLAN_RESERVE_DEFAULT.
+uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk);
+
+// Per-layer, per-expert routing counts (place/profile.h reads and writes them).
+typedef struct st_profile {
+    uint32_t n_layer, n_expert;
+    uint64_t fingerprint;   // st_model_fingerprint of the model it was recorded on
+    uint64_t n_tokens;      // tokens evaluated while recording
+    uint64_t *counts;       // [n_layer][n_expert] times each expert was selected
+} st_profile;
+
+typedef struct st_plan_params {
+    double gpu_mem_gib;       // per-GPU budget in GiB (--gpu-mem); <= 0: unlimited
+    uint64_t gpu_budget;      // the same in bytes; used when gpu_mem_gib <= 0 and this is non-zero
+    int64_t n_ctx;            // KV positions; <= 0: the trained context
+    int kv_elem_bytes;        // 2 (F16) or 4 (F32)
+    int64_t prefill_chunk;    // <= 0: ST_PLAN_PREFILL_CHUNK
+    int64_t staging_slots;    // expert slots reserved for streaming prefill; < 0: default (2 * n_expert_used)
+    int64_t reserve_bytes;    // < 0: ST_PLAN_RESERVE_DEFAULT
+    const st_profile *profile;  // optional: initial cache contents by count (must match the model's shape)
+} st_plan_params;
+
+void st_plan_params_default(st_plan_params *p);
+
+// One expert-cache slot's initial occupant.
+typedef struct st_plan_slot {
+    uint32_t layer, expert;
+} st_plan_slot;
+
+typedef struct st_plan {
+    bool moe;                  // the model has routed experts
+    bool unlimited;            // no budget given
+    bool all_in_vram;          // every expert fits next to the dense weights: no cache, no arena needed
+    uint64_t budget;           // bytes (0: unlimited)
+    int64_t n_ctx;
+    int kv_elem_bytes;
+    // VRAM
+    uint64_t dense_bytes;      // every non-expert tensor as uploaded (256-aligned, norms as F32)
+    uint64_t kv_bytes;         // K and V of n_ctx positions, all layers
+    uint64_t scratch_bytes;    // st_plan_scratch_bytes
+    uint64_t reserve_bytes;    // CUDA context and library workspaces
+    uint64_t staging_bytes;    // n_staging slots for streaming prefill (hybrid mode only)
+    uint64_t min_bytes;        // dense + kv + scratch + reserve + staging: the least budget that runs
+    uint64_t experts_vram_bytes;  // all-in-VRAM mode: the expert stacks as uploaded
+    uint64_t slot_bytes;       // one expert slot: the largest st_xlayer.slot_bytes over layers
+    uint64_t n_staging;
+    uint64_t n_slots;          // expert-cache slots (hybrid), or every expert (all in VRAM)
+    uint64_t cache_bytes;      // n_slots * slot_bytes (hybrid)
+    uint64_t used_bytes;       // everything above that is allocated
+    // experts
+    uint64_t n_experts_total;  // n_layer * n_expert
+    uint64_t expert_bytes_min, expert_bytes_max;  // gate+up+down of one expert, smallest / largest layer
+    uint64_t experts_bytes;    // every expert's parts (no padding)
+    // host
+    uint64_t arena_bytes;      // host expert arena in the native layout (pack records, 4096-aligned); 0 if all in VRAM
+    bool from_profile;         // initial contents came from a profile
+    st_plan_slot *initial;     // [n_slots] initial cache contents (hybrid), hottest first with a profile
+    uint32_t *resident;        // [n_layer] experts with a slot per layer (hybrid)
+} st_plan;
+
+// Computes the plan. -1 (st_errmsg) when the budget cannot hold dense weights + KV cache + scratch: the message
+// gives the minimum in GiB and each part; or when the profile does not fit the model.
+int st_plan_compute(const st_place_desc *d, const st_plan_params *p, st_plan *out);
+void st_plan_free(st_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,596 @@
+// GPU parity test of the fused one-token decode kernels (src/cuda/decode.h) on fresh random inputs (seed printed;
+// STRATA_SEED reproduces a run). Outputs are poisoned (0xff bytes: NaN) before every launch, and every kernel is
+// launched twice with the outputs poisoned again in between, so the second launch proves the cross-block
+// counters were reset (what a CUDA graph replay needs).
+//   rmsnorm_act:   x (+res) exact; y against st_rmsnorm; the quantized row byte-exact against the CPU backend's
+//                  st_cpu_quantize_act of the kernel's own y (Q8_0, Q8_1, Q8_K), and the same with y == NULL
+//   mmvq_multi:    each matrix against st_cuda_mmvq on the same quantized input (same item dots: 1e-5 of the
+//                  magnitude) and against st_cpu_matmul (independent path, 3.5% relative L2)
+//   router_topk:   logits against a double-precision CPU dot; ids/weights against the CPU route on those logits
+//   moe_glu_q:     through a permuted expert table: act against st_cuda_mmvq_ids_glu on the stack (1e-5), the
+//                  quantized down input byte-exact against the CPU quantizer of act; an invalid id gives NaN
+//   moe_down_sum:  against st_cuda_mmvq_ids per expert, combined on the host in rank order, plus the residual
+// One PASS/FAIL line per kernel; exit status 1 on any failure.
+//   test_gpu_decode [--quick]
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cpu/dot.h"
+#include "cpu/features.h"
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "cuda/decode.h"
+#include "cuda/matvec_f32.h"
+#include "cuda/mmvq.h"
+#include "cuda/qblock.h"
+#include "cuda/quantize_act.h"
+#include "cuda/runtime.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "util/err.h"
+#include "util/rng.h"
+
+#include "gpu_test_util.h"
+
+static uint64_t g_seed;
+static int g_quick, g_fail_total, g_fail_cur;
+static st_rng g_rng;
+static st_cuda_ctx g_ctx;
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_),   \
+                    (unsigned long long)g_seed);                                                                   \
+            exit(2);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+#define CKL(call)                                                                                                  \
+    do {                                                                                                           \
+        if ((call) != 0) {                                                                                         \
+            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
+                    (unsigned long long)g_seed);                                                                   \
+            exit(2);                                                                                               \
+        }                                                                                                          \
+        CK(cudaDeviceSynchronize());                                                                               \
+    } while (0)
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+static void *dalloc(size_t n) {
+    void *p = NULL;
+    CK(cudaMalloc(&p, n ? n : 1));
+    CK(cudaMemset(p, 0xff, n ? n : 1));
+    return p;
+}
+static void *dup_h2d(const void *h, size_t n) {
+    void *p = dalloc(n);
+    CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+    return p;
+}
+static void d2h(void *h, const void *d, size_t n) { CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
+static void poison(void *d, size_t n) { CK(cudaMemset(d, 0xff, n)); }
+static float *rand_f32(int64_t n, float sd) {
+    float *x = xmalloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = st_rng_normal(&g_rng) * sd;
+    return x;
+}
+static uint8_t *rand_weights(int type, int64_t rows, int64_t ne0) {
+    const st_type_info *ti = st_type_get(type);
+    const size_t bytes = st_row_size(type, ne0) * (size_t)rows;
+    uint8_t *w = xmalloc(bytes);
+    if (st_random_blocks(type, w, rows * ne0 / ti->block_size, 1.0f, &g_rng)) {
+        fprintf(stderr, "st_random_blocks(%s): %s\n", ti->name, st_errmsg());
+        exit(2);
+    }
+    return w;
+}
+
+static void report(const char *kernel) {
+    printf("%s %s\n", g_fail_cur ? "FAIL" : "PASS", kernel);
+    fflush(stdout);
+    g_fail_total += g_fail_cur;
+    g_fail_cur = 0;
+}
+
+static void check_close(const char *what, const float *got, const float *ref, int64_t n, float atol, float rtol) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double err = fabs((double)got[i] - ref[i]);
+        if (!(err <= atol + rtol * fabs(ref[i]))) {
+            if (bad < 4) printf("  %s: [%lld] got %.8g want %.8g\n", what, (long long)i, got[i], ref[i]);
+            bad++;
+        }
+    }
+    if (bad) {
+        printf("  %s: %lld of %lld elements out of tolerance\n", what, (long long)bad, (long long)n);
+        g_fail_cur++;
+    }
+}
+
+// |got - ref| <= tol * (mag + tiny) per element, where mag is a magnitude scale per element (sum of |terms|).
+static void check_rel_mag(const char *what, const float *got, const float *ref, const double *mag, int64_t n,
+                          double tol) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double err = fabs((double)got[i] - ref[i]);
+        if (!(err <= tol * (mag[i] + 1e-20))) {
+            if (bad < 4) printf("  %s: [%lld] got %.8g want %.8g (scale %.3g)\n", what, (long long)i, got[i], ref[i], mag[i]);
+            bad++;
+        }
+    }
+    if (bad) {
+        printf("  %s: %lld of %lld elements out of tolerance\n", what, (long long)bad, (long long)n);
+        g_fail_cur++;
+    }
+}
+
+static double rel_l2(const float *got, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+// ---- CPU-format check of planar q8_1 rows ----------------------------------------------------------------------
+
+// Compares one planar row (quants, then (d, s) float pairs; cuda/qblock.h) of n elements with the CPU backend's
+// quantization of x in `fmt`, byte for byte: quants equal, d equal (the f16 scale widened for Q8_0/Q8_1), s as
+// quantize_act.h defines it. Returns the number of differing 32-blocks.
+static int64_t cmp_cpu_quant(const char *what, int fmt, const uint8_t *row, const float *x, int64_t n) {
+    const int64_t nb = n / 32;
+    const size_t cpu_bytes = st_row_size(fmt, n);
+    uint8_t *c = xmalloc(cpu_bytes);
+    if (st_cpu_quantize_act(fmt, x, c, n, ST_CPU_ISA_PORTABLE)) {
+        printf("  %s: st_cpu_quantize_act: %s\n", what, st_errmsg());
+        free(c);
+        return nb;
+    }
+    int64_t bad = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *qg = (const int8_t *)(row + b * 32);
+        float dg, sg;
+        memcpy(&dg, row + nb * 32 + b * 8, 4);
+        memcpy(&sg, row + nb * 32 + b * 8 + 4, 4);
+        const int8_t *qc;
+        float dc, sc;
+        int sum = 0;
+        if (fmt == ST_TYPE_Q8_K) {
+            const block_q8_K *k = (const block_q8_K *)c + b / 8;
+            qc = k->qs + (b % 8) * 32;
+            for (int j = 0; j < 32; j++) sum += qc[j];
+            dc = k->d;
+            sc = dc * (float)sum;
+        } else if (fmt == ST_TYPE_Q8_1) {
+            const block_q8_1 *k = (const block_q8_1 *)c + b;
+            qc = k->qs;
+            dc = st_f16_to_f32(k->d);
+            sc = st_f16_to_f32(k->s);
+        } else {
+            const block_q8_0 *k = (const block_q8_0 *)c + b;
+            qc = k->qs;
+            for (int j = 0; j < 32; j++) sum += qc[j];
+            dc = st_f16_to_f32(k->d);
+            sc = dc * (float)sum;
+        }
+        const int ok = !memcmp(qg, qc, 32) && dg == dc && sg == sc;
+        if (!ok) {
+            if (bad < 4)
+                printf("  %s: block %lld: d %.9g/%.9g s %.9g/%.9g q0 %d/%d\n", what, (long long)b, dg, dc, sg, sc, qg[0],
+                       qc[0]);
+            bad++;
+        }
+    }
+    free(c);
+    return bad;
+}
+
+static const char *fmt_name(int fmt) { return st_type_name(fmt); }
+
+// ---- rmsnorm_act -----------------------------------------------------------------------------------------------
+
+static void test_rmsnorm_act(void) {
+    static const int fmts[] = {ST_TYPE_Q8_0, ST_TYPE_Q8_1, ST_TYPE_Q8_K};
+    const float eps = 1e-6f;
+    for (int fi = 0; fi < 3; fi++)
+        for (int rows = 1; rows <= 3; rows += 2)
+            for (int with_res = 0; with_res <= 1; with_res++) {
+                const int fmt = fmts[fi], n = fmt == ST_TYPE_Q8_K ? 2048 : (g_quick ? 768 : 2048);
+                const int64_t N = (int64_t)rows * n;
+                const size_t rb = (size_t)st_q8_1_row_bytes(n);
+                float *x = rand_f32(N, 1.5f), *res = rand_f32(N, 0.7f), *w = rand_f32(n, 1.0f);
+                if (rows == 3) memset(x + n, 0, sizeof(float) * 256), memset(res + n, 0, sizeof(float) * 256);  // an all-zero block
+                float *dres = dup_h2d(res, sizeof(float) * N), *dw = dup_h2d(w, sizeof(float) * n);
+                float *dx = dup_h2d(x, sizeof(float) * N), *dy = dalloc(sizeof(float) * N);
+                uint8_t *dq = dalloc(rb * rows);
+                float *y = xmalloc(sizeof(float) * N), *xs = xmalloc(sizeof(float) * N), *ref = xmalloc(sizeof(float) * N);
+                uint8_t *q = xmalloc(rb * rows), *q2 = xmalloc(rb * rows);
+                // Twice: the second launch sees the first's x when with_res (so reset x in between).
+                for (int rep = 0; rep < 2; rep++) {
+                    CK(cudaMemcpy(dx, x, sizeof(float) * N, cudaMemcpyHostToDevice));
+                    poison(dy, sizeof(float) * N), poison(dq, rb * rows);
+                    CKL(st_cuda_rmsnorm_act(dy, dq, fmt, dx, with_res ? dres : NULL, dw, rows, n, eps, 0));
+                }
+                d2h(y, dy, sizeof(float) * N), d2h(xs, dx, sizeof(float) * N), d2h(q, dq, rb * rows);
+                float *xr = xmalloc(sizeof(float) * N);
+                for (int64_t i = 0; i < N; i++) xr[i] = with_res ? x[i] + res[i] : x[i];
+                char what[96];
+                snprintf(what, sizeof what, "rmsnorm_act %s rows %d res %d: x", fmt_name(fmt), rows, with_res);
+                check_close(what, xs, xr, N, 0, 0);
+                for (int r = 0; r < rows; r++) st_rmsnorm(ref + (int64_t)r * n, xr + (int64_t)r * n, w, n, eps);
+                snprintf(what, sizeof what, "rmsnorm_act %s rows %d res %d: y", fmt_name(fmt), rows, with_res);
+                check_close(what, y, ref, N, 1e-6f, 2e-6f);
+                int64_t bad = 0;
+                for (int r = 0; r < rows; r++) bad += cmp_cpu_quant(what, fmt, q + r * rb, y + (int64_t)r * n, n);
+                if (bad) printf("  %s: %lld blocks differ from the CPU quantizer\n", what, (long long)bad), g_fail_cur++;
+                // Quantized output only: the same bytes.
+                CK(cudaMemcpy(dx, x, sizeof(float) * N, cudaMemcpyHostToDevice));
+                poison(dq, rb * rows);
+                CKL(st_cuda_rmsnorm_act(NULL, dq, fmt, dx, with_res ? dres : NULL, dw, rows, n, eps, 0));
+                d2h(q2, dq, rb * rows);
+                for (int r = 0; r < rows; r++)
+                    if (memcmp(q + r * rb, q2 + r * rb, (size_t)n / 32 * 40)) {
+                        printf("  %s: yq-only run differs (row %d)\n", what, r);
+                        g_fail_cur++;
+                    }
+                free(x), free(res), free(w), free(y), free(xs), free(ref), free(q), free(q2), free(xr);
+                cudaFree(dres), cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dq);
+            }
+    report("rmsnorm_act (+residual, CPU-format Q8_0 / Q8_1 / Q8_K)");
+}
+
+// ---- mmvq_multi --------------------------------------------------------------------------------------------------
+
+static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, int ne0) {
+    const int fmt = st_cuda_act_format(types[0]);
+    float *x = rand_f32(ne0, 1.0f);
+    float *dx = dup_h2d(x, sizeof(float) * ne0);
+    uint8_t *dxq = dalloc((size_t)st_q8_1_row_bytes(ne0));
+    CKL(st_cuda_quantize_act(&g_ctx, fmt, dx, dxq, 1, ne0, 0));
+    st_cuda_dec_mat m[ST_DEC_MAX_MATS];
+    uint8_t *hw[ST_DEC_MAX_MATS];
+    float *dref[ST_DEC_MAX_MATS];
+    for (int i = 0; i < n_mat; i++) {
+        hw[i] = rand_weights(types[i], rows[i], ne0);
+        m[i].type = types[i];
+        m[i].W = dup_h2d(hw[i], st_row_size(types[i], ne0) * rows[i]);
+        m[i].n_out = rows[i];
+        m[i].y = dalloc(sizeof(float) * rows[i]);
+        dref[i] = dalloc(sizeof(float) * rows[i]);
+        CKL(st_cuda_mmvq(&g_ctx, types[i], m[i].W, ne0, rows[i], dxq, 1, dref[i], 0));
+    }
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < n_mat; i++) poison(m[i].y, sizeof(float) * rows[i]);
+        CKL(st_cuda_mmvq_multi(m, n_mat, ne0, dxq, 0));
+    }
+    for (int i = 0; i < n_mat; i++) {
+        float *got = xmalloc(sizeof(float) * rows[i]), *ref = xmalloc(sizeof(float) * rows[i]),
+              *cpu = xmalloc(sizeof(float) * rows[i]);
+        double *mag = xmalloc(sizeof(double) * rows[i]);
+        d2h(got, m[i].y, sizeof(float) * rows[i]);
+        d2h(ref, dref[i], sizeof(float) * rows[i]);
+        if (st_cpu_matmul(NULL, types[i], hw[i], ne0, rows[i], x, 1, cpu, NULL)) {
+            printf("  st_cpu_matmul: %s\n", st_errmsg());
+            g_fail_cur++;
+        }
+        double l2 = 0;
+        for (int r = 0; r < rows[i]; r++) l2 += (double)cpu[r] * cpu[r];
+        l2 = sqrt(l2 / rows[i]);
+        for (int r = 0; r < rows[i]; r++) mag[r] = fabs(ref[r]) + l2;  // sums of ~ne0/32 items: order error << 1e-5
+        char what[96];
+        snprintf(what, sizeof what, "mmvq_multi matrix %d (%s, %d x %d) vs st_cuda_mmvq", i, st_type_name(types[i]),
+                 rows[i], ne0);
+        check_rel_mag(what, got, ref, mag, rows[i], 1e-5);
+        const double e = rel_l2(got, cpu, rows[i]);
+        if (!(e <= 0.035)) {
+            printf("  mmvq_multi matrix %d (%s): relative L2 error vs CPU %.3g > 0.035\n", i, st_type_name(types[i]), e);
+            g_fail_cur++;
+        }
+        free(got), free(ref), free(cpu), free(mag), free(hw[i]);
+        cudaFree((void *)m[i].W), cudaFree(m[i].y), cudaFree(dref[i]);
+    }
+    free(x);
+    cudaFree(dx), cudaFree(dxq);
+}
+
+static void test_mmvq_multi(void) {
+    const int big = g_quick ? 512 : 4096;
+    {
+        const int t[3] = {ST_TYPE_Q4_K, ST_TYPE_Q4_K, ST_TYPE_Q6_K}, r[3] = {big, 512, 512};
+        test_mmvq_multi_case(t, r, 3, 2048);  // Qwen3-30B-A3B Q4_K_M attention (V in Q6_K)
+    }
+    {
+        const int t[4] = {ST_TYPE_Q2_K, ST_TYPE_Q3_K, ST_TYPE_Q5_K, ST_TYPE_Q4_K}, r[4] = {64, 33, 129, 7};
+        test_mmvq_multi_case(t, r, 4, 512);
+    }
+    {
+        const int t[3] = {ST_TYPE_Q8_0, ST_TYPE_Q4_0, ST_TYPE_Q5_0}, r[3] = {96, 65, 31};
+        test_mmvq_multi_case(t, r, 3, 576);
+    }
+    {
+        const int t[2] = {ST_TYPE_Q4_1, ST_TYPE_Q5_1}, r[2] = {576, 192};
+        test_mmvq_multi_case(t, r, 2, 576);  // SmolLM2 (Q4_1) shape
+    }
+    {
+        const int t[1] = {ST_TYPE_Q6_K}, r[1] = {1};
+        test_mmvq_multi_case(t, r, 1, 256);
+    }
+    report("mmvq_multi (Q/K/V in one launch, mixed types)");
+}
+
+// ---- router ------------------------------------------------------------------------------------------------------
+
+// The CPU's route (engine/session.c) on given logits; prob receives the softmax.
+static void cpu_route(const float *logits, int E, int K, int norm, int32_t *ids, float *w, float *prob) {
+    memcpy(prob, logits, sizeof(float) * E);
+    st_softmax(prob, E);
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++) taken |= ids[j] == e;
+            if (!taken && (best < 0 || prob[e] > prob[best])) best = e;
+        }
+        ids[k] = best;
+        w[k] = prob[best];
+    }
+    if (norm) {
+        double s = 0;
+        for (int k = 0; k < K; k++) s += w[k];
+        float fs = (float)s;
+        if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
+        for (int k = 0; k < K; k++) w[k] /= fs;
+    }
+}
+
+static void test_router(void) {
+    static const int wtypes[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
+    const int E = 128, K = 8, d = g_quick ? 512 : 2048;
+    int32_t *dcnt = dalloc(st_cuda_dec_counters_bytes(768, K, 8));
+    CK(cudaMemset(dcnt, 0, st_cuda_dec_counters_bytes(768, K, 8)));
+    for (int ti = 0; ti < 3; ti++)
+        for (int n_tok = 1; n_tok <= 5; n_tok += 4)
+            for (int norm = 0; norm <= 1; norm++) {
+                const int wt = wtypes[ti];
+                uint8_t *W = rand_weights(wt, E, d);
+                float *Wf = xmalloc(sizeof(float) * E * d);
+                st_dequantize_row(wt, W, Wf, (int64_t)E * d);
+                float *x = rand_f32((int64_t)n_tok * d, 1.0f);
+                void *dW = dup_h2d(W, st_row_size(wt, d) * E);
+                float *dx = dup_h2d(x, sizeof(float) * n_tok * d), *dl = dalloc(sizeof(float) * n_tok * E);
+                int32_t *dids = dalloc(sizeof(int32_t) * n_tok * K);
+                float *dw = dalloc(sizeof(float) * n_tok * K);
+                for (int rep = 0; rep < 2; rep++) {
+                    poison(dl, sizeof(float) * n_tok * E), poison(dids, sizeof(int32_t) * n_tok * K);
+                    poison(dw, sizeof(float) * n_tok * K);
+                    CKL(st_cuda_router_topk(wt, dW, d, E, dx, n_tok, K, norm, dl, dids, dw, dcnt, 0));
+                }
+                float l[8 * 128], w[8 * 8], rw[8], prob[128], ref[8 * 128];
+                int32_t ids[8 * 8], rids[8];
+                double mag[8 * 128];
+                d2h(l, dl, sizeof(float) * n_tok * E), d2h(ids, dids, sizeof(int32_t) * n_tok * K);
+                d2h(w, dw, sizeof(float) * n_tok * K);
+                for (int t = 0; t < n_tok; t++)
+                    for (int e = 0; e < E; e++) {
+                        double s = 0, m = 0;
+                        for (int i = 0; i < d; i++) {
+                            const double p = (double)Wf[(int64_t)e * d + i] * x[(int64_t)t * d + i];
+                            s += p, m += fabs(p);
+                        }
+                        ref[t * E + e] = (float)s;
+                        mag[t * E + e] = m;
+                    }
+                char what[96];
+                snprintf(what, sizeof what, "router_topk %s n_tok %d norm %d: logits", st_type_name(wt), n_tok, norm);
+                check_rel_mag(what, l, ref, mag, (int64_t)n_tok * E, 1e-5);
+                for (int t = 0; t < n_tok; t++) {
+                    cpu_route(l + t * E, E, K, norm, rids, rw, prob);
+                    for (int k = 0; k < K; k++) {
+                        const int g = ids[t * K + k];
+                        if (g != rids[k] && !(g >= 0 && g < E && fabsf(prob[g] - prob[rids[k]]) < 1e-6f)) {
+                            printf("  %s: token %d slot %d: expert %d, CPU %d\n", what, t, k, g, rids[k]);
+                            g_fail_cur++;
+                        }
+                        if (!(fabsf(w[t * K + k] - rw[k]) <= 1e-6f + 1e-5f * rw[k])) {
+                            printf("  %s: token %d slot %d: weight %.8g, CPU %.8g\n", what, t, k, w[t * K + k], rw[k]);
+                            g_fail_cur++;
+                        }
+                    }
+                }
+                free(W), free(Wf), free(x);
+                cudaFree(dW), cudaFree(dx), cudaFree(dl), cudaFree(dids), cudaFree(dw);
+            }
+    cudaFree(dcnt);
+    report("router_topk (F32/F16/BF16 logits, softmax, top-8 of 128, renorm)");
+}
+
+// ---- fused MoE ---------------------------------------------------------------------------------------------------
+
+// One case: E experts stacked in a [.., E] tensor per projection, reached through a table that maps expert e to
+// stack slot perm[e] (so the kernels must use the table, not base + stride).
+static void test_moe_case(int gu_type, int down_type, int E, int K, int d, int F, int n_tok, int bad_id) {
+    const int n_pairs = n_tok * K;
+    const int gfmt = st_cuda_act_format(gu_type), dfmt = st_cuda_act_format(down_type);
+    const size_t gu_row = st_row_size(gu_type, d), dn_row = st_row_size(down_type, F);
+    const size_t gu_exp = gu_row * F, dn_exp = dn_row * d;
+    uint8_t *hg = rand_weights(gu_type, (int64_t)E * F, d), *hu = rand_weights(gu_type, (int64_t)E * F, d),
+            *hd = rand_weights(down_type, (int64_t)E * d, F);
+    uint8_t *dg = dup_h2d(hg, gu_exp * E), *du = dup_h2d(hu, gu_exp * E), *ddn = dup_h2d(hd, dn_exp * E);
+    int32_t *perm = xmalloc(sizeof(int32_t) * E);
+    for (int e = 0; e < E; e++) perm[e] = e;
+    for (int e = E - 1; e > 0; e--) {
+        const int j = (int)st_rng_below(&g_rng, (uint32_t)e + 1), t = perm[e];
+        perm[e] = perm[j], perm[j] = t;
+    }
+    const void **tbl = xmalloc(sizeof(void *) * 3 * E);
+    for (int e = 0; e < E; e++) {
+        tbl[3 * e] = dg + (size_t)perm[e] * gu_exp;
+        tbl[3 * e + 1] = du + (size_t)perm[e] * gu_exp;
+        tbl[3 * e + 2] = ddn + (size_t)perm[e] * dn_exp;
+    }
+    void *dtbl = dup_h2d(tbl, sizeof(void *) * 3 * E);
+    // Distinct experts per token (as top-k gives); ids_stack: the same pairs as stack slots for the references.
+    int32_t *ids = xmalloc(sizeof(int32_t) * n_pairs), *ids_stack = xmalloc(sizeof(int32_t) * n_pairs);
+    float *wts = xmalloc(sizeof(float) * n_pairs);
+    for (int t = 0; t < n_tok; t++)
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                e = (int)st_rng_below(&g_rng, (uint32_t)E);
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= ids[t * K + j] == e;
+            } while (dup);
+            ids[t * K + k] = e;
+            ids_stack[t * K + k] = perm[e];
+            wts[t * K + k] = st_rng_f32(&g_rng);
+        }
+    const int bad_pair = bad_id ? (n_tok - 1) * K + 1 : -1;
+    if (bad_id) ids[bad_pair] = E + 3, ids_stack[bad_pair] = E + 3;
+    float *xn = rand_f32((int64_t)n_tok * d, 1.0f), *xres = rand_f32((int64_t)n_tok * d, 1.0f);
+    float *dxn = dup_h2d(xn, sizeof(float) * n_tok * d);
+    const size_t xq_rb = (size_t)st_q8_1_row_bytes(d), aq_rb = (size_t)st_q8_1_row_bytes(F);
+    uint8_t *dxq = dalloc(xq_rb * n_tok), *daq = dalloc(aq_rb * n_pairs);
+    CKL(st_cuda_quantize_act(&g_ctx, gfmt, dxn, dxq, n_tok, d, 0));
+    int32_t *dids = dup_h2d(ids, sizeof(int32_t) * n_pairs), *dids_stack = dup_h2d(ids_stack, sizeof(int32_t) * n_pairs);
+    float *dwts = dup_h2d(wts, sizeof(float) * n_pairs), *dact = dalloc(sizeof(float) * n_pairs * F);
+    int32_t *dcnt = dalloc(st_cuda_dec_counters_bytes(F, K, n_tok));
+    CK(cudaMemset(dcnt, 0, st_cuda_dec_counters_bytes(F, K, n_tok)));
+    for (int rep = 0; rep < 2; rep++) {
+        poison(dact, sizeof(float) * n_pairs * F), poison(daq, aq_rb * n_pairs);
+        CKL(st_cuda_moe_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dids, n_tok, K, dact, daq, dfmt, dcnt, 0));
+    }
+    // GLU reference: the existing expert-indexed kernel on the stack.
+    int32_t *xrow = xmalloc(sizeof(int32_t) * n_pairs);
+    for (int p = 0; p < n_pairs; p++) xrow[p] = p / K;
+    int32_t *dxrow = dup_h2d(xrow, sizeof(int32_t) * n_pairs);
+    float *dact_ref = dalloc(sizeof(float) * n_pairs * F);
+    CKL(st_cuda_mmvq_ids_glu(&g_ctx, gu_type, dg, du, d, F, E, dxq, n_tok, dids_stack, dxrow, n_pairs, dact_ref, 0));
+    float *act = xmalloc(sizeof(float) * n_pairs * F), *act_ref = xmalloc(sizeof(float) * n_pairs * F);
+    uint8_t *aq = xmalloc(aq_rb * n_pairs);
+    d2h(act, dact, sizeof(float) * n_pairs * F), d2h(act_ref, dact_ref, sizeof(float) * n_pairs * F);
+    d2h(aq, daq, aq_rb * n_pairs);
+    char what[128];
+    snprintf(what, sizeof what, "moe_glu_q %s->%s E %d K %d d %d F %d n_tok %d", st_type_name(gu_type),
+             st_type_name(dfmt), E, K, d, F, n_tok);
+    int64_t badq = 0;
+    for (int p = 0; p < n_pairs; p++) {
+        if (p == bad_pair) {
+            for (int r = 0; r < F; r++)
+                if (!isnan(act[(int64_t)p * F + r])) {
+                    printf("  %s: invalid expert id: act[%d][%d] = %g, not NaN\n", what, p, r, act[(int64_t)p * F + r]);
+                    g_fail_cur++;
+                    break;
+                }
+            continue;
+        }
+        double l2 = 0;
+        for (int r = 0; r < F; r++) l2 += (double)act_ref[(int64_t)p * F + r] * act_ref[(int64_t)p * F + r];
+        l2 = sqrt(l2 / F);
+        double *mag = xmalloc(sizeof(double) * F);
+        for (int r = 0; r < F; r++) mag[r] = fabs(act_ref[(int64_t)p * F + r]) + l2;
+        check_rel_mag(what, act + (int64_t)p * F, act_ref + (int64_t)p * F, mag, F, 2e-5);
+        free(mag);
+        badq += cmp_cpu_quant(what, dfmt, aq + p * aq_rb, act + (int64_t)p * F, F);
+    }
+    if (badq) printf("  %s: %lld blocks of the down input differ from the CPU quantizer\n", what, (long long)badq), g_fail_cur++;
+
+    // Down + weighted sum + residual, in place (x += moe) and into a separate output.
+    float *dx = dup_h2d(xres, sizeof(float) * n_tok * d), *dout = dalloc(sizeof(float) * n_tok * d);
+    for (int rep = 0; rep < 2; rep++) {
+        CK(cudaMemcpy(dx, xres, sizeof(float) * n_tok * d, cudaMemcpyHostToDevice));
+        poison(dout, sizeof(float) * n_tok * d);
+        CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dwts, n_tok, K, dx, dx, 0));
+        CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dwts, n_tok, K, dout, NULL, 0));
+    }
+    float *dy = dalloc(sizeof(float) * n_pairs * d);
+    CKL(st_cuda_mmvq_ids(&g_ctx, down_type, ddn, F, d, E, daq, n_pairs, dids_stack, NULL, n_pairs, dy, 0));
+    float *y = xmalloc(sizeof(float) * n_pairs * d), *gx = xmalloc(sizeof(float) * n_tok * d),
+          *gout = xmalloc(sizeof(float) * n_tok * d), *ref = xmalloc(sizeof(float) * n_tok * d),
+          *ref_x = xmalloc(sizeof(float) * n_tok * d);
+    double *mag = xmalloc(sizeof(double) * n_tok * d);
+    d2h(y, dy, sizeof(float) * n_pairs * d), d2h(gx, dx, sizeof(float) * n_tok * d);
+    d2h(gout, dout, sizeof(float) * n_tok * d);
+    for (int t = 0; t < n_tok; t++)
+        for (int j = 0; j < d; j++) {
+            float o = 0;
+            double m = 0;
+            for (int k = 0; k < K; k++) {
+                const float yk = y[((int64_t)t * K + k) * d + j], p = yk * wts[t * K + k];
+                o = k == 0 ? p : o + p;
+                m += fabs((double)p);
+            }
+            ref[(int64_t)t * d + j] = o;
+            ref_x[(int64_t)t * d + j] = xres[(int64_t)t * d + j] + o;
+            mag[(int64_t)t * d + j] = m + 1e-3 * fabs(xres[(int64_t)t * d + j]);
+        }
+    snprintf(what, sizeof what, "moe_down_sum %s E %d K %d d %d F %d n_tok %d", st_type_name(down_type), E, K, d, F,
+             n_tok);
+    const int good_tok = bad_id ? n_tok - 1 : n_tok;
+    check_rel_mag(what, gout, ref, mag, (int64_t)good_tok * d, 2e-5);
+    check_rel_mag(what, gx, ref_x, mag, (int64_t)good_tok * d, 2e-5);
+    if (bad_id)
+        for (int j = 0; j < d; j++)
+            if (!isnan(gout[(int64_t)(n_tok - 1) * d + j])) {
+                printf("  %s: invalid expert id: out[%d] = %g, not NaN\n", what, j, gout[(int64_t)(n_tok - 1) * d + j]);
+                g_fail_cur++;
+                break;
+            }
+    free(hg), free(hu), free(hd), free(perm), free(tbl), free(ids), free(ids_stack), free(wts), free(xn), free(xres);
+    free(xrow), free(act), free(act_ref), free(aq), free(y), free(gx), free(gout), free(ref), free(ref_x), free(mag);
+    cudaFree(dg), cudaFree(du), cudaFree(ddn), cudaFree(dtbl), cudaFree(dxn), cudaFree(dxq), cudaFree(daq);
+    cudaFree(dids), cudaFree(dids_stack), cudaFree(dwts), cudaFree(dact), cudaFree(dcnt), cudaFree(dxrow);
+    cudaFree(dact_ref), cudaFree(dx), cudaFree(dout), cudaFree(dy);
+}
+
+static void test_moe(void) {
+    const int E = g_quick ? 12 : 32, d = g_quick ? 512 : 2048;
+    test_moe_case(ST_TYPE_Q4_K, ST_TYPE_Q6_K, E, 8, d, 768, 1, 0);  // Qwen3-30B-A3B Q4_K_M ("more bits" layer)
+    test_moe_case(ST_TYPE_Q4_K, ST_TYPE_Q4_K, E, 8, d, 768, 3, 1);  // batch, one invalid id
+    test_moe_case(ST_TYPE_Q8_0, ST_TYPE_Q4_0, E, 4, 256, 96, 2, 0); // Q8_0 format, 32-row chunks
+    test_moe_case(ST_TYPE_Q4_1, ST_TYPE_Q5_1, E, 2, 256, 512, 1, 0); // Q8_1 format
+    if (!g_quick) test_moe_case(ST_TYPE_Q5_K, ST_TYPE_Q3_K, E, 8, 1024, 512, 8, 0);
+    report("moe_glu_q + moe_down_sum (expert table, CPU-format down input, rank-order sum)");
+}
+
+int main(int argc, char **argv) {
+    if (gpu_test_args(argc, argv, &g_quick, NULL)) return 2;
+    g_seed = gpu_test_seed(20);
+    printf("test_gpu_decode: seed %llu%s\n", (unsigned long long)g_seed, g_quick ? " (quick)" : "");
+    st_rng_init(&g_rng, g_seed, 0);
+    if (st_cuda_device_count() <= 0) {
+        fprintf(stderr, "no CUDA device: %s\n", st_errmsg());
+        return 2;
+    }
+    if (st_cuda_init(&g_ctx, 0, 1, 0)) {
+        fprintf(stderr, "st_cuda_init: %s\n", st_errmsg());
+        return 2;
+    }
+    printf("device: %s, %d SMs\n", g_ctx.name, g_ctx.sm_count);
+    test_rmsnorm_act();
+    test_mmvq_multi();
+    test_router();
+    test_moe();
+    st_cuda_destroy(&g_ctx);
+    if (g_fail_total) {
+        printf("FAILED: %d checks (seed %llu; rerun with STRATA_SEED=%llu)\n", g_fail_total, (unsigned long long)g_seed,
+               (unsigned long long)g_seed);
+        return 1;
+    }
+    printf("ALL PASS (seed %llu)\n", (unsigned long long)g_seed);
+    return 0;
+}

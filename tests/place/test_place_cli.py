@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""strata pack / profile / info --plan on tiny models made with make-model: exit codes, messages, outputs.
+
+usage: test_place_cli.py STRATA_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+STRATA = sys.argv[1]
+failures = 0
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.pop("STRATA_ARENA_MMAP", None)
+    if env:
+        e.update(env)
+    p = subprocess.run([STRATA, *args], capture_output=True, text=True, env=e, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, what, out=""):
+    global failures
+    if not cond:
+        failures += 1
+        print(f"FAIL: {what}\n{out}", file=sys.stderr)
+
+
+with tempfile.TemporaryDirectory() as d:
+    moe, dense, pack = f"{d}/moe.gguf", f"{d}/dense.gguf", f"{d}/moe.pack"
+    for cmd in (["make-model", "--preset", "tiny-qwen3moe", "--type", "Q4_K_M", "--router-skew", "0.6", "-o", moe],
+                ["make-model", "--preset", "tiny-llama", "--type", "Q4_0", "-o", dense]):
+        rc, out, err = run(*cmd, "-q", "-t", "2")
+        check(rc == 0, f"{cmd}", err)
+
+    for sub in (["pack"], ["profile"], ["info", "--plan"]):
+        rc, out, err = run(*sub, "--help")
+        check(rc == 0 and "usage: strata" in out, f"{sub} --help", out + err)
+
+    rc, out, err = run("pack", "-m", moe, "-o", pack)
+    check(rc == 0 and "wrote" in out and os.path.getsize(pack) % 4096 == 0, "pack", out + err)
+    check(not os.path.exists(pack + ".tmp"), "pack leaves no .tmp file")
+    rc, out, err = run("pack", "-m", dense, "-o", f"{d}/dense.pack")
+    check(rc == 1 and "dense model" in err and not os.path.exists(f"{d}/dense.pack"), "pack of a dense model", err)
+    rc, out, err = run("pack", "-m", moe)
+    check(rc == 2 and "-o FILE.pack" in err, "pack without -o", err)
+
+    # Plans: unlimited, hybrid, too small, mmap without / with a pack, a preset without a file, dense.
+    rc, out, err = run("info", "-m", moe, "--plan")
+    check(rc == 0 and "all experts in VRAM" in out, "unlimited plan", out + err)
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "--json")
+    j = json.loads(out) if rc == 0 else {}
+    check(rc == 0 and not j.get("all_in_vram") and 0 < j.get("n_slots", 0) < 64 and j.get("arena_mode") == "anonymous"
+          and sum(j.get("resident_per_layer", [])) == j.get("n_slots"), "hybrid plan json", out + err)
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.001", "--reserve", "0")
+    check(rc == 1 and "too small" in err and "at least" in err and "dense weights" in err, "too small", err)
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512",
+                       env={"STRATA_ARENA_MMAP": "1"})
+    check(rc != 0 and "strata pack" in err, "mmap arena without a pack", err)
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512",
+                       "--arena-mmap", "--pack", pack)
+    check(rc == 0 and "mapped read-only" in out and "resident/layer" in out, "mmap plan", out + err)
+    rc, out, err = run("info", "--plan", "--preset", "qwen3-30b-a3b", "--type", "Q4_K_M", "--gpu-mem", "12",
+                       "-c", "4096")
+    check(rc == 0 and "expert cache" in out and "6144 experts" in out, "preset plan", out + err)
+    rc, out, err = run("info", "-m", dense, "--plan", "--gpu-mem", "1")
+    check(rc == 0 and "dense model" in out, "dense plan", out + err)
+
+    # Profile over two prompts, then a plan from it; a profile of another model is refused.
+    p1, p2, prof = f"{d}/p1.txt", f"{d}/p2.txt", f"{d}/prof.json"
+    open(p1, "w").write("<|im_start|>user\nName three rivers in Europe.<|im_end|>\n")
+    open(p2, "w").write("The quick brown fox jumps over the lazy dog. " * 8)
+    rc, out, err = run("profile", "-m", moe, "-f", p1, "-f", p2, "-o", prof, "-n", "4", "-t", "2")
+    pj = json.load(open(prof)) if rc == 0 else {}
+    ok = rc == 0 and pj.get("format") == "strata-profile" and len(pj.get("counts", [])) == 4
+    ok = ok and all(sum(row) == pj["n_tokens"] * pj["n_expert_used"] for row in pj["counts"])
+    check(ok, "profile", out + err)
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512",
+                       "--profile", prof)
+    check(rc == 0 and "hottest first" in out, "plan from a profile", out + err)
+    other = f"{d}/other.gguf"
+    run("make-model", "--preset", "tiny-qwen3moe", "--type", "Q4_K_M", "--seed", "7", "-o", other, "-q", "-t", "2")
+    rc, out, err = run("info", "-m", other, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "--profile", prof)
+    check(rc == 1 and "different model" in err, "profile of another model", err)
+    rc, out, err = run("info", "-m", other, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "--arena-mmap",
+                       "--pack", pack)
+    check(rc == 1 and "fingerprint" in err, "pack of another model", err)
+
+print("test_place_cli:", "FAIL" if failures else "PASS")
+sys.exit(1 if failures else 0)
