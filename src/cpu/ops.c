@@ -420,6 +420,52 @@ static void attn_task(void *ud, int64_t task, int thread) {
         kr->reduce64(out, acc, hd);
 }
 
+// Prompt batches: one task per (token, KV head) for the G query heads sharing it, so each K/V row is widened and
+// fetched once for all of them. Per (token, head) the arithmetic is attn_task's, in the same order.
+static void attn_group_task(void *ud, int64_t task, int thread) {
+    attn_job *j = ud;
+    const ops_kernels *kr = j->kr;
+    const int64_t G = j->n_head / j->n_head_kv, t = task / j->n_head_kv, kvh = task % j->n_head_kv;
+    const int64_t hd = j->head_dim, kv_stride = j->n_head_kv * hd, n_pos = j->pos0 + t + 1, slots = 16;
+    float *scores = j->scratch + (int64_t)thread * j->scratch_stride;  // [G][scores_len]
+    float *acc = scores + G * j->scores_len;                             // [G][slots][hd]
+    float *row = acc + G * slots * hd;                                   // [hd]
+    const float *q = j->q + (t * j->n_head + kvh * G) * hd;              // [G][hd]
+    float m[64];
+    for (int64_t g = 0; g < G; g++) m[g] = -INFINITY;
+    for (int64_t p = 0; p < n_pos; p++) {
+        const int64_t base = p * kv_stride + kvh * hd;
+        const float *kr_row = (const float *)j->k + base;
+        if (j->kv_f16) {
+            kr->f16_row(row, (const uint16_t *)j->k + base, hd);
+            kr_row = row;
+        }
+        for (int64_t g = 0; g < G; g++) {
+            const float sc = kr->dot(kr_row, q + g * hd, hd) * j->scale;
+            scores[g * j->scores_len + p] = sc;
+            if (sc > m[g]) m[g] = sc;
+        }
+    }
+    for (int64_t g = 0; g < G; g++) {
+        float *sg = scores + g * j->scores_len;
+        const double sum = kr->exp_sum(sg, sg, n_pos, (n_pos + 15) & ~(int64_t)15, m[g]);
+        const float inv = (float)(1.0 / sum);
+        for (int64_t p = 0; p < n_pos; p++) sg[p] *= inv;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)(G * slots * hd));
+    for (int64_t p = 0; p < n_pos; p++) {
+        const int64_t base = p * kv_stride + kvh * hd;
+        const float *vr = (const float *)j->v + base;
+        if (j->kv_f16) {
+            kr->f16_row(row, (const uint16_t *)j->v + base, hd);
+            vr = row;
+        }
+        for (int64_t g = 0; g < G; g++)
+            kr->axpy(acc + (g * slots + (p & (slots - 1))) * hd, vr, scores[g * j->scores_len + p], hd);
+    }
+    for (int64_t g = 0; g < G; g++) kr->reduce16(j->out + (t * j->n_head + kvh * G + g) * hd, acc + g * slots * hd, hd);
+}
+
 void st_attention(st_pool *pool, float *out, const float *q, const void *k, const void *v, int kv_f16, int64_t n_tok,
                   int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale) {
     int nt = st_pool_threads(pool);
@@ -438,9 +484,15 @@ void st_attention(st_pool *pool, float *out, const float *q, const void *k, cons
     j.scale = scale;
     j.kr = kernels();
     j.scores_len = (pos0 + n_tok + 15) & ~(int64_t)15;
-    j.scratch_stride = j.scores_len + 65 * head_dim;
+    // Grouped tasks for prompt batches (tinyBLAS order, 16 slots) when there are enough of them for the threads.
+    const int64_t G = n_head_kv > 0 && n_head % n_head_kv == 0 ? n_head / n_head_kv : 0;
+    const int grouped = j.gemm_order && G > 1 && G <= 64 && n_tok * n_head_kv >= 4 * (int64_t)nt;
+    j.scratch_stride = grouped ? G * (j.scores_len + 16 * head_dim) + head_dim : j.scores_len + 65 * head_dim;
     j.scratch = malloc(sizeof(float) * (size_t)(j.scratch_stride * nt));
     if (!j.scratch) abort();  // a few KiB per thread; the session already holds far larger buffers
-    st_pool_run(pool, n_tok * n_head, attn_task, &j);
+    if (grouped)
+        st_pool_run(pool, n_tok * n_head_kv, attn_group_task, &j);
+    else
+        st_pool_run(pool, n_tok * n_head, attn_task, &j);
     free(j.scratch);
 }
