@@ -28,6 +28,15 @@ typedef struct strata_engine_params {
     const char *model_path;  // GGUF file (first part of a split model)
     int n_threads;           // compute threads; <= 0: all CPUs this process may use
     const char *device;      // "cpu", "cuda" or "cuda:N"; NULL: CUDA when built with it and a GPU exists, else CPU
+    // Hybrid expert placement (CUDA, MoE models; docs/HYBRID.md): with a VRAM budget below the model's size, the
+    // dense weights and KV cache stay in VRAM, the routed experts live in host memory and the rest of the budget is a
+    // cache of experts. Output is the same as with every weight in VRAM (misses are read by the GPU over PCIe).
+    double gpu_mem_gib;        // VRAM budget per GPU in GiB; <= 0: unlimited (every weight in VRAM)
+    int32_t plan_n_ctx;        // KV positions the budget reserves for sessions (<= 0: 4096)
+    bool plan_kv_f32;          // the budget plans for f32 K/V
+    const char *profile_path;  // routing profile (strata profile) for the expert cache's initial contents, or NULL
+    const char *pack_path;     // pack file (strata pack) for arena_mmap, or NULL
+    bool arena_mmap;           // host arena = the pack mapped read-only (also STRATA_ARENA_MMAP=1)
 } strata_engine_params;
 
 strata_engine_params strata_engine_default_params(void);
@@ -86,6 +95,26 @@ int32_t strata_session_n_past(const strata_session *session);
 int32_t strata_session_n_ctx(const strata_session *session);
 const int32_t *strata_session_tokens(const strata_session *session);  // [n_past] cached tokens
 void strata_session_truncate(strata_session *session, int32_t n_keep);
+
+// Hybrid expert placement counters of a session since it was created (active = false: every weight is in VRAM or
+// the engine runs on the CPU). Call between evaluations. Returns 0, or -1.
+typedef struct strata_hybrid_stats {
+    bool active;
+    uint64_t n_slots;          // experts the VRAM cache holds
+    uint64_t n_experts;        // routed experts of the model (layers x experts)
+    uint64_t slot_bytes;
+    uint64_t n_staging;        // prefill staging slots
+    uint64_t decode_tokens;    // tokens evaluated one to eight at a time
+    uint64_t selections;       // (token, layer, expert) selections of those tokens
+    uint64_t misses;           // selections whose expert was read from host memory over PCIe
+    uint64_t miss_bytes;       // bytes those misses read
+    uint64_t prefill_tokens;   // tokens evaluated in prefill chunks
+    uint64_t prefill_chunks;
+    uint64_t staged_bytes;     // bytes copied into VRAM staging for prefill
+    uint64_t swaps;            // experts moved into the cache between tokens (adaptive replacement)
+    uint64_t swap_bytes;
+} strata_hybrid_stats;
+int strata_session_hybrid_stats(strata_session *session, strata_hybrid_stats *out);
 
 // ---- snapshots (prompt-prefix checkpoints) ---------------------------------------------------------------------
 

@@ -79,6 +79,16 @@ bool st_args_engine(st_args *a, st_engine_args *e) {
     return true;
 }
 
+bool st_args_hybrid(st_args *a, st_engine_args *e) {
+    if (st_args_is(a, NULL, "--gpu-mem")) e->gpu_mem_gib = st_args_float(a, 0, 1 << 20);
+    else if (st_args_is(a, NULL, "--profile")) e->profile = st_args_str(a);
+    else if (st_args_is(a, NULL, "--pack")) e->pack = st_args_str(a);
+    else if (st_args_is(a, NULL, "--arena-mmap")) e->arena_mmap = true;
+    else if (st_args_is(a, NULL, "--deterministic")) {}  // the only hybrid mode so far (no CPU miss workers yet)
+    else return false;
+    return true;
+}
+
 bool st_args_have_model(const st_args *a, const st_engine_args *e) {
     if (e->model) return true;
     fprintf(stderr, "strata %s: no model given: pass -m MODEL.gguf (see strata %s --help)\n", a->cmd, a->cmd);
@@ -90,6 +100,12 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.model_path = e->model;
     ep.n_threads = (int)e->n_threads;
     ep.device = e->device;
+    ep.gpu_mem_gib = e->gpu_mem_gib;
+    ep.plan_n_ctx = e->plan_n_ctx > 0 && e->plan_n_ctx < INT32_MAX ? (int32_t)e->plan_n_ctx : 0;
+    ep.plan_kv_f32 = e->kv_f32;
+    ep.profile_path = e->profile;
+    ep.pack_path = e->pack;
+    ep.arena_mmap = e->arena_mmap;
     strata_engine *eng = strata_engine_load(&ep);
     if (!eng) fprintf(stderr, "strata %s: %s\n", a->cmd, strata_last_error());
     return eng;

@@ -33,7 +33,27 @@ typedef struct st_engine_args {
     const char *device;  // -dev, --device (NULL: the default device)
     int64_t n_threads;   // -t, --threads (0: all CPUs)
     bool kv_f32;         // -ctk, --cache-type f32 (the default is the command's)
+    // hybrid expert placement (st_args_hybrid; docs/HYBRID.md)
+    double gpu_mem_gib;       // --gpu-mem GiB (0: unlimited)
+    const char *profile;      // --profile FILE
+    const char *pack;         // --pack FILE
+    bool arena_mmap;          // --arena-mmap
+    int64_t plan_n_ctx;       // KV positions the budget reserves: set by the command from its context size
 } st_engine_args;
+
+// Parses argv[i] when it is one of the hybrid placement flags (--gpu-mem, --profile, --pack, --arena-mmap,
+// --deterministic); false (nothing consumed) for any other flag.
+bool st_args_hybrid(st_args *a, st_engine_args *e);
+// Help lines for those flags (usage texts).
+#define ST_ARGS_HYBRID_HELP                                                                                        \
+    "      --gpu-mem GiB       VRAM budget (CUDA; default unlimited). An MoE model larger than the budget runs in\n"  \
+    "                          hybrid placement: dense weights + KV in VRAM, experts in host RAM, a VRAM expert\n"     \
+    "                          cache in the rest (docs/HYBRID.md)\n"                                                   \
+    "      --profile FILE      routing profile (strata profile) for the expert cache's initial contents\n"              \
+    "      --pack FILE         pack file (strata pack) for --arena-mmap\n"                                             \
+    "      --arena-mmap        host expert arena = the pack mapped read-only (also STRATA_ARENA_MMAP=1)\n"               \
+    "      --deterministic     hybrid output identical to all-in-VRAM (misses read by the GPU over PCIe); the only\n"  \
+    "                          hybrid mode for now, so this is the default\n"
 
 // Parses argv[i] into e when it is one of the flags above; false (nothing consumed) for any other flag.
 bool st_args_engine(st_args *a, st_engine_args *e);

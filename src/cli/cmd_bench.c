@@ -29,14 +29,65 @@ static void usage(FILE *f) {
             "  -t, --threads N        compute threads (default: all CPUs)\n"
             "  -ctk, --cache-type T   KV cache element type: f16 (default) or f32\n"
             "  -o, --output FMT       md (default) or json\n"
-            "  -h, --help             this help\n");
+            ST_ARGS_HYBRID_HELP
+            "  -h, --help             this help\n\n"
+            "In hybrid placement (--gpu-mem below the model's size) each test also reports the expert cache: hit rate,\n"
+            "misses per token and bytes over PCIe per token (tg), bytes staged into VRAM per token (pp).\n");
 }
 
 typedef struct {
     const char *name;
     double mean, sd;      // tok/s
     double gbps;          // achieved GB/s (tg only; 0 otherwise)
+    strata_hybrid_stats hy;  // hybrid counters over the timed runs (differences), hy.active when hybrid
 } result;
+
+// b - a for the counters (the sizes from b).
+static strata_hybrid_stats hy_diff(const strata_hybrid_stats *a, const strata_hybrid_stats *b) {
+    strata_hybrid_stats d = *b;
+    d.decode_tokens -= a->decode_tokens;
+    d.selections -= a->selections;
+    d.misses -= a->misses;
+    d.miss_bytes -= a->miss_bytes;
+    d.prefill_tokens -= a->prefill_tokens;
+    d.prefill_chunks -= a->prefill_chunks;
+    d.staged_bytes -= a->staged_bytes;
+    d.swaps -= a->swaps;
+    d.swap_bytes -= a->swap_bytes;
+    return d;
+}
+
+static void hy_add(strata_hybrid_stats *acc, const strata_hybrid_stats *d) {
+    strata_hybrid_stats a = *acc;
+    *acc = *d;
+    acc->decode_tokens += a.decode_tokens;
+    acc->selections += a.selections;
+    acc->misses += a.misses;
+    acc->miss_bytes += a.miss_bytes;
+    acc->prefill_tokens += a.prefill_tokens;
+    acc->prefill_chunks += a.prefill_chunks;
+    acc->staged_bytes += a.staged_bytes;
+    acc->swaps += a.swaps;
+    acc->swap_bytes += a.swap_bytes;
+}
+
+// Per-token figures of a hybrid result: hit rate, misses and PCIe bytes per decoded token, staged bytes per
+// prefill token.
+typedef struct {
+    double hit_rate, misses_per_tok, pcie_gb_per_tok, pcie_gbps, staged_gb_per_tok;
+} hy_figs;
+
+static hy_figs hy_figures(const result *r) {
+    const strata_hybrid_stats *h = &r->hy;
+    double dt = h->decode_tokens ? (double)h->decode_tokens : 1, pt = h->prefill_tokens ? (double)h->prefill_tokens : 1;
+    hy_figs f;
+    f.hit_rate = h->selections ? 1.0 - (double)h->misses / (double)h->selections : 0;
+    f.misses_per_tok = (double)h->misses / dt;
+    f.pcie_gb_per_tok = (double)h->miss_bytes / dt / 1e9;
+    f.pcie_gbps = h->decode_tokens ? f.pcie_gb_per_tok * r->mean : 0;
+    f.staged_gb_per_tok = (double)h->staged_bytes / pt / 1e9;
+    return f;
+}
 
 // Bytes one decoded token reads: every non-expert weight, n_used/n_expert of the expert stacks (uniform
 // routing), the token's embedding row instead of the whole table (unless tied), and the KV cache at `depth`.
@@ -64,7 +115,7 @@ int cmd_bench(int argc, char **argv) {
         if (st_args_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (st_args_engine(&a, &ea)) continue;
+        } else if (st_args_engine(&a, &ea) || st_args_hybrid(&a, &ea)) continue;
         else if (st_args_is(&a, "-p", "--n-prompt")) n_prompt = st_args_int(&a, 0, 1 << 20);
         else if (st_args_is(&a, "-n", "--n-gen")) n_gen = st_args_int(&a, 0, 1 << 20);
         else if (st_args_is(&a, "-d", "--n-depth")) depth = st_args_int(&a, 0, 1 << 22);
@@ -77,11 +128,12 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "strata bench: -o must be md or json, got '%s'\n", fmt);
         return 2;
     }
+    int64_t n_max = n_prompt > n_gen ? n_prompt : n_gen;
+    ea.plan_n_ctx = depth + n_max + 1;  // a VRAM budget plans for exactly the bench's KV cache
     strata_engine *e = st_args_load_engine(&a, &ea);
     if (!e) return 1;
     const st_model *m = strata_engine_model(e);
     int32_t nv = strata_n_vocab(e);
-    int64_t n_max = n_prompt > n_gen ? n_prompt : n_gen;
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = (int32_t)(depth + n_max + 1);
     sp.kv_f32 = ea.kv_f32;
@@ -104,9 +156,12 @@ int cmd_bench(int argc, char **argv) {
         int64_t n = test == 0 ? n_prompt : n_gen;
         if (n == 0) continue;
         double sum = 0, sum2 = 0;
+        strata_hybrid_stats hy_acc, hy0, hy1;
+        memset(&hy_acc, 0, sizeof hy_acc);
         for (int64_t r = 0; r < reps + 1 && rc == 0; r++) {  // the first run warms up and is not counted
             strata_session_truncate(s, 0);
             if (depth > 0 && strata_session_eval(s, toks, (int32_t)depth, NULL, false)) rc = 1;
+            if (!rc && strata_session_hybrid_stats(s, &hy0)) rc = 1;  // (reads counters back: outside the timing)
             double t0 = st_now();
             if (test == 0) {
                 if (!rc && strata_session_eval(s, toks + depth, (int32_t)n, logits, false)) rc = 1;
@@ -115,9 +170,14 @@ int cmd_bench(int argc, char **argv) {
                     if (strata_session_eval(s, toks + depth + i, 1, logits, false)) rc = 1;
             }
             double tps = (double)n / (st_now() - t0);
+            if (!rc && strata_session_hybrid_stats(s, &hy1)) rc = 1;
             if (r > 0) {
                 sum += tps;
                 sum2 += tps * tps;
+                if (!rc) {
+                    strata_hybrid_stats d = hy_diff(&hy0, &hy1);
+                    hy_add(&hy_acc, &d);
+                }
             }
         }
         if (rc) {
@@ -131,6 +191,7 @@ int cmd_bench(int argc, char **argv) {
         res[n_res].mean = mean;
         res[n_res].sd = var > 0 ? sqrt(var) : 0;
         res[n_res].gbps = test == 1 ? mean * bytes_per_token(e, m, depth + n / 2, ea.kv_f32 ? 4 : 2) / 1e9 : 0;
+        res[n_res].hy = hy_acc;
         n_res++;
     }
     if (rc == 0) {
@@ -146,14 +207,44 @@ int cmd_bench(int argc, char **argv) {
                 if (res[i].gbps > 0) printf("%.1f |\n", res[i].gbps);
                 else printf("- |\n");
             }
+            for (int i = 0; i < n_res; i++) {
+                const strata_hybrid_stats *h = &res[i].hy;
+                if (!h->active) continue;
+                hy_figs f = hy_figures(&res[i]);
+                if (i == 0 || !res[0].hy.active)
+                    printf("\nhybrid placement: %llu of %llu experts in VRAM slots (%.1f%%), %llu staging slots, "
+                           "--gpu-mem %.2f GiB\n",
+                           (unsigned long long)h->n_slots, (unsigned long long)h->n_experts,
+                           h->n_experts ? 100.0 * (double)h->n_slots / (double)h->n_experts : 0.0,
+                           (unsigned long long)h->n_staging, ea.gpu_mem_gib);
+                if (h->decode_tokens)
+                    printf("hybrid %s: hit rate %.2f%%, %.1f misses/token, %.4f GB/token over PCIe (%.1f GB/s), "
+                           "%llu swaps (%.3f GB)\n",
+                           res[i].name, 100.0 * f.hit_rate, f.misses_per_tok, f.pcie_gb_per_tok, f.pcie_gbps,
+                           (unsigned long long)h->swaps, (double)h->swap_bytes / 1e9);
+                if (h->prefill_tokens)
+                    printf("hybrid %s: %.4f GB staged/token (%.3f GB per %llu-chunk run, %.1f GB/s at %.1f tok/s)\n",
+                           res[i].name, f.staged_gb_per_tok, (double)h->staged_bytes / 1e9 / (double)reps,
+                           (unsigned long long)(h->prefill_chunks / (uint64_t)reps),
+                           f.staged_gb_per_tok * res[i].mean, res[i].mean);
+            }
         } else {
             printf("[");
             for (int i = 0; i < n_res; i++)
                 printf("%s\n  {\"model\": \"%s\", \"arch\": \"%s\", \"size_bytes\": %llu, \"backend\": \"%s\", "
                        "\"threads\": %d, \"test\": \"%s\", \"n_depth\": %lld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
-                       "\"gbps\": %.3f}",
+                       "\"gbps\": %.3f",
                        i ? "," : "", base, strata_arch_name(e), (unsigned long long)m->gguf->total_bytes,
-                       strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
+                       strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps),
+                (res[i].hy.active
+                     ? printf(", \"hybrid\": {\"gpu_mem_gib\": %.3f, \"n_slots\": %llu, \"n_experts\": %llu, "
+                              "\"hit_rate\": %.6f, \"misses_per_token\": %.3f, \"pcie_gb_per_token\": %.6f, "
+                              "\"staged_gb_per_token\": %.6f, \"swaps\": %llu}}",
+                              ea.gpu_mem_gib, (unsigned long long)res[i].hy.n_slots,
+                              (unsigned long long)res[i].hy.n_experts, hy_figures(&res[i]).hit_rate,
+                              hy_figures(&res[i]).misses_per_tok, hy_figures(&res[i]).pcie_gb_per_tok,
+                              hy_figures(&res[i]).staged_gb_per_tok, (unsigned long long)res[i].hy.swaps)
+                     : printf("}"));
             printf("\n]\n");
         }
     }

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "      --no-special       do not parse special-token text in the prompt\n"
             "      --greedy N         also continue greedily for N tokens (end-of-generation tokens included) and\n"
             "                         add \"greedy\": [ids] to the output\n"
+            ST_ARGS_HYBRID_HELP
             "  -h, --help             this help\n");
 }
 
@@ -39,7 +40,8 @@ int cmd_logits(int argc, char **argv) {
         if (st_args_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (st_args_engine(&a, &ea) || st_args_prompt(&a, &prompt, &prompt_file)) continue;
+        } else if (st_args_engine(&a, &ea) || st_args_hybrid(&a, &ea) ||
+                   st_args_prompt(&a, &prompt, &prompt_file)) continue;
         else if (st_args_is(&a, NULL, "--tokens")) token_list = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--top")) top = st_args_int(&a, 1, 1 << 20);
         else if (st_args_is(&a, NULL, "--no-special")) parse_special = false;

@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "      --ignore-eos          do not stop at end-of-generation tokens\n"
             "  -ctk, --cache-type T      KV cache element type: f16 (default) or f32\n"
             "      --no-display-prompt   do not echo the prompt\n"
+            ST_ARGS_HYBRID_HELP
             "  -h, --help                this help\n");
 }
 
@@ -76,7 +77,8 @@ int cmd_run(int argc, char **argv) {
         if (st_args_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (st_args_engine(&a, &ea) || st_args_prompt(&a, &prompt, &prompt_file)) continue;
+        } else if (st_args_engine(&a, &ea) || st_args_hybrid(&a, &ea) ||
+                   st_args_prompt(&a, &prompt, &prompt_file)) continue;
         else if (st_args_is(&a, "-n", "--n-predict")) n_predict = st_args_int(&a, -1, 1 << 30);
         else if (st_args_is(&a, "-c", "--ctx-size")) n_ctx = st_args_int(&a, 0, 1 << 30);
         else if (st_args_is(&a, NULL, "--chat")) chat = true;
@@ -105,6 +107,7 @@ int cmd_run(int argc, char **argv) {
     if (!prompt) prompt = "";
     if (!seed_set) sp.seed = (uint64_t)time(NULL);
 
+    ea.plan_n_ctx = n_ctx;  // a VRAM budget plans for this context (0: 4096)
     strata_engine *e = st_args_load_engine(&a, &ea);
     if (!e) {
         free(file_text);
@@ -203,6 +206,15 @@ int cmd_run(int argc, char **argv) {
             n_prompt / (t_prompt > 0 ? t_prompt : 1e-9));
     fprintf(stderr, "generation: %6lld tokens in %8.2f ms, %8.2f tok/s (seed %llu, %d threads)\n", (long long)n_gen,
             t_gen * 1e3, n_gen / (t_gen > 0 ? t_gen : 1e-9), (unsigned long long)sp.seed, strata_n_threads(e));
+    strata_hybrid_stats hy;
+    if (strata_session_hybrid_stats(s, &hy) == 0 && hy.active)
+        fprintf(stderr, "hybrid:     %llu of %llu experts in VRAM; decode hit rate %.2f%%, %.1f misses/token, %.4f GB/token "
+                        "over PCIe; prefill %.4f GB staged; %llu swaps\n",
+                (unsigned long long)hy.n_slots, (unsigned long long)hy.n_experts,
+                hy.selections ? 100.0 * (1.0 - (double)hy.misses / (double)hy.selections) : 0.0,
+                hy.decode_tokens ? (double)hy.misses / (double)hy.decode_tokens : 0.0,
+                hy.decode_tokens ? (double)hy.miss_bytes / (double)hy.decode_tokens / 1e9 : 0.0,
+                (double)hy.staged_bytes / 1e9, (unsigned long long)hy.swaps);
     rc = 0;
 done:
     free(generated);

@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "                            answer a ping for S seconds while idle (default 120)\n"
             "      --load-timeout S      kill an engine that is not ready S seconds after start (default 1800)\n"
             "      --max-connections N   simultaneous HTTP connections (default 256)\n"
+            ST_ARGS_HYBRID_HELP
+            "                          (with --gpu-mem the budget reserves KV for -c, or 32768 tokens when -c is 0)\n"
             "  -h, --help                this help\n");
 }
 
@@ -65,6 +67,11 @@ int cmd_serve(int argc, char **argv) {
         else if (st_args_is(&a, "-c", "--ctx-size")) c.n_ctx = (int)st_args_int(&a, 0, 1 << 30);
         else if (st_args_is(&a, "-t", "--threads")) c.n_threads = (int)st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, "-dev", "--device")) c.device = st_args_str(&a);
+        else if (st_args_is(&a, NULL, "--gpu-mem")) c.gpu_mem_gib = st_args_float(&a, 0, 1 << 20);
+        else if (st_args_is(&a, NULL, "--profile")) c.profile_path = st_args_str(&a);
+        else if (st_args_is(&a, NULL, "--pack")) c.pack_path = st_args_str(&a);
+        else if (st_args_is(&a, NULL, "--arena-mmap")) c.arena_mmap = true;
+        else if (st_args_is(&a, NULL, "--deterministic")) {}  // the only hybrid mode so far
         else if (st_args_is(&a, NULL, "--no-prefix-cache")) c.prefix_cache = false;
         else if (st_args_is(&a, NULL, "--prompt-checkpoints")) c.prompt_checkpoints = (int)st_args_int(&a, 0, 4096);
         else if (st_args_is(&a, NULL, "--checkpoint-mib")) c.checkpoint_mib = st_args_int(&a, 0, 1ll << 30);

@@ -1,4 +1,6 @@
-// Fused one-token decode kernels (see decode.h).
+// Fused one-token decode kernels (see decode.h; decode_attn.cu has the attention, decode_common.cuh the shared
+// device helpers and the PDL rules every kernel here follows: weights may be touched before st_pdl_wait(),
+// nothing an earlier kernel writes or reads).
 //
 // Work unit: a "group" of 32 lanes (a whole warp on NVIDIA; half a wave on a wave64 part, whose shuffles with
 // xor offsets < 32 stay inside the group), so the 32-element quantization blocks and the per-row dot products map
@@ -13,125 +15,36 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
-#include "cuda/common.cuh"  // launch_check, ST_WARP_MASK
-#include "cuda/qblock.h"    // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
+#include "cuda/decode_common.cuh"  // groups, CPU-format quantizers, PDL
+#include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
 
-#define G32 32                                 // lanes per group
 #define DEC_GROUPS 8                           // groups per block
 #define DEC_THREADS (DEC_GROUPS * G32)
 #define NORM_MAX_N 12288                       // rmsnorm_act stages the row in shared memory (48 KiB)
 #define ROUTER_MAX_PER_LANE 16                 // n_expert <= 16 * 32
 #define DOWN_R 4                               // output rows per block of the down projection
 #define DOWN_MAX_USED 32
+#define ROUTER_PRE 16                          // router weights (float4 per lane) loaded before the PDL wait
 
-#if ST_WARP_SIZE % 32 != 0
-#error "decode.cu: groups of 32 lanes must tile the warp"
-#endif
+// ---- PDL switch -------------------------------------------------------------------------------------------------
 
-// ---- 32-lane group reductions (xor offsets < 32 never leave the group) ---------------------------------------
+static int g_pdl_on = 1;     // process-wide A/B switch (st_cuda_dec_set_pdl); not device state
+static int g_pdl_cc[64];     // per device ordinal: 0 unknown, 1 no PDL (below sm_90), 2 PDL
 
-__device__ __forceinline__ float g32_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_WARP_MASK, v, o));
-    return v;
-}
-__device__ __forceinline__ int g32_sum_i(int v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
-    return v;
-}
-__device__ __forceinline__ float g32_sum_f(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
-    return v;
-}
-__device__ __forceinline__ double g32_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
-    return v;
-}
+extern "C" void st_cuda_dec_set_pdl(int on) { g_pdl_on = on != 0; }
+extern "C" int st_cuda_dec_pdl(void) { return st_dec_pdl_enabled(); }
 
-__device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
-
-// ---- activation quantization in the CPU's formats (quantize_act.h), IEEE-rounded ---------------------------
-//
-// Every division is __fdiv_rn: under --use_fast_math a plain '/' is approximate and would move a quant or a scale
-// by one unit against the CPU's IEEE arithmetic.
-
-// Q8_0 / Q8_1 block b of a planar row of nb blocks; lane j of the group holds element j (value v).
-__device__ __forceinline__ void quant32(uint8_t *row, int nb, int b, int j, float v, bool q81) {
-    const float amax = g32_max(fabsf(v));
-    const float d = __fdiv_rn(amax, 127.0f), id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const int q = __float2int_rn(__fmul_rn(v, id));  // ties to even, as the CPU's nearbyintf
-    const int sum = g32_sum_i(q);
-    row[(size_t)b * 32 + j] = (uint8_t)(int8_t)q;
-    if (j == 0) {
-        const float d16 = __half2float(__float2half_rn(d));
-        const float s = q81 ? __half2float(__float2half_rn(__fmul_rn((float)sum, d))) : __fmul_rn(d16, (float)sum);
-        ((float2 *)(row + (size_t)nb * 32))[b] = make_float2(d16, s);
+int st_dec_pdl_enabled(void) {
+    if (!g_pdl_on) return 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!g_pdl_cc[dev]) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+        g_pdl_cc[dev] = major >= 9 ? 2 : 1;
     }
+    return g_pdl_cc[dev] == 2;
 }
-
-// Q8_K 256-element block kb of a planar row of nb 32-blocks; lane l holds v[j] = element 32 j + l.
-__device__ __forceinline__ void quant256(uint8_t *row, int nb, int kb, int lane, const float v[8]) {
-    // The CPU keeps the first element of strictly larger magnitude (index order).
-    float best_abs = -1.0f, best_val = 0.0f;
-    int best_idx = 1 << 30;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float a = fabsf(v[j]);
-        if (a > best_abs) best_abs = a, best_val = v[j], best_idx = 32 * j + lane;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float oa = __shfl_xor_sync(ST_WARP_MASK, best_abs, o);
-        const float ov = __shfl_xor_sync(ST_WARP_MASK, best_val, o);
-        const int oi = __shfl_xor_sync(ST_WARP_MASK, best_idx, o);
-        if (oa > best_abs || (oa == best_abs && oi < best_idx)) best_abs = oa, best_val = ov, best_idx = oi;
-    }
-    float2 *ds = (float2 *)(row + (size_t)nb * 32) + (size_t)kb * 8;
-    uint8_t *qs = row + (size_t)kb * 256;
-    if (best_abs == 0.0f) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) qs[32 * j + lane] = 0;
-        if (lane < 8) ds[lane] = make_float2(0.0f, 0.0f);
-        return;
-    }
-    const float iscale = __fdiv_rn(-127.0f, best_val), d = __fdiv_rn(1.0f, iscale);
-    int my_sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        int q = __float2int_rn(__fmul_rn(iscale, v[j]));
-        q = q > 127 ? 127 : q;
-        qs[32 * j + lane] = (uint8_t)(int8_t)q;
-        const int s = g32_sum_i(q);
-        if (lane == j) my_sum = s;
-    }
-    if (lane < 8) ds[lane] = make_float2(d, __fmul_rn(d, (float)my_sum));
-}
-
-// Loads of values other blocks of this launch wrote: straight from L2 (never a stale L1 line).
-template <bool CG> __device__ __forceinline__ float ldv(const float *p) { return CG ? __ldcg(p) : *p; }
-
-// The block quantizes 32-blocks [b0, b0 + n32) of the row src (element i at src[i]; b0, n32 multiples of 8 for
-// Q8_K) into the planar row `row` of nb blocks. All threads of the block call it (no barrier inside).
-template <bool CG>
-__device__ void block_quant(int fmt, const float *src, uint8_t *row, int nb, int b0, int n32) {
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
-    if (fmt == ST_TYPE_Q8_K) {
-        for (int kb = b0 / 8 + g; kb < (b0 + n32) / 8; kb += ng) {
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = ldv<CG>(src + (size_t)kb * 256 + 32 * j + lane);
-            quant256(row, nb, kb, lane, v);
-        }
-    } else {
-        for (int b = b0 + g; b < b0 + n32; b += ng)
-            quant32(row, nb, b, lane, ldv<CG>(src + (size_t)b * 32 + lane), fmt == ST_TYPE_Q8_1);
-    }
-}
-
-static bool fmt_ok(int fmt) { return fmt == ST_TYPE_Q8_0 || fmt == ST_TYPE_Q8_1 || fmt == ST_TYPE_Q8_K; }
 
 // ---- RMSNorm + residual + quantization ---------------------------------------------------------------------------
 
@@ -153,6 +66,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
                   const float *__restrict__ res, const float *__restrict__ w, int n, float eps, long long qstride) {
     extern __shared__ float sv[];  // [n]: the row after the residual add, then normalised
     const int64_t r = blockIdx.x;
+    if (w)  // the norm weights are no kernel's output: into L2 while the previous kernel finishes
+        for (int i = threadIdx.x * 32; i < n; i += blockDim.x * 32) st_prefetch_l2(w + i);
+    st_pdl_wait();
+    st_pdl_trigger();
     float *xr = x + r * n;
     double ss = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -183,13 +100,13 @@ extern "C" int st_cuda_rmsnorm_act(float *y, void *yq, int act_format, float *x,
     if (!y && !yq) return st_err("st_cuda_rmsnorm_act: no output given");
     if (n <= 0 || n > NORM_MAX_N || n % 32)
         return st_err("st_cuda_rmsnorm_act: row of %d elements (need a multiple of 32, at most %d)", n, NORM_MAX_N);
-    if (yq && (!fmt_ok(act_format) || (act_format == ST_TYPE_Q8_K && n % 256)))
+    if (yq && (!dec_fmt_ok(act_format) || (act_format == ST_TYPE_Q8_K && n % 256)))
         return st_err("st_cuda_rmsnorm_act: activation format %d for rows of %d (Q8_0, Q8_1, or Q8_K with n %% 256 "
                       "== 0)", act_format, n);
     if (yq && ((uintptr_t)yq & 15)) return st_err("st_cuda_rmsnorm_act: yq must be 16-byte aligned");
     if (n_rows <= 0) return 0;
-    k_rmsnorm_act<<<n_rows, DEC_THREADS, sizeof(float) * (size_t)n, stream>>>(
-        y, (uint8_t *)yq, act_format, x, res, w, n, eps, (long long)st_q8_1_row_bytes(n));
+    st_dec_launch(k_rmsnorm_act, dim3(n_rows), dim3(DEC_THREADS), sizeof(float) * (size_t)n, stream, y, (uint8_t *)yq,
+                  act_format, x, res, w, n, eps, (long long)st_q8_1_row_bytes(n));
     return launch_check("rmsnorm_act");
 }
 
@@ -221,7 +138,8 @@ template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row,
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
     const uint8_t *xds = xq + (size_t)nitems * 32;
     float acc = 0.0f;
-    for (int it = lane; it < nitems; it += G32) {
+#pragma unroll 2
+    for (int it = lane; it < nitems; it += G32) {  // unrolled: both items' loads in flight together
         int32_t q[8];
         float2 ds;
         load_act(xq, xds, it, q, ds);
@@ -239,6 +157,7 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
     const uint8_t *xds = xq + (size_t)nitems * 32;
     float acc_a = 0.0f, acc_b = 0.0f;
+#pragma unroll 2
     for (int it = lane; it < nitems; it += G32) {
         int32_t q[8];
         float2 ds;
@@ -291,7 +210,11 @@ struct multi_args {
 __global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
-    if (grow >= a.row_end[a.n_mat - 1]) return;  // whole groups leave (no barrier below)
+    if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
+        st_pdl_wait();  // (a block's exit before its wait would be fine too; keep the rule simple)
+        st_pdl_trigger();
+        return;
+    }
     // Select the matrix with an unrolled scan, so the argument arrays are never indexed dynamically.
     const uint8_t *W = a.W[0];
     float *y = a.y[0];
@@ -303,7 +226,11 @@ __global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) 
             W = a.W[i], y = a.y[i], rb = a.row_bytes[i], type = a.type[i];
             r = grow - a.row_end[i - 1];
         }
-    const float v = row_dot_any(type, W + (size_t)r * (size_t)rb, a.xq, a.nitems, lane);
+    const uint8_t *wr = W + (size_t)r * (size_t)rb;
+    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
+    st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
+    st_pdl_trigger();
+    const float v = row_dot_any(type, wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = v;
 }
 
@@ -335,7 +262,7 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
     a.nitems = (int)(ne0 / 32);
     a.xq = (const uint8_t *)xq;
     const int per_block = DEC_THREADS / G32;
-    k_mmvq_multi<<<(unsigned)((rows + per_block - 1) / per_block), DEC_THREADS, 0, stream>>>(a);
+    st_dec_launch(k_mmvq_multi, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
     return launch_check("mmvq_multi");
 }
 
@@ -421,12 +348,32 @@ __global__ void __launch_bounds__(DEC_THREADS)
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int task = blockIdx.x * ng + g;  // (token, expert) logit
-    if (task < E * n_tok) {
+    const int n4 = ne0 / 4;
+    // The first ROUTER_PRE float4 of the lane's weights go into registers before the dependency wait: the router
+    // rows are no kernel's output, so their HBM latency overlaps the previous kernel.
+    float4 wp[ROUTER_PRE];
+    const bool have = task < E * n_tok;
+    const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
+#pragma unroll
+    for (int u = 0; u < ROUTER_PRE; u++) {
+        const int i4 = lane + u * G32;
+        wp[u] = have && i4 < n4 ? ld4<T>(w, i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    st_pdl_wait();
+    st_pdl_trigger();
+    if (have) {
         const int r = task % E, t = task / E;
-        const T *w = W + (int64_t)r * ne0;
         const float *xt = x + (int64_t)t * ne0;
-        float sum = 0.0f;
-        for (int i4 = lane; i4 < ne0 / 4; i4 += G32) {
+        float sum = 0.0f;  // same order as before: i4 ascending per lane
+#pragma unroll
+        for (int u = 0; u < ROUTER_PRE; u++) {
+            const int i4 = lane + u * G32;
+            if (i4 < n4) {
+                const float4 a = wp[u], b = ((const float4 *)xt)[i4];
+                sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+            }
+        }
+        for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
             const float4 a = ld4<T>(w, i4), b = ((const float4 *)xt)[i4];
             sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
         }
@@ -459,17 +406,15 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
         return st_err("st_cuda_router_topk: W and x must be 16-byte aligned; outputs and counters non-NULL");
     const int per_block = DEC_THREADS / G32;
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
-    if (w_type == ST_TYPE_F32)
-        k_router<float><<<grid, DEC_THREADS, 0, stream>>>((const float *)W, (int)ne0, n_expert, x, n_tok, n_used, norm,
-                                                          logits, ids, weights, counters);
-    else if (w_type == ST_TYPE_F16)
-        k_router<__half><<<grid, DEC_THREADS, 0, stream>>>((const __half *)W, (int)ne0, n_expert, x, n_tok, n_used,
-                                                           norm, logits, ids, weights, counters);
-    else if (w_type == ST_TYPE_BF16)
-        k_router<__nv_bfloat16><<<grid, DEC_THREADS, 0, stream>>>((const __nv_bfloat16 *)W, (int)ne0, n_expert, x,
-                                                                  n_tok, n_used, norm, logits, ids, weights, counters);
+#define RT_GO(T)                                                                                                   \
+    st_dec_launch(k_router<T>, dim3(grid), dim3(DEC_THREADS), 0, stream, (const T *)W, (int)ne0, n_expert, x, n_tok,  \
+                  n_used, norm, logits, ids, weights, counters)
+    if (w_type == ST_TYPE_F32) RT_GO(float);
+    else if (w_type == ST_TYPE_F16) RT_GO(__half);
+    else if (w_type == ST_TYPE_BF16) RT_GO(__nv_bfloat16);
     else
         return st_err("st_cuda_router_topk: router type %s (F32, F16 or BF16)", st_type_name(w_type));
+#undef RT_GO
     return launch_check("router_topk");
 }
 
@@ -488,6 +433,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
               int32_t *counters) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * DEC_GROUPS + g;
+    st_pdl_wait();  // ids, xq: earlier kernels
+    st_pdl_trigger();
     const int e = ids[p];
     float v = f_nan();
     if (e >= 0 && e < E) {
@@ -499,6 +446,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     }
     float *arow = act + (size_t)p * (size_t)n_ff;
     if (lane == 0) arow[r] = v;
+    if (!actq) return;  // f32 output only (st_cuda_moe_glu): the down kernel quantizes
     // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % DEC_GROUPS == 0, so a block
     // lies in one chunk).
     const int per_chunk = chunk_rows / DEC_GROUPS, chunk = blockIdx.x / per_chunk;
@@ -513,33 +461,46 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    block_quant<true>(fmt, arow, actq + (size_t)p * (size_t)aq_stride, n_ff / 32, chunk * chunk_rows / 32,
-                      chunk_rows / 32);
+    block_quant<true>(fmt, arow + (size_t)chunk * chunk_rows, actq + (size_t)p * (size_t)aq_stride, n_ff / 32,
+                      chunk * chunk_rows / 32, chunk_rows / 32);
+}
+
+static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff, const void *xq,
+                   const int32_t *ids, int n_tok, int n_used, float *act, void *actq, int act_format,
+                   int32_t *counters, cudaStream_t stream) {
+    const st_type_info *ti = st_type_get(gu_type);
+    if (!ti || !st_cuda_dec_supported(gu_type) || n_embd <= 0 || n_embd % ti->block_size || n_embd > INT32_MAX / 2)
+        return st_err("st_cuda_moe_glu_q: gate/up type %s with rows of %lld is not supported", st_type_name(gu_type),
+                      (long long)n_embd);
+    if ((actq && !dec_fmt_ok(act_format)) || n_ff <= 0 || n_ff % 32 ||
+        (actq && act_format == ST_TYPE_Q8_K && n_ff % 256) || n_ff > INT32_MAX / 2)
+        return st_err("st_cuda_moe_glu_q: n_ff %lld and activation format %d (Q8_0/Q8_1: n_ff %% 32 == 0, Q8_K: "
+                      "%% 256)", (long long)n_ff, act_format);
+    if (n_tok <= 0 || n_used <= 0 || (int64_t)n_tok * n_used > 65535 || n_expert <= 0)
+        return st_err("st_cuda_moe_glu_q: %d tokens x %d experts of %d", n_tok, n_used, n_expert);
+    if (!table || !xq || !ids || !act || (actq && !counters) || ((uintptr_t)xq & 15) || ((uintptr_t)actq & 15))
+        return st_err("st_cuda_moe_glu_q: NULL or misaligned device pointer");
+    const int chunk_rows = n_ff % 256 == 0 ? 256 : 32;
+    const dim3 grid((unsigned)(n_ff / DEC_GROUPS), (unsigned)(n_tok * n_used));
+    st_dec_launch(k_moe_glu, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
+                  (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
+                  (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,
+                  (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters ? counters + 1 : counters);
+    return launch_check("moe_glu_q");
 }
 
 extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                                  const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, void *actq,
                                  int act_format, int32_t *counters, cudaStream_t stream) {
-    const st_type_info *ti = st_type_get(gu_type);
-    if (!ti || !st_cuda_dec_supported(gu_type) || n_embd <= 0 || n_embd % ti->block_size || n_embd > INT32_MAX / 2)
-        return st_err("st_cuda_moe_glu_q: gate/up type %s with rows of %lld is not supported", st_type_name(gu_type),
-                      (long long)n_embd);
-    if (!fmt_ok(act_format) || n_ff <= 0 || n_ff % 32 || (act_format == ST_TYPE_Q8_K && n_ff % 256) ||
-        n_ff > INT32_MAX / 2)
-        return st_err("st_cuda_moe_glu_q: n_ff %lld and activation format %d (Q8_0/Q8_1: n_ff %% 32 == 0, Q8_K: "
-                      "%% 256)", (long long)n_ff, act_format);
-    if (n_tok <= 0 || n_used <= 0 || (int64_t)n_tok * n_used > 65535 || n_expert <= 0)
-        return st_err("st_cuda_moe_glu_q: %d tokens x %d experts of %d", n_tok, n_used, n_expert);
-    if (!table || !xq || !ids || !act || !actq || !counters || ((uintptr_t)xq & 15) || ((uintptr_t)actq & 15))
-        return st_err("st_cuda_moe_glu_q: NULL or misaligned device pointer");
-    const int chunk_rows = n_ff % 256 == 0 ? 256 : 32;
-    const dim3 grid((unsigned)(n_ff / DEC_GROUPS), (unsigned)(n_tok * n_used));
-    k_moe_glu<<<grid, DEC_THREADS, 0, stream>>>(gu_type, (const uint8_t *const *)table, n_expert, (int)(n_embd / 32),
-                                                (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
-                                                (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act,
-                                                (uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff), act_format,
-                                                chunk_rows, counters + 1);
-    return launch_check("moe_glu_q");
+    if (!actq) return st_err("st_cuda_moe_glu_q: no quantized output given");
+    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, actq, act_format, counters,
+                   stream);
+}
+
+extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                               const void *xq, const int32_t *ids, int n_tok, int n_used, float *act,
+                               cudaStream_t stream) {
+    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, stream);
 }
 
 // ---- MoE down projection + weighted sum + residual -----------------------------------------------------------
@@ -553,6 +514,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
+    st_pdl_wait();
+    st_pdl_trigger();
     for (int task = g; task < K * DOWN_R; task += ng) {
         const int k = task / DOWN_R, rr = task % DOWN_R, r = r0 + rr, p = t * K + k;
         const int e = ids[p];
@@ -587,9 +550,146 @@ extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int
     if (!table || !actq || !ids || !weights || !out || ((uintptr_t)actq & 15))
         return st_err("st_cuda_moe_down_sum: NULL or misaligned device pointer");
     const dim3 grid((unsigned)((n_embd + DOWN_R - 1) / DOWN_R), (unsigned)n_tok);
-    k_moe_down<<<grid, DEC_THREADS, 0, stream>>>(down_type, (const uint8_t *const *)table, n_expert, (int)(n_ff / 32),
-                                                 (long long)st_row_size(down_type, n_ff), (int)n_embd,
-                                                 (const uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff), ids,
-                                                 weights, n_used, out, add);
+    st_dec_launch(k_moe_down, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
+                  (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, (const uint8_t *)actq,
+                  (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add);
     return launch_check("moe_down_sum");
+}
+
+// ---- MoE down projection with the input quantization in its prologue ------------------------------------------
+//
+// Version 2 of the down kernel (st_cuda_moe_down_q): the GLU writes f32 only (no cross-block last-block phase),
+// and every block quantizes the K activation rows of its token into shared memory itself (K * n_ff / 256 Q8_K
+// blocks: 24 for the Qwen3-30B-A3B shape, 3 per group; the rows come from L2). Each group then runs its DOWN_R * K
+// / 8 row dots together (row_dotN: their weight loads in flight at once, not one row after the other).
+
+// N rows against N activation rows in one pass (rows[n] NULL: skipped, out[n] NaN); same per-row arithmetic and
+// order as row_dot.
+template <int TYPE, int N>
+__device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8_t *const *xqs, int nitems, int lane,
+                                         float *out) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    float acc[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n] = 0.0f;
+    for (int it = lane; it < nitems; it += G32) {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            if (!rows[n]) continue;
+            int32_t q[8];
+            float2 ds;
+            load_act(xqs[n], xqs[n] + (size_t)nitems * 32, it, q, ds);
+            st_qb_w w;
+            st_qb_unpack(TYPE, rows[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) out[n] = rows[n] ? g32_sum_f(acc[n]) : f_nan();
+}
+#define DOWN_N 4  // row dots per group pass
+__device__ __noinline__ void row_dot4_any(int type, const uint8_t *const *rows, const uint8_t *const *xqs, int nitems,
+                                          int lane, float *out) {
+    switch (type) {
+#define X(T) \
+    case T: row_dotN<T, DOWN_N>(rows, xqs, nitems, lane, out); return;
+        DEC_TYPES(X)
+#undef X
+    default:
+        for (int n = 0; n < DOWN_N; n++) out[n] = f_nan();
+    }
+}
+
+// grid (ceil(n_embd / DOWN_R), n_tok); dynamic shared memory: K planar rows of n_ff (stride aq_stride).
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_moe_down_q(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
+                 const float *__restrict__ act, int n_ff, int fmt, int aq_stride, const int32_t *__restrict__ ids,
+                 const float *__restrict__ wts, int K, float *out, const float *add) {
+    extern __shared__ __align__(16) uint8_t aq[];  // [K][aq_stride]
+    __shared__ float ys[DOWN_MAX_USED][DOWN_R];
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
+    st_pdl_wait();  // act, ids, wts: earlier kernels; out/add: read by earlier kernels
+    st_pdl_trigger();
+    // Prologue: the token's K activation rows in the CPU format (written by the GLU kernel: loads from L2).
+    const float *at = act + (size_t)t * K * n_ff;
+    const int nb = n_ff / 32;
+    if (fmt == ST_TYPE_Q8_K) {
+        const int nkb = n_ff / 256;
+        for (int task = g; task < K * nkb; task += ng) {
+            const int k = task / nkb, kb = task % nkb;
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = __ldcg(at + (size_t)k * n_ff + kb * 256 + 32 * j + lane);
+            quant256(aq + (size_t)k * aq_stride, nb, kb, lane, v);
+        }
+    } else {
+        for (int task = g; task < K * nb; task += ng) {
+            const int k = task / nb, b = task % nb;
+            quant32(aq + (size_t)k * aq_stride, nb, b, lane, __ldcg(at + (size_t)k * n_ff + b * 32 + lane),
+                    fmt == ST_TYPE_Q8_1);
+        }
+    }
+    __syncthreads();
+    for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
+        const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
+#pragma unroll
+        for (int n = 0; n < DOWN_N; n++) {
+            const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R;
+            rows[n] = NULL;
+            xqs[n] = aq;
+            if (task < K * DOWN_R && r < d) {
+                const int e = ids[t * K + k];
+                if (e >= 0 && e < E) rows[n] = tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes;
+                xqs[n] = aq + (size_t)k * aq_stride;
+            }
+        }
+        float v[DOWN_N];
+        row_dot4_any(type, rows, xqs, nitems, lane, v);
+#pragma unroll
+        for (int n = 0; n < DOWN_N; n++) {
+            const int task = t0 + n * ng;
+            if (task < K * DOWN_R && lane == 0) ys[task / DOWN_R][task % DOWN_R] = v[n];
+        }
+    }
+    __syncthreads();
+    const int rr = threadIdx.x, r = r0 + rr;
+    if (rr < DOWN_R && r < d) {
+        const float *w = wts + (size_t)t * K;
+        float o = __fmul_rn(ys[0][rr], w[0]);
+        for (int k = 1; k < K; k++) o = __fadd_rn(o, __fmul_rn(ys[k][rr], w[k]));
+        const size_t ix = (size_t)t * d + r;
+        out[ix] = add ? __fadd_rn(add[ix], o) : o;
+    }
+}
+
+extern "C" size_t st_cuda_moe_down_q_smem(int64_t n_ff, int n_used) {
+    return (size_t)st_q8_1_row_bytes(n_ff) * (size_t)(n_used > 0 ? n_used : 1);
+}
+
+extern "C" int st_cuda_moe_down_q(int down_type, const void *const *table, int n_expert, int64_t n_embd,
+                                  int64_t n_ff, const float *act, int act_format, const int32_t *ids,
+                                  const float *weights, int n_tok, int n_used, float *out, const float *add,
+                                  cudaStream_t stream) {
+    const st_type_info *ti = st_type_get(down_type);
+    if (!ti || !st_cuda_dec_supported(down_type) || n_ff <= 0 || n_ff % ti->block_size || n_ff > INT32_MAX / 2)
+        return st_err("st_cuda_moe_down_q: down type %s with rows of %lld is not supported",
+                      st_type_name(down_type), (long long)n_ff);
+    if (!dec_fmt_ok(act_format) || n_ff % 32 || (act_format == ST_TYPE_Q8_K && n_ff % 256))
+        return st_err("st_cuda_moe_down_q: n_ff %lld and activation format %d", (long long)n_ff, act_format);
+    if (n_embd <= 0 || n_embd > INT32_MAX / 2 || n_tok <= 0 || n_tok > 65535 || n_used <= 0 ||
+        n_used > DOWN_MAX_USED || n_expert <= 0)
+        return st_err("st_cuda_moe_down_q: n_embd %lld, %d tokens, %d used (<= %d)", (long long)n_embd, n_tok, n_used,
+                      DOWN_MAX_USED);
+    const size_t smem = st_cuda_moe_down_q_smem(n_ff, n_used);
+    if (smem > ST_DEC_DOWN_Q_MAX_SMEM)
+        return st_err("st_cuda_moe_down_q: %d x %lld activations need %zu bytes of shared memory (at most %d)", n_used,
+                      (long long)n_ff, smem, ST_DEC_DOWN_Q_MAX_SMEM);
+    if (!table || !act || !ids || !weights || !out || ((uintptr_t)act & 15))
+        return st_err("st_cuda_moe_down_q: NULL or misaligned device pointer");
+    const dim3 grid((unsigned)((n_embd + DOWN_R - 1) / DOWN_R), (unsigned)n_tok);
+    st_dec_launch(k_moe_down_q, grid, dim3(DEC_THREADS), smem, stream, down_type, (const uint8_t *const *)table,
+                  n_expert, (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, act, (int)n_ff,
+                  act_format, (int)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add);
+    return launch_check("moe_down_q");
 }

@@ -89,6 +89,46 @@ int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, 
                          const void *actq, const int32_t *ids, const float *weights, int n_tok, int n_used,
                          float *out, const float *add, cudaStream_t stream);
 
+// ---- round 2: split-adaptive decode attention, PDL -----------------------------------------------------------
+
+// Programmatic dependent launch for every launcher of this header (sm_90+; plain launches elsewhere): on by
+// default; st_cuda_dec_set_pdl(0) turns it off process-wide (A/B timing, STRATA_NO_PDL=1 in the engine).
+// st_cuda_dec_pdl() says whether launches on the current device use it now.
+void st_cuda_dec_set_pdl(int on);
+int st_cuda_dec_pdl(void);
+
+// Decode attention v2 (decode_attn.cu) of one token at position *d_pos over cache positions 0 .. *d_pos, the same
+// contract as st_cuda_attn_decode (attention.h: cache layout, q already normalised and rotated, f32 arithmetic)
+// but: the number of non-empty splits follows the length read on the device (n_split is only the grid, the most
+// splits used; chunks of max(L / n_split, 16..64) positions, rounded up), the splits are merged by the last block
+// of each KV head (no second kernel), and, when outq is non-NULL, the output row [n_head * head_dim] is also
+// written to outq as one planar q8_1 row in act_format (ST_TYPE_Q8_0 / Q8_1 / Q8_K, the CPU's rules: the O
+// projection's input).
+//   supported: head_dim 64 or 128, n_head / n_head_kv <= 8, and (outq) (n_head / n_head_kv) * head_dim a multiple
+//   of the format's block (32; 256 for Q8_K) so each KV head quantizes whole blocks; act_format < 0: no outq.
+//   workspace: st_cuda_attn_dec_ws_bytes() bytes, ZEROED once after allocation (its head holds the counters; every
+//   launch leaves them zero again). One workspace per stream (launches sharing one must not overlap).
+//   out, q, caches, outq: 16-byte aligned.
+int st_cuda_attn_dec_supported(int head_dim, int n_head, int n_head_kv, int act_format);
+int st_cuda_attn_dec_splits(int n_head_kv, int n_sm);  // the grid for n_sm multiprocessors (~2 blocks per SM)
+size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_dim, int n_split);
+int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                     const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim,
+                     float scale, int n_split, void *workspace, cudaStream_t stream);
+
+// MoE version 2, the GLU's quantization moved into the down kernel: st_cuda_moe_glu writes act only (as
+// st_cuda_moe_glu_q without actq, no counters, no last-block phase); st_cuda_moe_down_q takes that f32 act
+// [n_tok * n_used][n_ff], quantizes each token's n_used rows in act_format (byte-identical to the CPU's, as
+// moe_glu_q's actq) into shared memory in every block, then does st_cuda_moe_down_sum's down + rank-order sum +
+// residual. Needs st_cuda_moe_down_q_smem(n_ff, n_used) <= ST_DEC_DOWN_Q_MAX_SMEM (else use the version 1 pair).
+#define ST_DEC_DOWN_Q_MAX_SMEM 40960
+int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                    const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, cudaStream_t stream);
+size_t st_cuda_moe_down_q_smem(int64_t n_ff, int n_used);
+int st_cuda_moe_down_q(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                       const float *act, int act_format, const int32_t *ids, const float *weights, int n_tok,
+                       int n_used, float *out, const float *add, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -911,12 +911,51 @@ static int moe_cublas_proj(st_gemm_ctx *g, int engine, const __half *Wh, int64_t
     return 0;
 }
 
+// Hybrid placement (st_cuda_moe_ffn_slots): tile t's expert id becomes the slot that holds the expert, so the
+// kernels' `tile_e * expert_bytes` lands on the slot. Runs after k_moe_place; tiles past *n_tiles are left alone.
+__global__ void k_moe_remap_tiles(int32_t *__restrict__ tile_e, const int32_t *__restrict__ n_tiles, int max_tiles,
+                                  const int32_t *__restrict__ slot_of) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < max_tiles && t < *n_tiles) tile_e[t] = slot_of[tile_e[t]];
+}
+
+static int moe_ffn_impl(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate, const void *Wup, int type_down,
+                        const void *Wdown, long long stride_gu, long long stride_down, const int32_t *slot_of,
+                        int64_t n_embd, int64_t n_ff, int n_expert, const float *X, const int32_t *ids,
+                        const float *w, int n_tok, int n_used, float *Y, void *scratch, size_t scratch_bytes,
+                        cudaStream_t stream, const char *fn);
+
 extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate, const void *Wup,
                                int type_down, const void *Wdown, int64_t n_embd, int64_t n_ff, int n_expert,
                                const float *X, const int32_t *ids, const float *w, int n_tok, int n_used, float *Y,
                                void *scratch, size_t scratch_bytes, cudaStream_t stream) {
+    return moe_ffn_impl(g, engine, type_gu, Wgate, Wup, type_down, Wdown, 0, 0, NULL, n_embd, n_ff, n_expert, X, ids,
+                        w, n_tok, n_used, Y, scratch, scratch_bytes, stream, "st_cuda_moe_ffn");
+}
+
+extern "C" int st_cuda_moe_ffn_slots(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate0, const void *Wup0,
+                                     int type_down, const void *Wdown0, long long slot_stride,
+                                     const int32_t *slot_of_dev, int64_t n_embd, int64_t n_ff, int n_expert,
+                                     const float *X, const int32_t *ids, const float *w, int n_tok, int n_used,
+                                     float *Y, void *scratch, size_t scratch_bytes, cudaStream_t stream) {
+    const char *fn = "st_cuda_moe_ffn_slots";
+    if (engine != ST_MOE_TC && engine != ST_MOE_MMQ)
+        return st_err("%s: only the tensor-core and int8 engines take a slot map (engine %d)", fn, engine);
+    if (!slot_of_dev || slot_stride <= 0 || slot_stride % 16)
+        return st_err("%s: needs a slot map and a positive slot stride that is a multiple of 16 (got %lld)", fn,
+                      slot_stride);
+    if ((uintptr_t)Wgate0 % 16 || (uintptr_t)Wup0 % 16 || (uintptr_t)Wdown0 % 16)
+        return st_err("%s: slot parts must be 16-byte aligned", fn);
+    return moe_ffn_impl(g, engine, type_gu, Wgate0, Wup0, type_down, Wdown0, slot_stride, slot_stride, slot_of_dev,
+                        n_embd, n_ff, n_expert, X, ids, w, n_tok, n_used, Y, scratch, scratch_bytes, stream, fn);
+}
+
+static int moe_ffn_impl(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate, const void *Wup, int type_down,
+                        const void *Wdown, long long stride_gu, long long stride_down, const int32_t *slot_of,
+                        int64_t n_embd, int64_t n_ff, int n_expert, const float *X, const int32_t *ids,
+                        const float *w, int n_tok, int n_used, float *Y, void *scratch, size_t scratch_bytes,
+                        cudaStream_t stream, const char *fn) {
     st_cuda_ctx *ctx = g->ctx;
-    const char *fn = "st_cuda_moe_ffn";
     if (engine < ST_MOE_MMQ || engine > ST_MOE_TC) return st_err("%s: unknown engine %d", fn, engine);
     if (n_expert <= 0 || n_expert > ST_GEMM_MAX_EXPERT || n_used <= 0 || n_used > n_expert || n_tok < 0 ||
         (long long)n_tok * n_used > INT_MAX / 4 || n_embd % 32 || n_ff % 32)
@@ -953,6 +992,11 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
                                               b.tile_r0, b.tile_n, b.n_tiles);
     if (st_cuda_check_launch(ctx, "moe_place")) return -1;
     const int32_t *n_valid = b.offsets + n_expert;
+    if (slot_of) {
+        const int max_tiles = np / bn + n_expert;
+        k_moe_remap_tiles<<<(max_tiles + 255) / 256, 256, 0, stream>>>(b.tile_e, b.n_tiles, max_tiles, slot_of);
+        if (st_cuda_check_launch(ctx, "moe_remap_tiles")) return -1;
+    }
 
     if (engine == ST_MOE_TC) {
         g->last_n_expert = 0;
@@ -968,7 +1012,7 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
         // gate + up + SwiGLU: 32 gate and the same 32 up rows per CTA, h [rows][n_ff] f16.
         a.W = (const uint8_t *)Wgate, a.W2 = (const uint8_t *)Wup;
         a.row_bytes = (long long)st_row_size(type_gu, n_embd);
-        a.expert_bytes = a.row_bytes * n_ff;
+        a.expert_bytes = stride_gu ? stride_gu : a.row_bytes * n_ff;
         a.ne0 = (int)n_embd, a.n_out = (int)n_ff;
         a.x = b.xh;
         a.h = b.hh;
@@ -977,7 +1021,7 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
         // down: D [rows][n_embd] f32 in expert order; the weighted sum below restores token order.
         a.W = (const uint8_t *)Wdown, a.W2 = NULL;
         a.row_bytes = (long long)st_row_size(type_down, n_ff);
-        a.expert_bytes = a.row_bytes * n_embd;
+        a.expert_bytes = stride_down ? stride_down : a.row_bytes * n_embd;
         a.ne0 = (int)n_ff, a.n_out = (int)n_embd;
         a.x = b.hh;
         a.h = NULL;
@@ -997,7 +1041,7 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
         // gate (z = 0) and up (z = 1) into gu [rows][2 n_ff].
         a.W = (const uint8_t *)Wgate, a.W2 = (const uint8_t *)Wup;
         a.row_bytes = (long long)st_row_size(type_gu, n_embd);
-        a.expert_bytes = a.row_bytes * n_ff;
+        a.expert_bytes = stride_gu ? stride_gu : a.row_bytes * n_ff;
         a.ne0 = (int)n_embd, a.n_out = (int)n_ff;
         a.xq = b.xq, a.xd = b.xd, a.xs = b.xs;
         a.y = b.gu, a.ldy = 2 * n_ff, a.col_off2 = (int)n_ff;
@@ -1006,7 +1050,7 @@ extern "C" int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const vo
         if (quant_rows(ctx, 1, b.gu, 2 * n_ff, NULL, 1, n_valid, np, (int)n_ff, b.hq, b.hd, b.hs, stream)) return -1;
         a.W = (const uint8_t *)Wdown, a.W2 = NULL;
         a.row_bytes = (long long)st_row_size(type_down, n_ff);
-        a.expert_bytes = a.row_bytes * n_embd;
+        a.expert_bytes = stride_down ? stride_down : a.row_bytes * n_embd;
         a.ne0 = (int)n_ff, a.n_out = (int)n_embd;
         a.xq = b.hq, a.xd = b.hd, a.xs = b.hs;
         a.y = b.d, a.ldy = n_embd, a.col_off2 = 0;

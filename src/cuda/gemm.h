@@ -107,6 +107,18 @@ int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate_d
                     const float *X_dev, const int32_t *ids_dev, const float *w_dev, int n_tok, int n_used,
                     float *Y_dev, void *scratch, size_t scratch_bytes, cudaStream_t stream);
 
+// As st_cuda_moe_ffn, for experts that are not one contiguous stack (hybrid placement, docs/HYBRID.md): expert e's
+// gate rows are at Wgate0 + slot_of_dev[e] * slot_stride, its up rows at Wup0 + slot_of_dev[e] * slot_stride and its
+// down rows at Wdown0 + slot_of_dev[e] * slot_stride (slots of one device buffer, each holding gate|up|down at fixed
+// offsets). slot_of_dev: device int32 [n_expert], every entry a valid slot for the experts the ids select.
+// Tensor-core and int8 engines only (the cuBLAS engines dequantize whole stacks). The arithmetic is exactly
+// st_cuda_moe_ffn's: the same tiles over the same bytes, only the addresses differ, so results are bit-identical.
+int st_cuda_moe_ffn_slots(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate0, const void *Wup0,
+                          int type_down, const void *Wdown0, long long slot_stride, const int32_t *slot_of_dev,
+                          int64_t n_embd, int64_t n_ff, int n_expert, const float *X_dev, const int32_t *ids_dev,
+                          const float *w_dev, int n_tok, int n_used, float *Y_dev, void *scratch,
+                          size_t scratch_bytes, cudaStream_t stream);
+
 // Last MoE call's expert counts as seen by the host (cuBLAS engines only; for tests): n_expert ints or NULL.
 const int32_t *st_cuda_moe_last_counts(const st_gemm_ctx *g);
 

@@ -44,8 +44,9 @@ strata_engine_params strata_engine_default_params(void) {
     return p;
 }
 
-// Parses "cpu" / "cuda" / "cuda:N"; NULL means CUDA if available. Loads the weights into VRAM for CUDA.
-static int pick_gpu(strata_engine *e, const char *device) {
+// Parses "cpu" / "cuda" / "cuda:N"; NULL means CUDA if available. Loads the weights into VRAM for CUDA (hybrid
+// placement under a budget: gpu_hybrid.h).
+static int pick_gpu(strata_engine *e, const char *device, const strata_engine_params *p) {
     int want_gpu = 0, index = 0;
     if (!device || !*device) {
         want_gpu = -1;  // if available
@@ -68,7 +69,17 @@ static int pick_gpu(strata_engine *e, const char *device) {
         st_err_clear();
         return 0;
     }
-    e->gpu = st_gpu_model_load(e->model, index);
+    st_gpu_load_opts o;
+    memset(&o, 0, sizeof o);
+    o.gpu_mem_gib = p->gpu_mem_gib;
+    o.n_ctx = p->plan_n_ctx;
+    o.kv_elem_bytes = p->plan_kv_f32 ? 4 : 2;
+    o.profile_path = p->profile_path;
+    o.pack_path = p->pack_path;
+    o.arena_mode = p->arena_mmap ? 2 : 0;  // st_arena_mode: ST_ARENA_MMAP, or AUTO (STRATA_ARENA_MMAP)
+    e->gpu = st_gpu_model_load_opts(e->model, index, &o);
+    // A budget was asked for: falling back to the CPU silently would hide the error.
+    if (!e->gpu && p->gpu_mem_gib > 0) return -1;
     if (!e->gpu) {
         if (want_gpu == 1) return -1;
         st_warn("the CUDA backend cannot run this model (%s); using the CPU", st_errmsg());
@@ -94,7 +105,8 @@ strata_engine *strata_engine_load(const strata_engine_params *p) {
         goto fail;
     }
     e->chat_template = gguf_get_str_dup(e->model->gguf, "tokenizer.chat_template");
-    if (pick_gpu(e, p->device)) goto fail;
+    if (pick_gpu(e, p->device, p)) goto fail;
+    if (!e->gpu && p->gpu_mem_gib > 0) st_warn("--gpu-mem is ignored: the engine runs on the CPU");
     e->pool = st_pool_create(p->n_threads);
     if (!e->pool) {
         st_err("cannot start %d compute threads", p->n_threads);
@@ -209,6 +221,28 @@ void strata_session_free(strata_session *s) {
 int strata_session_eval(strata_session *s, const int32_t *tokens, int32_t n, float *logits, bool all_logits) {
     if (s->gpu) return st_gpu_session_eval(s->gpu, tokens, n, logits, all_logits);
     return st_session_eval(s->cpu, tokens, n, logits, all_logits);
+}
+
+int strata_session_hybrid_stats(strata_session *s, strata_hybrid_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!s->gpu) return 0;
+    st_gpu_hybrid_stats h;
+    if (st_gpu_session_hybrid_stats(s->gpu, &h)) return -1;
+    out->active = h.active != 0;
+    out->n_slots = h.n_slots;
+    out->n_experts = h.n_experts;
+    out->slot_bytes = h.slot_bytes;
+    out->n_staging = h.n_staging;
+    out->decode_tokens = h.decode_tokens;
+    out->selections = h.selections;
+    out->misses = h.misses;
+    out->miss_bytes = h.miss_bytes;
+    out->prefill_tokens = h.prefill_tokens;
+    out->prefill_chunks = h.prefill_chunks;
+    out->staged_bytes = h.staged_bytes;
+    out->swaps = h.swaps;
+    out->swap_bytes = h.swap_bytes;
+    return 0;
 }
 
 int32_t strata_session_n_past(const strata_session *s) {

@@ -19,6 +19,7 @@
 #include "cuda/ops.h"
 #include "cuda/quantize_act.h"
 #include "cuda/runtime.h"
+#include "engine/gpu_hybrid.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -54,6 +55,8 @@ struct st_gpu_model {
     float *output_norm;    // [n_embd] f32
     glayer *layers;        // [n_layer]
     const void **expert_tables;  // device [n_layer][n_expert][3] expert addresses (glayer.experts points into it)
+    st_hybrid *hy;         // hybrid placement (gpu_hybrid.h): expert stacks not uploaded, glayer.experts point at
+                           // its tables; NULL when every weight is in VRAM
 };
 
 struct st_gpu_session {
@@ -80,6 +83,10 @@ struct st_gpu_session {
     void *xq2;                  // [B * n_expert_used] planar q8_1 rows of n_ff_exp: the fused MoE's down input
     int32_t *dec_counters;      // zeroed counters of the fused decode kernels [st_cuda_dec_counters_bytes]
     int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
+    int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
+    int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V1=1: moe_glu_q + moe_down_sum)
+    void *attn_ws2;             // st_cuda_attn_dec workspace (zeroed once: its counters)
+    int n_split2;               // st_cuda_attn_dec grid
     float *logits;              // [logits_rows][n_vocab]
     int64_t logits_rows;        // grows on demand (all-position logits of a prefill chunk)
     void *gemm_scratch;         // prefill GEMM / MoE scratch [gemm_scratch_bytes]
@@ -92,6 +99,7 @@ struct st_gpu_session {
     int graph_ready;
     int graph_failed;
     int warm;                   // one eager one-token step has run (kernels loaded) before capture
+    st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
 };
 
 int st_gpu_available(void) { return st_cuda_device_count() > 0; }
@@ -114,6 +122,7 @@ typedef struct {
     int copy;  // 0: only measure; 1: copy into the arena
     int failed;
     st_progress *progress;  // upload progress lines (copy pass only)
+    int skip_experts;       // hybrid placement: expert stacks stay on the host (their type and shape are kept)
 } placer;
 
 static void *place_bytes(placer *p, const void *src, size_t bytes, const char *what) {
@@ -167,9 +176,20 @@ static void place_all(placer *p) {
         place_weight(p, &G->ffn_up, &L->ffn_up);
         place_weight(p, &G->ffn_down, &L->ffn_down);
         place_weight(p, &G->router, &L->router);
-        place_weight(p, &G->gate_exps, &L->gate_exps);
-        place_weight(p, &G->up_exps, &L->up_exps);
-        place_weight(p, &G->down_exps, &L->down_exps);
+        if (p->skip_experts) {  // hybrid: described, not uploaded (d stays NULL)
+            const st_weight *xs[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+            gweight *gs[3] = {&G->gate_exps, &G->up_exps, &G->down_exps};
+            for (int k = 0; k < 3; k++) {
+                memset(gs[k], 0, sizeof *gs[k]);
+                gs[k]->type = xs[k]->type;
+                memcpy(gs[k]->ne, xs[k]->ne, sizeof gs[k]->ne);
+                gs[k]->row_bytes = xs[k]->row_bytes;
+            }
+        } else {
+            place_weight(p, &G->gate_exps, &L->gate_exps);
+            place_weight(p, &G->up_exps, &L->up_exps);
+            place_weight(p, &G->down_exps, &L->down_exps);
+        }
     }
 }
 
@@ -236,14 +256,18 @@ static int build_expert_tables(st_gpu_model *g) {
     return rc;
 }
 
-st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
+st_gpu_model *st_gpu_model_load(const st_model *m, int device) { return st_gpu_model_load_opts(m, device, NULL); }
+
+st_gpu_model *st_gpu_model_load_opts(const st_model *m, int device, const st_gpu_load_opts *opts) {
     if (check_types(m)) return NULL;
     st_gpu_model *g = calloc(1, sizeof *g);
     if (!g) return st_err("out of memory"), NULL;
     g->m = m;
     g->layers = calloc(m->hp.n_layer, sizeof *g->layers);
     if (!g->layers || st_cuda_init(&g->ctx, device, 1, 0)) goto fail;
-    placer p = {g, 0, 0, 0, NULL};
+    if (st_hybrid_plan(m, opts, &g->hy)) goto fail;  // a budget below the model's size: hybrid placement
+    const int skip = g->hy != NULL;
+    placer p = {g, 0, 0, 0, NULL, skip};
     place_all(&p);
     g->arena_bytes = p.off;
     double t0 = st_now();
@@ -254,10 +278,17 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
     }
     st_progress prog;
     st_progress_begin(&prog, "uploading weights to the GPU", g->arena_bytes, 1);
-    placer q = {g, 0, 1, 0, &prog};
+    placer q = {g, 0, 1, 0, &prog, skip};
     place_all(&q);
     st_progress_end(&prog);
-    if (q.failed || build_expert_tables(g)) goto fail;
+    if (q.failed) goto fail;
+    if (g->hy) {  // the experts: host arena + VRAM cache; every layer's table comes from the hybrid state
+        if (st_hybrid_init(g->hy, &g->ctx, g->arena_bytes)) goto fail;
+        for (uint32_t l = 0; l < m->hp.n_layer; l++)
+            if (m->layers[l].gate_exps.data) g->layers[l].experts = st_hybrid_layer_table(g->hy, l);
+    } else if (build_expert_tables(g)) {
+        goto fail;
+    }
     g->gemm = st_cuda_gemm_create(&g->ctx);
     if (!g->gemm) goto fail;
     char a[32];
@@ -274,6 +305,7 @@ void st_gpu_model_free(st_gpu_model *g) {
     if (g->gemm) st_cuda_gemm_destroy(g->gemm);
     if (g->arena) st_cuda_free(&g->ctx, g->arena);
     if (g->expert_tables) st_cuda_free(&g->ctx, (void *)g->expert_tables);
+    st_hybrid_free(g->hy);
     st_cuda_destroy(&g->ctx);
     free(g->layers);
     free(g);
@@ -292,6 +324,18 @@ static int moe_engine(const glayer *L) {
     if (env && !strcmp(env, "cublas")) return ST_MOE_CUBLAS_LOOP;
     if (env && !strcmp(env, "mmq") && mmq) return ST_MOE_MMQ;
     return tc ? ST_MOE_TC : mmq ? ST_MOE_MMQ : ST_MOE_CUBLAS_LOOP;
+}
+
+// The prefill MoE engine of a layer of g: hybrid placement needs one that takes a slot map (st_cuda_moe_ffn_slots:
+// tensor cores, else int8), even when STRATA_MOE_ENGINE asks for cuBLAS. -1 when neither handles the types.
+static int prefill_moe_engine(const st_gpu_model *g, const glayer *L) {
+    const int e = moe_engine(L);
+    if (!g->hy || e == ST_MOE_TC || e == ST_MOE_MMQ) return e;
+    const int gt = L->gate_exps.type, dt = L->down_exps.type;
+    const int sizes = L->gate_exps.ne[0] % 256 == 0 && L->down_exps.ne[0] % 256 == 0;
+    if (sizes && st_cuda_tc_supported(gt) && st_cuda_tc_supported(dt)) return ST_MOE_TC;
+    if (sizes && st_cuda_mmq_supported(gt) && st_cuda_mmq_supported(dt)) return ST_MOE_MMQ;
+    return -1;
 }
 
 // The largest scratch any prefill GEMM or MoE call of a PREFILL_CHUNK-token chunk needs.
@@ -315,8 +359,9 @@ static size_t gemm_scratch_need(const st_gpu_model *g) {
         NEED(&L->ffn_gate, PREFILL_CHUNK);
         NEED(&L->ffn_up, PREFILL_CHUNK);
         NEED(&L->ffn_down, PREFILL_CHUNK);
-        if (L->gate_exps.d) {
-            size_t b = st_cuda_moe_scratch_bytes(moe_engine(L), L->gate_exps.type, L->down_exps.type, hp->n_embd,
+        if (g->m->layers[l].gate_exps.data) {  // (hybrid: the stack is on the host, its MoE scratch still needed)
+            const int eng = prefill_moe_engine(g, L);
+            size_t b = st_cuda_moe_scratch_bytes(eng < 0 ? ST_MOE_MMQ : eng, L->gate_exps.type, L->down_exps.type, hp->n_embd,
                                                  hp->n_ff_exp, (int)hp->n_expert, PREFILL_CHUNK,
                                                  (int)hp->n_expert_used);
             if (b > need) need = b;
@@ -324,6 +369,31 @@ static size_t gemm_scratch_need(const st_gpu_model *g) {
     }
 #undef NEED
     return need;
+}
+
+static int fused_moe(const st_gpu_session *s, const glayer *L, int n);
+
+// Hybrid placement runs every MoE layer through the fused decode kernels (they read the expert address tables) and
+// the slot-map prefill engines; says which layer cannot, or 0.
+static int hybrid_session_check(st_gpu_session *s) {
+    const st_gpu_model *g = s->g;
+    if (getenv("STRATA_NO_FUSED")) st_warn("hybrid placement: STRATA_NO_FUSED is ignored (misses need the fused kernels)");
+    s->fused = 1;
+    for (uint32_t l = 0; l < g->m->hp.n_layer; l++) {
+        const glayer *L = &g->layers[l];
+        if (!g->m->layers[l].gate_exps.data) continue;
+        if (!fused_moe(s, L, 1))
+            return st_err("%s: layer %u: hybrid placement needs the fused MoE decode kernels, which do not take "
+                          "expert types %s/%s with n_embd %u, n_ff_exp %u, %u experts: load without --gpu-mem",
+                          g->m->path, l, st_type_name(L->gate_exps.type), st_type_name(L->down_exps.type),
+                          g->m->hp.n_embd, g->m->hp.n_ff_exp, g->m->hp.n_expert);
+        if (prefill_moe_engine(g, L) < 0)
+            return st_err("%s: layer %u: hybrid prefill needs the tensor-core or int8 MoE engine, which do not take "
+                          "%s/%s with these sizes: load without --gpu-mem",
+                          g->m->path, l, st_type_name(L->gate_exps.type), st_type_name(L->down_exps.type));
+    }
+    st_hybrid_describe(g->hy, &s->hstats);
+    return 0;
 }
 
 static void *dalloc(st_gpu_session *s, size_t bytes, const char *what, int *fail) {
@@ -381,6 +451,13 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->dec_counters = dalloc(s, cnt_bytes, "decode counters", &fail);
     if (!fail && st_cuda_memset(&g->ctx, s->dec_counters, 0, cnt_bytes, NULL)) fail = 1;
     s->fused = getenv("STRATA_NO_FUSED") == NULL;
+    s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
+    s->moe_v2 = getenv("STRATA_MOE_V1") == NULL;
+    if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
+    s->n_split2 = st_cuda_attn_dec_splits((int)hp->n_head_kv, g->ctx.sm_count);
+    const size_t ws2 = st_cuda_attn_dec_ws_bytes((int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_k, s->n_split2);
+    s->attn_ws2 = dalloc(s, ws2, "attention workspace", &fail);
+    if (!fail && st_cuda_memset(&g->ctx, s->attn_ws2, 0, ws2, NULL)) fail = 1;
     s->logits_rows = B;
     s->logits = dalloc(s, sizeof(float) * B * hp->n_vocab, "logits", &fail);
     s->gemm_min = GEMM_MIN_DEFAULT;
@@ -401,6 +478,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         for (size_t p = 0; p < n; p++) xrow[p] = (int32_t)(p / K);
         if (st_cuda_memcpy_h2d(&g->ctx, s->d_xrow, xrow, sizeof(int32_t) * n, NULL)) fail = 1;
     }
+    if (!fail && g->hy && hybrid_session_check(s)) fail = 1;
     if (fail) {
         char a[32];
         st_err_prefix("session of %lld positions (KV cache %s): ", (long long)n_ctx,
@@ -421,7 +499,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
                     s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters};
+                    s->xq2, s->dec_counters, s->attn_ws2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -532,9 +610,20 @@ static int fused_moe(const st_gpu_session *s, const glayer *L, int n) {
            (dfmt != ST_TYPE_Q8_K || F % 256 == 0);
 }
 
+// Whether layer L's one-token attention takes st_cuda_attn_dec with the O projection's input quantized in it, O
+// then by st_cuda_mmvq_multi (both PDL launches).
+static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
+    const st_hparams *hp = &s->g->m->hp;
+    return s->fused && s->attn_v2 && n == 1 && st_cuda_dec_supported(L->wo.type) &&
+           st_cuda_attn_dec_supported((int)hp->head_dim_k, (int)hp->n_head, (int)hp->n_head_kv,
+                                      st_cuda_act_format(L->wo.type)) &&
+           L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
+}
+
 // One step of n <= SMALL_BATCH tokens whose ids are in d_tokens and first position in d_pos. Enqueues only
 // (capturable): no host synchronisation, no allocation. Layers whose types allow it take the fused decode
-// kernels (decode.h: 11 launches per MoE layer instead of 18); the rest goes operator by operator.
+// kernels (decode.h: 9 launches per MoE layer instead of 18, most of them PDL launches whose start overlaps the
+// previous kernel's tail); the rest goes operator by operator.
 static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     st_gpu_model *g = s->g;
     st_cuda_ctx *c = &g->ctx;
@@ -560,12 +649,22 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 return -1;
         }
         if (qk_rope_kv(s, L, l, n)) return -1;
-        int rc = n == 1 ? st_cuda_attn_decode(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
-                                              (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split, s->attn_ws,
-                                              st)
-                        : st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, n,
-                                               (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st);
-        if (rc || mv(s, &L->wo, s->attn, n, s->ffn_out, 0)) return -1;
+        if (fused_attn(s, L, n)) {
+            // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
+            const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], s->ffn_out};
+            if (st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l], s->v_cache[l],
+                                 s->kv_f16, s->d_pos, (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split2,
+                                 s->attn_ws2, st) ||
+                st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st))
+                return -1;
+        } else {
+            int rc = n == 1 ? st_cuda_attn_decode(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
+                                                  (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split,
+                                                  s->attn_ws, st)
+                            : st_cuda_attn_prefill(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
+                                                   n, (int)hp->n_head, (int)hp->n_head_kv, hd, scale, st);
+            if (rc || mv(s, &L->wo, s->attn, n, s->ffn_out, 0)) return -1;
+        }
         if (hp->n_expert && fused_moe(s, L, n)) {
             // x += attention output; xn = ffn_norm(x) (f32 for the router, quantized for gate/up); then
             // x += sum_k w_k down_k(GLU_k(xn)), the down input quantized by the GLU kernel.
@@ -574,7 +673,19 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                     L->ffn_norm, n, d, hp->rms_eps, st) ||
                 st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
                                     s->router, s->d_ids, s->d_wts, s->dec_counters, st) ||
-                st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n, K,
+                (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)))  // hybrid: hit/miss counters
+                return -1;
+            if (s->moe_v2 && st_cuda_moe_down_q_smem(F, K) <= ST_DEC_DOWN_Q_MAX_SMEM) {
+                // The down kernel quantizes the GLU output itself (no last-block phase in the GLU).
+                if (st_cuda_moe_glu(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n, K,
+                                    s->ffn_a, st) ||
+                    st_cuda_moe_down_q(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->ffn_a,
+                                       st_cuda_act_format(L->down_exps.type), s->d_ids, s->d_wts, n, K, s->x, s->x,
+                                       st))
+                    return -1;
+                continue;
+            }
+            if (st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n, K,
                                   s->ffn_a, s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st) ||
                 st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2, s->d_ids,
                                      s->d_wts, n, K, s->x, s->x, st))
@@ -652,6 +763,7 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
     int d = (int)hp->n_embd, hd = (int)hp->head_dim_k;
     float scale = 1.0f / sqrtf((float)hd);
     if (embed_tokens(s, n)) return -1;
+    if (g->hy && st_hybrid_prefill_begin(g->hy, &s->hstats, st)) return -1;  // hybrid: stage layers 0 (and 1)
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st) ||
@@ -671,9 +783,11 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
             int E = (int)hp->n_expert, K = (int)hp->n_expert_used;
             if (st_cuda_matvec_float(L->router.type, L->router.d, d, E, s->xn, n, s->router, st) ||
                 st_cuda_moe_route(s->d_ids, s->d_wts, s->router, n, E, K, hp->expert_weights_norm, st) ||
-                st_cuda_moe_ffn(g->gemm, moe_engine(L), L->gate_exps.type, L->gate_exps.d, L->up_exps.d,
-                                L->down_exps.type, L->down_exps.d, d, hp->n_ff_exp, E, s->xn, s->d_ids, s->d_wts, n,
-                                K, s->ffn_out, s->gemm_scratch, s->gemm_scratch_bytes, st))
+                (g->hy ? st_hybrid_moe_prefill(g->hy, g->gemm, prefill_moe_engine(g, L), l, s->xn, s->d_ids,
+                                               s->d_wts, n, s->ffn_out, s->gemm_scratch, s->gemm_scratch_bytes, st)
+                       : st_cuda_moe_ffn(g->gemm, moe_engine(L), L->gate_exps.type, L->gate_exps.d, L->up_exps.d,
+                                         L->down_exps.type, L->down_exps.d, d, hp->n_ff_exp, E, s->xn, s->d_ids,
+                                         s->d_wts, n, K, s->ffn_out, s->gemm_scratch, s->gemm_scratch_bytes, st)))
                 return -1;
         }
         if (st_cuda_add(s->x, s->x, s->ffn_out, (int64_t)n * d, st)) return -1;
@@ -732,6 +846,8 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
     if (st_model_check_batch(g->m, tokens, n, s->n_past, s->n_ctx)) return -1;
     int64_t start = s->n_past;
     size_t nv = hp->n_vocab;
+    int64_t n_dec = 0, n_pre = 0;  // tokens through step() / step_prefill() (hybrid counters)
+    if (g->hy && st_hybrid_before_eval(g->hy, s->stream)) return -1;
     for (int64_t off = 0; off < n;) {
         int64_t left = n - off;
         int big = left >= s->gemm_min && left > SMALL_BATCH;
@@ -772,6 +888,18 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
         memcpy(s->tokens + s->n_past, tokens + off, sizeof(int32_t) * (size_t)c_n);
         s->n_past += c_n;
         off += c_n;
+        *(big ? &n_pre : &n_dec) += c_n;
     }
+    if (g->hy) return st_hybrid_after_eval(g->hy, &s->hstats, n_dec, n_pre, 0, s->stream);
+    return 0;
+}
+
+int st_gpu_session_hybrid_stats(st_gpu_session *s, st_gpu_hybrid_stats *out) {
+    if (!s->g->hy) {
+        memset(out, 0, sizeof *out);
+        return 0;
+    }
+    if (st_hybrid_after_eval(s->g->hy, &s->hstats, 0, 0, 1, s->stream)) return -1;
+    *out = s->hstats;
     return 0;
 }

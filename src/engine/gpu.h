@@ -11,10 +11,42 @@
 typedef struct st_gpu_model st_gpu_model;
 typedef struct st_gpu_session st_gpu_session;
 
+// Load options. Zeroed = every weight in VRAM (the default path).
+typedef struct st_gpu_load_opts {
+    double gpu_mem_gib;        // VRAM budget in GiB (--gpu-mem); <= 0: unlimited. A budget below the model's size
+                               // loads it in hybrid mode (docs/HYBRID.md): dense weights in VRAM, experts in a host
+                               // arena, an expert cache of VRAM slots
+    int64_t n_ctx;             // KV positions the budget plans for (<= 0: 4096)
+    int kv_elem_bytes;         // 2 (F16, default) or 4
+    const char *profile_path;  // routing profile (strata profile) for the cache's initial contents, or NULL
+    const char *pack_path;     // pack file (strata pack) for the mmap arena, or NULL
+    int arena_mode;            // st_arena_mode: 0 auto (STRATA_ARENA_MMAP), 1 anonymous, 2 the pack mapped
+} st_gpu_load_opts;
+
+// Hybrid placement counters of a session (all zero when the model is entirely in VRAM).
+typedef struct st_gpu_hybrid_stats {
+    int active;                // 1: hybrid placement
+    uint64_t n_slots;          // expert-cache slots in VRAM
+    uint64_t n_experts;        // routed experts of the model (n_layer * n_expert)
+    uint64_t slot_bytes;       // bytes of one slot
+    uint64_t n_staging;        // prefill staging slots
+    uint64_t decode_tokens;    // tokens through the decode path (one to eight at a time)
+    uint64_t selections;       // (token, layer, expert) selections of those tokens
+    uint64_t misses;           // of which the expert was not in VRAM: read by the GPU over PCIe (zero-copy)
+    uint64_t miss_bytes;       // expert bytes those misses read over PCIe
+    uint64_t prefill_tokens;   // tokens through the prefill (GEMM) path
+    uint64_t prefill_chunks;
+    uint64_t staged_bytes;     // bytes copied into prefill staging
+    uint64_t swaps;            // experts swapped into the cache between tokens
+    uint64_t swap_bytes;
+} st_gpu_hybrid_stats;
+
 // 1 when this build has the CUDA backend and a usable device exists (the reason otherwise in st_errmsg).
 int st_gpu_available(void);
 // Uploads every weight of m to `device`. NULL with st_errmsg (no device, too little memory: needed vs free).
 st_gpu_model *st_gpu_model_load(const st_model *m, int device);
+// The same with options (NULL = st_gpu_model_load): a VRAM budget, hybrid placement.
+st_gpu_model *st_gpu_model_load_opts(const st_model *m, int device, const st_gpu_load_opts *opts);
 void st_gpu_model_free(st_gpu_model *g);
 const char *st_gpu_device_name(const st_gpu_model *g);
 int st_gpu_device_memory(st_gpu_model *g, size_t *used, size_t *total);
@@ -28,6 +60,9 @@ int64_t st_gpu_session_n_past(const st_gpu_session *s);
 int64_t st_gpu_session_n_ctx(const st_gpu_session *s);
 const int32_t *st_gpu_session_tokens(const st_gpu_session *s);
 int st_gpu_session_kv_f16(const st_gpu_session *s);
+// The session's hybrid placement counters (out->active == 0 when the model is entirely in VRAM). Reads back the
+// device counters first, so call it between evaluations. 0 or -1.
+int st_gpu_session_hybrid_stats(st_gpu_session *s, st_gpu_hybrid_stats *out);
 // Copies the K/V rows of positions [0, n) of every layer between the device cache and host memory laid out as
 // [n_layer] x { K [n_host][k_row bytes], V [n_host][v_row bytes] } (n <= n_host). to_host: 1 device -> host,
 // 0 host -> device (the session then holds exactly `tokens[0..n)`). Synchronous. Returns 0 or -1.

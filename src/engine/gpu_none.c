@@ -1,5 +1,7 @@
 // The CUDA backend's entry points in a build without CUDA: no device is ever available, so the engine uses the CPU.
 #include "engine/gpu.h"
+#include <string.h>
+
 #include "util/err.h"
 
 int st_gpu_available(void) { return st_err("this build of Strata has no CUDA backend (rebuild with -DSTRATA_ENABLE_CUDA=ON)"), 0; }
@@ -8,6 +10,10 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device) {
     (void)device;
     st_gpu_available();
     return NULL;
+}
+st_gpu_model *st_gpu_model_load_opts(const st_model *m, int device, const st_gpu_load_opts *opts) {
+    (void)opts;
+    return st_gpu_model_load(m, device);
 }
 void st_gpu_model_free(st_gpu_model *g) { (void)g; }
 const char *st_gpu_device_name(const st_gpu_model *g) { return (void)g, "none"; }
@@ -33,4 +39,9 @@ int st_gpu_session_kv_transfer(st_gpu_session *s, uint8_t *host, int64_t n, int6
                                int to_host) {
     (void)s, (void)host, (void)n, (void)n_host, (void)tokens, (void)to_host;
     return st_err("no CUDA backend in this build");
+}
+int st_gpu_session_hybrid_stats(st_gpu_session *s, st_gpu_hybrid_stats *out) {
+    (void)s;
+    memset(out, 0, sizeof *out);
+    return 0;
 }

@@ -31,6 +31,10 @@ typedef struct st_server_config {
     int n_threads;              // 0: all CPUs
     const char *device;         // "cpu", "cuda" or "cuda:N"; NULL: CUDA when the build has it and a GPU exists
     bool kv_f32;
+    double gpu_mem_gib;         // VRAM budget (hybrid expert placement, docs/HYBRID.md); 0: unlimited
+    const char *profile_path;   // routing profile for the expert cache's initial contents, or NULL
+    const char *pack_path;      // pack file for arena_mmap, or NULL
+    bool arena_mmap;            // host expert arena = the pack mapped read-only
     bool chatml;                // --chat-format chatml: the built-in ChatML format instead of the model's template
     bool prefix_cache;          // reuse the KV of the longest common prefix with the live session
     int prompt_checkpoints;     // host-RAM snapshots of earlier timelines kept for the prefix cache (0: none)

@@ -63,6 +63,7 @@ typedef struct st_srv {
     double last_prefill_tps, last_decode_tps;
     int kv_used;
     double gpu_mem_used_mb, gpu_mem_total_mb;  // device memory of a GPU engine (last ping), 0 on the CPU
+    json_t *hybrid;          // hybrid expert placement counters of the last ping (worker.c), or NULL
     int prefill_done, prefill_total;  // of the current generation
 } st_srv;
 

@@ -122,6 +122,9 @@ enum MHD_Result st_api_status(st_req *r) {
     if (st_S.gpu_mem_total_mb > 0)
         json_object_set_new(o, "gpu", json_pack("{s:s, s:f, s:f}", "name", json_string_value(backend), "mem_used_mb",
                                                 st_S.gpu_mem_used_mb, "mem_total_mb", st_S.gpu_mem_total_mb));
+    // Hybrid expert placement (--gpu-mem below the model's size): VRAM cache size, hit rate, misses and PCIe bytes
+    // per decoded token, prefill staging, swaps (as of the last ping).
+    if (st_S.hybrid) json_object_set(o, "hybrid", st_S.hybrid);
     if (st_S.info) {
         json_object_set_new(o, "context", json_pack("{s:O, s:O, s:i}", "n_ctx", json_object_get(st_S.info, "n_ctx"),
                                                     "n_ctx_train", json_object_get(st_S.info, "n_ctx_train"),

@@ -228,6 +228,8 @@ static void worker_down(const char *why) {
     st_S.fd = -1;
     json_decref(st_S.info);
     st_S.info = NULL;
+    json_decref(st_S.hybrid);
+    st_S.hybrid = NULL;
     st_S.kv_used = 0;
     st_S.prefill_done = st_S.prefill_total = 0;
     st_S.restarts++;
@@ -300,6 +302,8 @@ static void on_message(json_t *m) {  // with mu held; steals m
         json_t *gm = json_object_get(m, "gpu_mem");
         st_S.gpu_mem_used_mb = gm ? (double)json_integer_value(json_object_get(gm, "used")) / 1048576.0 : 0;
         st_S.gpu_mem_total_mb = gm ? (double)json_integer_value(json_object_get(gm, "total")) / 1048576.0 : 0;
+        json_decref(st_S.hybrid);
+        st_S.hybrid = json_incref(json_object_get(m, "hybrid"));  // NULL when absent
         json_decref(m);
         return;
     }

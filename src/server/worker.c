@@ -178,6 +178,19 @@ static void handle_side(worker *w, json_t *m) {
         if (strata_device_memory(w->e, &used, &total) == 0)
             json_object_set_new(pong, "gpu_mem", json_pack("{s:I, s:I}", "used", (json_int_t)used, "total",
                                                            (json_int_t)total));
+        strata_hybrid_stats hy;  // hybrid expert placement: cache size, hit rate, PCIe traffic
+        if (strata_session_hybrid_stats(w->s, &hy) == 0 && hy.active) {
+            const double dt = hy.decode_tokens ? (double)hy.decode_tokens : 1.0;
+            json_object_set_new(
+                pong, "hybrid",
+                json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:I}", "n_slots", (json_int_t)hy.n_slots,
+                          "n_experts", (json_int_t)hy.n_experts, "decode_tokens", (json_int_t)hy.decode_tokens,
+                          "misses", (json_int_t)hy.misses, "hit_rate",
+                          hy.selections ? 1.0 - (double)hy.misses / (double)hy.selections : 0.0, "misses_per_token",
+                          (double)hy.misses / dt, "pcie_bytes_per_token", (double)hy.miss_bytes / dt, "prefill_tokens",
+                          (json_int_t)hy.prefill_tokens, "staged_bytes", (json_int_t)hy.staged_bytes, "swaps",
+                          (json_int_t)hy.swaps, "swap_bytes", (json_int_t)hy.swap_bytes));
+        }
         send_msg(w, pong);
     } else if (!strcmp(t, "tokenize")) {
         do_tokenize(w, m, id);
@@ -597,6 +610,12 @@ int st_worker_main(const st_server_config *c) {
     ep.model_path = c->model_path;
     ep.n_threads = c->n_threads;
     ep.device = c->device;
+    ep.gpu_mem_gib = c->gpu_mem_gib;
+    ep.plan_n_ctx = c->n_ctx > 0 ? c->n_ctx : 32768;  // the session's context is known only after loading: at most
+    ep.plan_kv_f32 = c->kv_f32;                       // 32768 (below), so a budget plans for that
+    ep.profile_path = c->profile_path;
+    ep.pack_path = c->pack_path;
+    ep.arena_mmap = c->arena_mmap;
     w.e = strata_engine_load(&ep);
     if (!w.e) {
         st_error("engine worker: %s", strata_last_error());

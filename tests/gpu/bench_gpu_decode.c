@@ -1,7 +1,10 @@
 // Decode-step benchmark of one Qwen3-30B-A3B-shaped layer (Q4_K_M types), kernel by kernel and as a whole, for the
-// operator-by-operator path (v1: what step() in engine/gpu.c launched before the fused kernels, 18 launches) and the
-// fused path (v2: step() now, cuda/decode.h, 11 launches). Informational (no pass/fail on speed); exits non-zero
-// only when a CUDA call fails.
+// operator-by-operator path (v1: what step() in engine/gpu.c launched before the fused kernels, 18 launches), the
+// first fused path (v2, 11 launches) and the round-2 path (v3: step() now, 9 launches: split-adaptive attention
+// with the last-block merge and the O input quantization fused in, O through mmvq_multi, GLU without its
+// last-block quantization, down kernel quantizing its input in its prologue), v3 measured without and with
+// programmatic dependent launch (PDL). v1 and v2 run with PDL off (as they were measured before). Each v3 kernel
+// line carries its prediction. Informational (no pass/fail on speed); exits non-zero only when a CUDA call fails.
 //
 // Shape: n_embd 2048, 32 query / 4 KV heads of 128, 128 experts (top 8) of n_ff 768, f16 KV cache. Types as
 // model/mix.c gives Q4_K_M for n_expert 128: Q/K/O, gate/up Q4_K; V and down Q6_K on the "more bits" layers (half
@@ -77,6 +80,8 @@ static lcopy g_L[MAXC];
 static int g_nc = 8;
 // Shared activations (as the session's scratch).
 static float *x, *xn, *q, *k, *v, *attn, *ffn_a, *ffn_out, *logits, *wts, *ws_attn;
+static void *ws_attn2;  // st_cuda_attn_dec workspace (zeroed: counters)
+static int g_split2;
 static int32_t *ids, *xrow, *dpos, *cnt;
 static void *xq, *xq2;
 static int g_split;
@@ -162,8 +167,19 @@ static const char *v1_names[] = {"rmsnorm (attn)",    "quantize x",         "mmv
 static const char *v2_names[] = {"rmsnorm_act (attn)", "mmvq_multi Q/K/V", "qk_norm_rope_kv",  "attention (2 k.)",
                                  "quantize attn",      "mmvq O",           "rmsnorm_act+res",  "router_topk",
                                  "moe_glu_q",          "moe_down_sum+res"};
+static const char *v3_names[] = {"rmsnorm_act (attn)", "mmvq_multi Q/K/V", "qk_norm_rope_kv", "attn_dec + quant",
+                                 "mmvq_multi O",       "rmsnorm_act+res",  "router_topk",     "moe_glu (f32)",
+                                 "moe_down_q+res"};
+// Predictions for v3 (us at depth 256 / 16384, PDL on), written before the first measurement; the bench prints them
+// next to the measured times.
+static const char *v3_pred[] = {"3.5 (PDL: launch hidden)",       "3.5 (L2 prefetch before the wait)",
+                                 "3.4 (unchanged, plain launch)", "4 / 13 (25.4 / 51.2 + 2.3 quant)",
+                                 "3.0 (4.07: PDL + prefetch)",     "3.5 (5.21)",
+                                 "4.0 (7.48: weights in regs early)", "7.5 (13.1: no last-block quant)",
+                                 "8.5 (9.3: 4 rows in flight)"};
 #define V1_N ((int)(sizeof v1_names / sizeof v1_names[0]))
 #define V2_N ((int)(sizeof v2_names / sizeof v2_names[0]))
+#define V3_N ((int)(sizeof v3_names / sizeof v3_names[0]))
 
 static void attn_stage(const lcopy *L) {
     CKL(st_cuda_attn_decode(attn, q, L->kc, L->vc, 1, dpos, NH, NKV, HD, 0.08838835f, g_split, ws_attn, g_st));
@@ -171,6 +187,35 @@ static void attn_stage(const lcopy *L) {
 static void rope_stage(const lcopy *L) {
     CKL(st_cuda_qk_norm_rope_kv(q, k, v, L->q_norm, L->k_norm, L->kc, L->vc, 1, dpos, 1, NH, NKV, HD, HD, 1e-6f, 1e6f,
                                 1.0f, 1, g_st));
+}
+
+static void v3_stage(int s, const lcopy *L) {
+    switch (s) {
+    case 0: CKL(st_cuda_rmsnorm_act(NULL, xq, FMT, x, NULL, L->attn_norm, 1, D, 1e-6f, g_st)); break;
+    case 1: {
+        const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, L->wq, NH * HD, q}, {ST_TYPE_Q4_K, L->wk, NKV * HD, k},
+                                      {L->t_v, L->wv, NKV * HD, v}};
+        CKL(st_cuda_mmvq_multi(m, 3, D, xq, g_st));
+        break;
+    }
+    case 2: rope_stage(L); break;
+    case 3:
+        CKL(st_cuda_attn_dec(attn, xq, FMT, q, L->kc, L->vc, 1, dpos, NH, NKV, HD, 0.08838835f, g_split2, ws_attn2,
+                             g_st));
+        break;
+    case 4: {
+        const st_cuda_dec_mat mo = {ST_TYPE_Q4_K, L->wo, D, ffn_out};
+        CKL(st_cuda_mmvq_multi(&mo, 1, NH * HD, xq, g_st));
+        break;
+    }
+    case 5: CKL(st_cuda_rmsnorm_act(xn, xq, FMT, x, ffn_out, L->ffn_norm, 1, D, 1e-6f, g_st)); break;
+    case 6: CKL(st_cuda_router_topk(ST_TYPE_F32, L->router, D, E, xn, 1, K, 1, logits, ids, wts, cnt, g_st)); break;
+    case 7: CKL(st_cuda_moe_glu(ST_TYPE_Q4_K, (const void *const *)L->table, E, D, F, xq, ids, 1, K, ffn_a, g_st)); break;
+    case 8:
+        CKL(st_cuda_moe_down_q(L->t_down, (const void *const *)L->table, E, D, F, ffn_a, FMT, ids, wts, 1, K, x, x,
+                               g_st));
+        break;
+    }
 }
 
 static void v1_stage(int s, const lcopy *L) {
@@ -243,6 +288,17 @@ static double stage_bytes(int path, int s, const lcopy *L, int pos) {
         default: return 0;
         }
     }
+    if (path == 3) {
+        switch (s) {
+        case 1: return qkv;
+        case 3: return kv;
+        case 4: return D * ro;
+        case 6: return router;
+        case 7: return glu;
+        case 8: return down;
+        default: return 0;
+        }
+    }
     switch (s) {
     case 1: return qkv;
     case 3: return kv;
@@ -254,9 +310,16 @@ static double stage_bytes(int path, int s, const lcopy *L, int pos) {
     }
 }
 
+typedef void (*stage_fn)(int s, const lcopy *L);
+static stage_fn path_stage(int path) { return path == 1 ? v1_stage : path == 2 ? v2_stage : v3_stage; }
+static int path_n(int path) { return path == 1 ? V1_N : path == 2 ? V2_N : V3_N; }
+static const char *path_name(int path, int s) {
+    return path == 1 ? v1_names[s] : path == 2 ? v2_names[s] : v3_names[s];
+}
+
 static void run_layer(int path, const lcopy *L) {
-    const int n = path == 1 ? V1_N : V2_N;
-    for (int s = 0; s < n; s++) (path == 1 ? v1_stage : v2_stage)(s, L);
+    const int n = path_n(path);
+    for (int s = 0; s < n; s++) path_stage(path)(s, L);
 }
 
 // Captures body(arg) into a graph, replays it `iters` times after a warm-up; returns ms per replay.
@@ -292,7 +355,7 @@ typedef struct {
 static void body_stage(void *a) {
     const stage_arg *s = a;
     for (int r = 0; r < REPS; r++)
-        for (int c = 0; c < g_nc; c++) (s->path == 1 ? v1_stage : v2_stage)(s->stage, &g_L[c]);
+        for (int c = 0; c < g_nc; c++) path_stage(s->path)(s->stage, &g_L[c]);
 }
 static void body_layers(void *a) {
     const int path = *(const int *)a;
@@ -310,13 +373,16 @@ static void set_pos(int p) {
 
 // Prints per-stage times of one path at depth pos; returns the whole-layer time (us).
 static double bench_path(int path, int pos) {
-    const int n = path == 1 ? V1_N : V2_N;
+    const int n = path_n(path);
     set_pos(pos);
     for (int c = 0; c < g_nc; c++) run_layer(path, &g_L[c]);  // valid ids, weights and activations everywhere
     CK(cudaStreamSynchronize(g_st));
-    printf("\n%s path (%s), KV depth %d: per launch, averaged over %d layer copies\n",
-           path == 1 ? "v1" : "v2", path == 1 ? "operator by operator, 18 launches" : "fused, 11 launches", pos, g_nc);
-    printf("  %-22s %9s %10s %7s\n", "kernel", "us", "GB/s", "% 4.4T");
+    static const char *desc[] = {"", "operator by operator, 18 launches", "fused, 11 launches",
+                                 "fused round 2, 9 launches"};
+    printf("\n%s path (%s%s), KV depth %d: per launch, averaged over %d layer copies\n",
+           path == 1 ? "v1" : path == 2 ? "v2" : "v3", desc[path],
+           path == 3 ? (st_cuda_dec_pdl() ? ", PDL on" : ", PDL off") : "", pos, g_nc);
+    printf("  %-22s %9s %10s %7s%s\n", "kernel", "us", "GB/s", "% 4.4T", path == 3 ? "   predicted (PDL on)" : "");
     double sum = 0;
     for (int s = 0; s < n; s++) {
         stage_arg a = {path, s};
@@ -325,11 +391,12 @@ static double bench_path(int path, int pos) {
         for (int c = 0; c < g_nc; c++) bytes += stage_bytes(path, s, &g_L[c], pos);
         bytes /= g_nc;
         sum += us;
-        const char *name = path == 1 ? v1_names[s] : v2_names[s];
+        const char *name = path_name(path, s), *pred = path == 3 ? v3_pred[s] : "";
         if (bytes > 0)
-            printf("  %-22s %9.2f %10.0f %6.0f%%\n", name, us, bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / 4400.0);
+            printf("  %-22s %9.2f %10.0f %6.0f%%   %s\n", name, us, bytes / (us * 1e3),
+                   100.0 * bytes / (us * 1e3) / 4400.0, pred);
         else
-            printf("  %-22s %9.2f %10s %7s\n", name, us, "-", "-");
+            printf("  %-22s %9.2f %10s %7s   %s\n", name, us, "-", "-", pred);
     }
     int p = path;
     const double layer = 1000.0 * time_graph(body_layers, &p, 20) / g_nc;
@@ -383,10 +450,20 @@ int main(int argc, char **argv) {
     const int max_split = 8 * st_cuda_attn_decode_splits(NKV, g_ctx.sm_count);
     ws_attn = dalloc(st_cuda_attn_decode_workspace_bytes(NH, HD, max_split));
     g_split = st_cuda_attn_decode_splits(NKV, g_ctx.sm_count);
+    g_split2 = st_cuda_attn_dec_splits(NKV, g_ctx.sm_count);
+    {
+        const size_t b = st_cuda_attn_dec_ws_bytes(NH, NKV, HD, 256);
+        ws_attn2 = dalloc(b);  // zeroed
+    }
 
-    double layer[2][2];
-    for (int dp = 0; dp < 2; dp++)
-        for (int path = 1; path <= 2; path++) layer[dp][path - 1] = bench_path(path, dp ? NCTX - 1 : 256);
+    // layer[depth][0: v1, 1: v2 (PDL off), 2: v3 PDL off, 3: v3 PDL on]
+    double layer[2][4];
+    for (int dp = 0; dp < 2; dp++) {
+        st_cuda_dec_set_pdl(0);
+        for (int path = 1; path <= 3; path++) layer[dp][path - 1] = bench_path(path, dp ? NCTX - 1 : 256);
+        st_cuda_dec_set_pdl(1);
+        layer[dp][3] = bench_path(3, dp ? NCTX - 1 : 256);
+    }
 
     // Attention at depth 16384 with other split counts (the default is g_split).
     printf("\nattention at KV depth %d (f16, 32/4 heads x 128), by split count:\n", NCTX - 1);
@@ -401,6 +478,31 @@ int main(int argc, char **argv) {
                100.0 * bytes / (us * 1e3) / 4400.0, g_split == def ? "  <- default" : "");
     }
     g_split = def;
+
+    // attn_dec (v3) by depth and grid: the split count follows the depth (chunks of >= 32 positions per block).
+    printf("\nattn_dec (v3, + fused Q8_K output) by KV depth and grid (PDL on; predicted < 5 us at 256, < 15 us at 16K):\n");
+    {
+        static const int depths[] = {1, 256, 1024, 4096, 16384};
+        const int grids[3] = {g_split2 / 2 > 0 ? g_split2 / 2 : 1, g_split2, g_split2 * 2 > 256 ? 256 : g_split2 * 2};
+        printf("  %7s", "depth");
+        for (int gi = 0; gi < 3; gi++) printf("   grid %3d (us, GB/s)", grids[gi]);
+        printf("\n");
+        const int keep = g_split2;
+        for (int di = 0; di < 5; di++) {
+            set_pos(depths[di]);
+            printf("  %7d", depths[di]);
+            for (int gi = 0; gi < 3; gi++) {
+                g_split2 = grids[gi];
+                stage_arg a = {3, 3};
+                const double us = 1000.0 * time_graph(body_stage, &a, 20) / (REPS * g_nc);
+                const double bytes = 2.0 * (depths[di] + 1) * NKV * HD * 2;
+                printf("   %8.2f %9.0f%s", us, bytes / (us * 1e3), grids[gi] == keep ? "*" : " ");
+            }
+            printf("\n");
+        }
+        g_split2 = keep;
+        printf("  (* the default grid; v2 attention + quantize at 256 / 16384 are in the v2 tables above)\n");
+    }
 
     // LM head (Q6_K, 151936 x 2048) and the final norm, once per token.
     uint8_t *head = rand_dev(ST_TYPE_Q6_K, VOCAB, D, &r);
@@ -420,10 +522,16 @@ int main(int argc, char **argv) {
            st_row_size(ST_TYPE_Q6_K, D) * (double)VOCAB / ((head_us - 5.0) * 1e3));
 
     printf("\nsummary (48 layers + LM head; predicted decode speed, no sampling or host overhead):\n");
-    for (int dp = 0; dp < 2; dp++)
-        printf("  depth %5d: v1 %6.2f us/layer -> %5.0f tok/s;  v2 %6.2f us/layer -> %5.0f tok/s  (%.2fx)\n",
-               dp ? NCTX - 1 : 256, layer[dp][0], 1e6 / (48 * layer[dp][0] + head_us), layer[dp][1],
-               1e6 / (48 * layer[dp][1] + head_us), layer[dp][0] / layer[dp][1]);
+    static const char *lbl[4] = {"v1", "v2", "v3 no PDL", "v3 PDL"};
+    for (int dp = 0; dp < 2; dp++) {
+        printf("  depth %5d:", dp ? NCTX - 1 : 256);
+        for (int i = 0; i < 4; i++)
+            printf("  %s %6.2f us/layer -> %5.0f tok/s%s", lbl[i], layer[dp][i], 1e6 / (48 * layer[dp][i] + head_us),
+                   i < 3 ? ";" : "");
+        printf("\n");
+    }
+    printf("  v3 PDL vs v2: %.2fx at depth 256, %.2fx at depth %d (predicted: ~45 us/layer at 256 -> ~430 tok/s; "
+           "~55 us at 16K)\n", layer[0][1] / layer[0][3], layer[1][1] / layer[1][3], NCTX - 1);
     CK(cudaGetLastError());
     printf("bench_gpu_decode: done\n");
     st_cuda_destroy(&g_ctx);

@@ -10,6 +10,15 @@
 //   moe_glu_q:     through a permuted expert table: act against st_cuda_mmvq_ids_glu on the stack (1e-5), the
 //                  quantized down input byte-exact against the CPU quantizer of act; an invalid id gives NaN
 //   moe_down_sum:  against st_cuda_mmvq_ids per expert, combined on the host in rank order, plus the residual
+//   moe v2:        st_cuda_moe_glu (act only) against the same reference; st_cuda_moe_down_q from that f32 act
+//                  (its own prologue quantization) against the same down reference, in place and not
+//   attn_dec:      split-adaptive decode attention against the CPU's st_attention (f16/f32 caches, head_dim 64/128,
+//                  1..8 query heads per KV head, L from 1 to 16385, several grids, one workspace shared by all
+//                  cases so the counters must come back to zero), and its fused output row byte-exact against the
+//                  CPU quantizer of its own f32 output (Q8_0 / Q8_1 / Q8_K)
+//   pdl chain:     a whole fused MoE layer (norm, Q/K/V, rope, attention, O, norm, router, GLU, down) captured in a
+//                  CUDA graph with PDL launches, replayed, against the same sequence run eagerly with PDL off and a
+//                  synchronisation after each launch: the residual stream must be bit-identical
 // One PASS/FAIL line per kernel; exit status 1 on any failure.
 //   test_gpu_decode [--quick]
 #include <math.h>
@@ -24,6 +33,8 @@
 #include "cpu/features.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "cuda/ops.h"
+#include "util/pool.h"
 #include "cuda/decode.h"
 #include "cuda/matvec_f32.h"
 #include "cuda/mmvq.h"
@@ -550,6 +561,58 @@ static void test_moe_case(int gu_type, int down_type, int E, int K, int d, int F
                 g_fail_cur++;
                 break;
             }
+    // Version 2: GLU without quantization, down with the quantization in its prologue.
+    {
+        float *dact2 = dalloc(sizeof(float) * n_pairs * F), *act2 = xmalloc(sizeof(float) * n_pairs * F);
+        for (int rep = 0; rep < 2; rep++) {
+            poison(dact2, sizeof(float) * n_pairs * F);
+            CKL(st_cuda_moe_glu(gu_type, (const void *const *)dtbl, E, d, F, dxq, dids, n_tok, K, dact2, 0));
+        }
+        d2h(act2, dact2, sizeof(float) * n_pairs * F);
+        snprintf(what, sizeof what, "moe_glu (v2) %s E %d K %d d %d F %d n_tok %d", st_type_name(gu_type), E, K, d, F,
+                 n_tok);
+        for (int p = 0; p < n_pairs; p++) {
+            if (p == bad_pair) continue;
+            double l2 = 0;
+            for (int r = 0; r < F; r++) l2 += (double)act_ref[(int64_t)p * F + r] * act_ref[(int64_t)p * F + r];
+            l2 = sqrt(l2 / F);
+            double *mg = xmalloc(sizeof(double) * F);
+            for (int r = 0; r < F; r++) mg[r] = fabs(act_ref[(int64_t)p * F + r]) + l2;
+            check_rel_mag(what, act2 + (int64_t)p * F, act_ref + (int64_t)p * F, mg, F, 2e-5);
+            free(mg);
+        }
+        if (st_cuda_moe_down_q_smem(F, K) <= ST_DEC_DOWN_Q_MAX_SMEM) {
+            float *gx2 = xmalloc(sizeof(float) * n_tok * d), *gout2 = xmalloc(sizeof(float) * n_tok * d);
+            for (int rep = 0; rep < 2; rep++) {
+                CK(cudaMemcpy(dx, xres, sizeof(float) * n_tok * d, cudaMemcpyHostToDevice));
+                poison(dout, sizeof(float) * n_tok * d);
+                CKL(st_cuda_moe_down_q(down_type, (const void *const *)dtbl, E, d, F, dact2, dfmt, dids, dwts, n_tok,
+                                       K, dx, dx, 0));
+                CKL(st_cuda_moe_down_q(down_type, (const void *const *)dtbl, E, d, F, dact2, dfmt, dids, dwts, n_tok,
+                                       K, dout, NULL, 0));
+            }
+            d2h(gx2, dx, sizeof(float) * n_tok * d), d2h(gout2, dout, sizeof(float) * n_tok * d);
+            snprintf(what, sizeof what, "moe_down_q (v2) %s E %d K %d d %d F %d n_tok %d", st_type_name(down_type), E,
+                     K, d, F, n_tok);
+            check_rel_mag(what, gout2, ref, mag, (int64_t)good_tok * d, 2e-5);
+            check_rel_mag(what, gx2, ref_x, mag, (int64_t)good_tok * d, 2e-5);
+            int64_t diff = 0;  // same int8 inputs, same per-row order: v1 and v2 should agree exactly
+            for (int64_t i = 0; i < (int64_t)good_tok * d; i++) diff += gout2[i] != gout[i];
+            if (diff) printf("  %s: note: %lld of %lld outputs differ from version 1 in the last bits\n", what,
+                             (long long)diff, (long long)good_tok * d);
+            if (bad_id)
+                for (int j = 0; j < d; j++)
+                    if (!isnan(gout2[(int64_t)(n_tok - 1) * d + j])) {
+                        printf("  %s: invalid expert id: out[%d] = %g, not NaN\n", what, j,
+                               gout2[(int64_t)(n_tok - 1) * d + j]);
+                        g_fail_cur++;
+                        break;
+                    }
+            free(gx2), free(gout2);
+        }
+        free(act2);
+        cudaFree(dact2);
+    }
     free(hg), free(hu), free(hd), free(perm), free(tbl), free(ids), free(ids_stack), free(wts), free(xn), free(xres);
     free(xrow), free(act), free(act_ref), free(aq), free(y), free(gx), free(gout), free(ref), free(ref_x), free(mag);
     cudaFree(dg), cudaFree(du), cudaFree(ddn), cudaFree(dtbl), cudaFree(dxn), cudaFree(dxq), cudaFree(daq);
@@ -564,7 +627,242 @@ static void test_moe(void) {
     test_moe_case(ST_TYPE_Q8_0, ST_TYPE_Q4_0, E, 4, 256, 96, 2, 0); // Q8_0 format, 32-row chunks
     test_moe_case(ST_TYPE_Q4_1, ST_TYPE_Q5_1, E, 2, 256, 512, 1, 0); // Q8_1 format
     if (!g_quick) test_moe_case(ST_TYPE_Q5_K, ST_TYPE_Q3_K, E, 8, 1024, 512, 8, 0);
-    report("moe_glu_q + moe_down_sum (expert table, CPU-format down input, rank-order sum)");
+    report("moe_glu_q + moe_down_sum, moe_glu + moe_down_q (expert table, CPU-format down input, rank-order sum)");
+}
+
+// ---- attention v2 ------------------------------------------------------------------------------------------------
+
+static st_pool *g_pool;
+static void *g_att_ws;  // one workspace for every case (zeroed once): the counters must return to 0
+static size_t g_att_ws_bytes;
+
+static void *rand_cache(int64_t n_pos, int64_t row, int kv_f16) {
+    const size_t el = kv_f16 ? 2 : 4;
+    void *c = xmalloc(el * (size_t)(n_pos * row));
+    for (int64_t i = 0; i < n_pos * row; i++) {
+        const float x = st_rng_normal(&g_rng);
+        if (kv_f16) ((uint16_t *)c)[i] = st_f32_to_f16(x);
+        else ((float *)c)[i] = x;
+    }
+    return c;
+}
+
+static void test_attn_case(int L, int n_head, int n_kv, int hd, int kv_f16, int n_split, int fmt) {
+    const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)n_head * hd;
+    const size_t el = kv_f16 ? 2 : 4;
+    if (n_split <= 0) n_split = st_cuda_attn_dec_splits(n_kv, g_ctx.sm_count);
+    if (!st_cuda_attn_dec_supported(hd, n_head, n_kv, fmt)) {
+        printf("  attn_dec: shape %d/%d x %d format %d unexpectedly unsupported\n", n_head, n_kv, hd, fmt);
+        g_fail_cur++;
+        return;
+    }
+    if (st_cuda_attn_dec_ws_bytes(n_head, n_kv, hd, n_split) > g_att_ws_bytes) {
+        printf("  attn_dec: test workspace too small\n");
+        g_fail_cur++;
+        return;
+    }
+    void *kc = rand_cache(L, row, kv_f16), *vc = rand_cache(L, row, kv_f16);
+    float *q = rand_f32(nq, 1.0f), *ref = xmalloc(sizeof(float) * nq), *got = xmalloc(sizeof(float) * nq);
+    void *dkc = dup_h2d(kc, el * L * row), *dvc = dup_h2d(vc, el * L * row);
+    float *dq = dup_h2d(q, sizeof(float) * nq), *dout = dalloc(sizeof(float) * nq);
+    const size_t rb = (size_t)st_q8_1_row_bytes(nq);
+    uint8_t *dyq = fmt >= 0 ? dalloc(rb) : NULL, *yq = xmalloc(rb);
+    const int32_t pos = L - 1;
+    int32_t *dpos = dup_h2d(&pos, sizeof pos);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int rep = 0; rep < 2; rep++) {  // twice: the last-block counters must have been reset
+        poison(dout, sizeof(float) * nq);
+        if (dyq) poison(dyq, rb);
+        CKL(st_cuda_attn_dec(dout, dyq, fmt, dq, dkc, dvc, kv_f16, dpos, n_head, n_kv, hd, scale, n_split, g_att_ws, 0));
+    }
+    d2h(got, dout, sizeof(float) * nq);
+    st_attention(g_pool, ref, q, kc, vc, kv_f16, 1, L - 1, n_head, n_kv, hd, scale);
+    char what[128];
+    snprintf(what, sizeof what, "attn_dec L %d, %d/%d heads, hd %d, %s, grid %d, out format %s", L, n_head, n_kv, hd,
+             kv_f16 ? "f16" : "f32", n_split, fmt >= 0 ? st_type_name(fmt) : "-");
+    check_close(what, got, ref, nq, 2e-5f, 1e-3f);
+    if (dyq) {
+        d2h(yq, dyq, rb);
+        const int64_t bad = cmp_cpu_quant(what, fmt, yq, got, nq);
+        if (bad) printf("  %s: %lld blocks differ from the CPU quantizer\n", what, (long long)bad), g_fail_cur++;
+    }
+    free(kc), free(vc), free(q), free(ref), free(got), free(yq);
+    cudaFree(dkc), cudaFree(dvc), cudaFree(dq), cudaFree(dout), cudaFree(dpos);
+    if (dyq) cudaFree(dyq);
+}
+
+static void test_attn_dec(void) {
+    g_att_ws_bytes = st_cuda_attn_dec_ws_bytes(64, 64, 128, 256);
+    g_att_ws = dalloc(g_att_ws_bytes);
+    CK(cudaMemset(g_att_ws, 0, g_att_ws_bytes));
+    static const int Ls[] = {1, 7, 33, 256, 1000, 4097, 16385};
+    const int nL = g_quick ? 5 : 7;
+    // {n_head, n_kv, hd}: Qwen3-30B-A3B (G 8), hd 64, G 3 (padded to 4), G 1, G 4 with 8 KV heads
+    static const int shapes[][3] = {{32, 4, 128}, {32, 4, 64}, {9, 3, 64}, {16, 16, 128}, {32, 8, 128}};
+    for (int s = 0; s < 5; s++)
+        for (int f16 = 1; f16 >= 0; f16--)
+            for (int i = 0; i < nL; i++) {
+                if (s >= 2 && Ls[i] > 4097) continue;
+                const int G = shapes[s][0] / shapes[s][1], gh = G * shapes[s][2];
+                const int fmt = gh % 256 == 0 ? ST_TYPE_Q8_K : (i % 2 ? ST_TYPE_Q8_0 : ST_TYPE_Q8_1);
+                test_attn_case(Ls[i], shapes[s][0], shapes[s][1], shapes[s][2], f16, 0, i == 2 ? -1 : fmt);
+            }
+    test_attn_case(1000, 32, 4, 128, 1, 1, ST_TYPE_Q8_K);    // one split: the whole sequence in one block
+    test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0);     // uneven chunks
+    test_attn_case(5000, 32, 4, 128, 1, 256, ST_TYPE_Q8_1);  // the largest grid
+    test_attn_case(300, 32, 4, 128, 0, 3, ST_TYPE_Q8_K);
+    cudaFree(g_att_ws);
+    report("attn_dec (split-adaptive flash-decoding, last-block merge, fused CPU-format output quantization)");
+}
+
+// ---- PDL chain ---------------------------------------------------------------------------------------------------
+
+#define PC_NH 8
+#define PC_NKV 2
+#define PC_HD 128
+#define PC_E 16
+#define PC_K 4
+#define PC_F 256
+#define PC_CTX 300
+typedef struct {
+    int D;
+    float *x, *xn, *q, *k, *v, *attn, *ffn_out, *act, *logits, *wts, *an, *fn, *qn, *kn, *router;
+    int32_t *ids, *cnt, *dpos;
+    uint8_t *xq, *wq, *wk, *wv, *wo, *gate, *up, *down;
+    void *kc, *vc, *ws, *tbl;
+    int n_split;
+} pchain;
+
+static void pc_layer(pchain *c, cudaStream_t st, int sync) {
+    const int D = c->D, f = ST_TYPE_Q8_K;
+    const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, c->wq, PC_NH * PC_HD, c->q}, {ST_TYPE_Q4_K, c->wk, PC_NKV * PC_HD, c->k},
+                                  {ST_TYPE_Q6_K, c->wv, PC_NKV * PC_HD, c->v}};
+    const st_cuda_dec_mat mo = {ST_TYPE_Q4_K, c->wo, D, c->ffn_out};
+#define PCK(call)                                                                                                  \
+    do {                                                                                                           \
+        if ((call) != 0) {                                                                                         \
+            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
+                    (unsigned long long)g_seed);                                                                   \
+            exit(2);                                                                                               \
+        }                                                                                                          \
+        if (sync) CK(cudaStreamSynchronize(st));                                                                   \
+    } while (0)
+    PCK(st_cuda_rmsnorm_act(NULL, c->xq, f, c->x, NULL, c->an, 1, D, 1e-6f, st));
+    PCK(st_cuda_mmvq_multi(m, 3, D, c->xq, st));
+    PCK(st_cuda_qk_norm_rope_kv(c->q, c->k, c->v, c->qn, c->kn, c->kc, c->vc, 1, c->dpos, 1, PC_NH, PC_NKV, PC_HD,
+                                PC_HD, 1e-6f, 1e6f, 1.0f, 1, st));
+    PCK(st_cuda_attn_dec(c->attn, c->xq, f, c->q, c->kc, c->vc, 1, c->dpos, PC_NH, PC_NKV, PC_HD, 0.0883883f,
+                         c->n_split, c->ws, st));
+    PCK(st_cuda_mmvq_multi(&mo, 1, PC_NH * PC_HD, c->xq, st));
+    PCK(st_cuda_rmsnorm_act(c->xn, c->xq, f, c->x, c->ffn_out, c->fn, 1, D, 1e-6f, st));
+    PCK(st_cuda_router_topk(ST_TYPE_F32, c->router, D, PC_E, c->xn, 1, PC_K, 1, c->logits, c->ids, c->wts, c->cnt, st));
+    PCK(st_cuda_moe_glu(ST_TYPE_Q4_K, (const void *const *)c->tbl, PC_E, D, PC_F, c->xq, c->ids, 1, PC_K, c->act, st));
+    PCK(st_cuda_moe_down_q(ST_TYPE_Q6_K, (const void *const *)c->tbl, PC_E, D, PC_F, c->act, f, c->ids, c->wts, 1,
+                           PC_K, c->x, c->x, st));
+#undef PCK
+}
+
+static void test_pdl_chain(void) {
+    pchain c;
+    memset(&c, 0, sizeof c);
+    const int D = c.D = g_quick ? 512 : 2048, layers = 3;
+    float *x0 = rand_f32(D, 1.0f);
+    c.x = dup_h2d(x0, sizeof(float) * D);
+    c.xn = dalloc(sizeof(float) * D), c.q = dalloc(sizeof(float) * PC_NH * PC_HD);
+    c.k = dalloc(sizeof(float) * PC_NKV * PC_HD), c.v = dalloc(sizeof(float) * PC_NKV * PC_HD);
+    c.attn = dalloc(sizeof(float) * PC_NH * PC_HD), c.ffn_out = dalloc(sizeof(float) * D);
+    c.act = dalloc(sizeof(float) * PC_K * PC_F), c.logits = dalloc(sizeof(float) * PC_E);
+    c.wts = dalloc(sizeof(float) * PC_K), c.ids = dalloc(sizeof(int32_t) * PC_K);
+    float *h;
+    h = rand_f32(D, 0.1f);
+    for (int i = 0; i < D; i++) h[i] += 1.0f;
+    c.an = dup_h2d(h, sizeof(float) * D), c.fn = dup_h2d(h, sizeof(float) * D);
+    free(h);
+    h = rand_f32(PC_HD, 0.1f);
+    for (int i = 0; i < PC_HD; i++) h[i] += 1.0f;
+    c.qn = dup_h2d(h, sizeof(float) * PC_HD), c.kn = dup_h2d(h, sizeof(float) * PC_HD);
+    free(h);
+    h = rand_f32((int64_t)PC_E * D, 0.05f);
+    c.router = dup_h2d(h, sizeof(float) * PC_E * D);
+    free(h);
+    c.cnt = dalloc(st_cuda_dec_counters_bytes(PC_F, PC_K, 1));
+    CK(cudaMemset(c.cnt, 0, st_cuda_dec_counters_bytes(PC_F, PC_K, 1)));
+    const int32_t pos = 200;
+    c.dpos = dup_h2d(&pos, sizeof pos);
+    c.xq = dalloc((size_t)st_q8_1_row_bytes(PC_NH * PC_HD > D ? PC_NH * PC_HD : D));
+    uint8_t *hw;
+#define PCW(dst, type, rows, ne0) \
+    (hw = rand_weights(type, rows, ne0), dst = dup_h2d(hw, st_row_size(type, ne0) * (size_t)(rows)), free(hw))
+    PCW(c.wq, ST_TYPE_Q4_K, PC_NH * PC_HD, D);
+    PCW(c.wk, ST_TYPE_Q4_K, PC_NKV * PC_HD, D);
+    PCW(c.wv, ST_TYPE_Q6_K, PC_NKV * PC_HD, D);
+    PCW(c.wo, ST_TYPE_Q4_K, D, PC_NH * PC_HD);
+    PCW(c.gate, ST_TYPE_Q4_K, PC_E * PC_F, D);
+    PCW(c.up, ST_TYPE_Q4_K, PC_E * PC_F, D);
+    PCW(c.down, ST_TYPE_Q6_K, PC_E * D, PC_F);
+#undef PCW
+    const void *tb[PC_E * 3];
+    for (int e = 0; e < PC_E; e++) {
+        tb[3 * e] = c.gate + (size_t)e * PC_F * st_row_size(ST_TYPE_Q4_K, D);
+        tb[3 * e + 1] = c.up + (size_t)e * PC_F * st_row_size(ST_TYPE_Q4_K, D);
+        tb[3 * e + 2] = c.down + (size_t)e * D * st_row_size(ST_TYPE_Q6_K, PC_F);
+    }
+    c.tbl = dup_h2d(tb, sizeof tb);
+    void *kc0 = rand_cache(PC_CTX, PC_NKV * PC_HD, 1), *vc0 = rand_cache(PC_CTX, PC_NKV * PC_HD, 1);
+    const size_t kvb = (size_t)PC_CTX * PC_NKV * PC_HD * 2;
+    c.kc = dup_h2d(kc0, kvb), c.vc = dup_h2d(vc0, kvb);
+    c.n_split = st_cuda_attn_dec_splits(PC_NKV, g_ctx.sm_count);
+    const size_t wsb = st_cuda_attn_dec_ws_bytes(PC_NH, PC_NKV, PC_HD, c.n_split);
+    c.ws = dalloc(wsb);
+    CK(cudaMemset(c.ws, 0, wsb));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+    // Reference: no PDL, synchronised after every launch.
+    st_cuda_dec_set_pdl(0);
+    for (int l = 0; l < layers; l++) pc_layer(&c, st, 1);
+    float *ref = xmalloc(sizeof(float) * D), *got = xmalloc(sizeof(float) * D);
+    d2h(ref, c.x, sizeof(float) * D);
+    // PDL launches in a captured graph, replayed three times from the same start.
+    st_cuda_dec_set_pdl(1);
+    printf("  pdl chain: PDL %s on this device\n", st_cuda_dec_pdl() ? "used" : "NOT used (below sm_90)");
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < layers; l++) pc_layer(&c, st, 0);
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        CK(cudaMemcpyAsync(c.x, x0, sizeof(float) * D, cudaMemcpyHostToDevice, st));
+        CK(cudaGraphLaunch(exec, st));
+        CK(cudaStreamSynchronize(st));
+        d2h(got, c.x, sizeof(float) * D);
+        int64_t bad = 0;
+        for (int i = 0; i < D; i++) bad += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+        if (bad) {
+            printf("  pdl chain replay %d: %lld of %d residual values differ from the eager run (x[0] %.8g vs %.8g)\n",
+                   rep, (long long)bad, D, got[0], ref[0]);
+            g_fail_cur++;
+        }
+    }
+    // And eager PDL launches without synchronisation.
+    CK(cudaMemcpyAsync(c.x, x0, sizeof(float) * D, cudaMemcpyHostToDevice, st));
+    for (int l = 0; l < layers; l++) pc_layer(&c, st, 0);
+    CK(cudaStreamSynchronize(st));
+    d2h(got, c.x, sizeof(float) * D);
+    if (memcmp(got, ref, sizeof(float) * D)) {
+        printf("  pdl chain (eager PDL launches): the residual stream differs from the synchronised run\n");
+        g_fail_cur++;
+    }
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(st));
+    free(x0), free(kc0), free(vc0), free(ref), free(got);
+    void *bufs[] = {c.x, c.xn, c.q, c.k, c.v, c.attn, c.ffn_out, c.act, c.logits, c.wts, c.an, c.fn, c.qn, c.kn,
+                    c.router, c.ids, c.cnt, c.dpos, c.xq, c.wq, c.wk, c.wv, c.wo, c.gate, c.up, c.down, c.kc, c.vc,
+                    c.ws, c.tbl};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    report("pdl chain (fused layer x3 in a CUDA graph with PDL launches == synchronised eager run, bit for bit)");
 }
 
 int main(int argc, char **argv) {
@@ -585,6 +883,10 @@ int main(int argc, char **argv) {
     test_mmvq_multi();
     test_router();
     test_moe();
+    g_pool = st_pool_create(0);
+    test_attn_dec();
+    test_pdl_chain();
+    st_pool_destroy(g_pool);
     st_cuda_destroy(&g_ctx);
     if (g_fail_total) {
         printf("FAILED: %d checks (seed %llu; rerun with STRATA_SEED=%llu)\n", g_fail_total, (unsigned long long)g_seed,

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Hybrid expert placement (issue #6) on one GPU, Strata vs llama.cpp at the same VRAM budgets, same file, same run:
+# Strata `bench --gpu-mem G` for G = 16, 12, 8 GiB against llama-bench with `--n-cpu-moe N` for N = 12, 24, 36
+# (the experts of the first N layers stay in host RAM; issue #6 measured those as the llama.cpp settings that fit
+# 16 / 12 / 8 GiB), plus both with everything in VRAM. Peak VRAM of every run is sampled with nvidia-smi, so the
+# table shows whether each run kept to its budget. Builds like bench/peer.sh (llama-bench from .carry/llama.cpp).
+# Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
+#   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
+#          [--budgets "16 12 8"] [--ncmoe "12 24 36"]
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/strata-hybrid}
+mkdir -p "$out"
+preset=qwen3-30b-a3b; mix=Q4_K_M; skew=0; pp=512; tg=128; reps=3; threads=16; llama_on=1
+budgets="16 12 8"; ncmoe="12 24 36"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preset) preset=$2; shift ;;
+    --type) mix=$2; shift ;;
+    --skew) skew=$2; shift ;;
+    -p) pp=$2; shift ;;
+    -n) tg=$2; shift ;;
+    -r) reps=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    --no-llama) llama_on=0 ;;
+    --budgets) budgets=$2; shift ;;
+    --ncmoe) ncmoe=$2; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+  esac
+  shift
+done
+[ -x scripts/gpu-deps.sh ] && eval "$(scripts/gpu-deps.sh)"
+export PATH="$PATH:/usr/local/cuda/bin"
+t0=$SECONDS
+llama=""
+if [ $llama_on = 1 ]; then
+  if [ -d .carry/llama.cpp ]; then
+    (cmake -S bench/peer -B build-peer -G Ninja -DLLAMA_SRC="$PWD/.carry/llama.cpp" -DGGML_CUDA=ON -DGGML_NATIVE=OFF \
+       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release && cmake --build build-peer -j 14 --target llama-bench) \
+      > "$out/peer-build.log" 2>&1 &
+    peer_pid=$!
+  else
+    echo "== no .carry/llama.cpp (bench/prepare-peer.sh puts it there): Strata only"
+    llama_on=0
+  fi
+fi
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  ${STRATA_DEPS_PREFIX:+-DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr"} > "$out/strata-build.log" 2>&1 &&
+  cmake --build build-gpu -j 4 --target strata >> "$out/strata-build.log" 2>&1 || { tail -20 "$out/strata-build.log"; exit 1; }
+tag=$preset-$mix; [ "$skew" != 0 ] && tag=$tag-skew$skew
+model=/tmp/$tag.gguf
+[ -f "$model" ] || build-gpu/bin/strata make-model --preset "$preset" --type "$mix" --router-skew "$skew" --seed 1 \
+  -o "$model" 2>&1 | tail -1
+if [ $llama_on = 1 ]; then
+  wait $peer_pid || { tail -30 "$out/peer-build.log"; exit 1; }
+  llama=build-peer/bin/llama-bench
+  [ -x $llama ] || llama=$(find build-peer -name llama-bench -type f | head -1)
+fi
+echo "== builds and model ready in $((SECONDS - t0)) s: $model ($(du -h "$model" | cut -f1))"
+
+vram() {  # vram NAME CMD...: runs CMD while sampling memory.used; peak MiB into $out/NAME.vram
+  local name=$1; shift
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.vram.log" &
+  local smi=$!
+  "$@"
+  local rc=$?
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  sort -n "$out/$name.vram.log" | tail -1 > "$out/$name.vram"
+  return $rc
+}
+base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+echo "$base" > "$out/idle.vram"
+
+rc=0
+vram strata-all build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" -o json \
+  > "$out/strata-all.json" 2> "$out/strata-all.err" || { echo "strata (all in VRAM) failed:"; tail -5 "$out/strata-all.err"; rc=1; }
+for g in $budgets; do
+  vram "strata-$g" build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" --gpu-mem "$g" -o json \
+    > "$out/strata-$g.json" 2> "$out/strata-$g.err" || { echo "strata --gpu-mem $g failed:"; tail -5 "$out/strata-$g.err"; rc=1; }
+  grep -E "hybrid placement|device memory" "$out/strata-$g.err" | tail -2
+done
+if [ $llama_on = 1 ]; then
+  vram llama-all "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -p "$pp" -n "$tg" -r "$reps" -o json \
+    > "$out/llama-all.json" 2> "$out/llama-all.err" || rc=1
+  for n in $ncmoe; do
+    vram "llama-$n" "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -ncmoe "$n" -p "$pp" -n "$tg" -r "$reps" -o json \
+      > "$out/llama-$n.json" 2> "$out/llama-$n.err" || { echo "llama-bench -ncmoe $n failed"; tail -5 "$out/llama-$n.err"; rc=1; }
+  done
+fi
+echo "== benches done in $((SECONDS - t0)) s"
+
+python3 - "$out" "$model" "$budgets" "$ncmoe" "$pp" "$tg" <<'EOF' | tee "$out/hybrid.md"
+import json, os, sys
+out, model, budgets, ncmoe, pp, tg = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5], sys.argv[6]
+def load(name):
+    try:
+        with open(os.path.join(out, name + ".json")) as f:
+            return json.load(f)
+    except Exception:
+        return None
+def peak(name):
+    try:
+        return int(open(os.path.join(out, name + ".vram")).read().split()[0])
+    except Exception:
+        return None
+idle = peak("idle") or 0
+def strata(name, test):
+    j = load(name)
+    for r in j or []:
+        if r.get("test", "").startswith(test):
+            return r
+    return None
+def llama(name, n_prompt, n_gen):
+    j = load(name)
+    for r in j or []:
+        if int(r.get("n_prompt", -1)) == n_prompt and int(r.get("n_gen", -1)) == n_gen:
+            return r
+    return None
+rows = [("all in VRAM", "strata-all", "llama-all", "-")]
+for i, g in enumerate(budgets):  # budget i pairs with the i-th --n-cpu-moe setting
+    n = ncmoe[i] if i < len(ncmoe) else None
+    rows.append((f"{g} GiB", f"strata-{g}", f"llama-{n}" if n else None, n or "-"))
+print(f"# Hybrid placement: {os.path.basename(model)}, pp{pp} / tg{tg}\n")
+print("| budget | Strata pp t/s | llama pp t/s (-ncmoe) | pp ratio | Strata tg t/s | llama tg t/s | tg ratio | "
+      "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | PCIe GB/tok | staged GB/tok (pp) |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+def f(x, fmt="%.1f"):
+    return fmt % x if x is not None else "-"
+for label, sname, lname, n in rows:
+    sp, st = strata(sname, "pp"), strata(sname, "tg")
+    lp = llama(lname, int(pp), 0) if lname else None
+    lt = llama(lname, 0, int(tg)) if lname else None
+    spv, stv = (sp or {}).get("avg_ts"), (st or {}).get("avg_ts")
+    lpv, ltv = (lp or {}).get("avg_ts"), (lt or {}).get("avg_ts")
+    hy = (st or {}).get("hybrid") or {}
+    hyp = (sp or {}).get("hybrid") or {}
+    ps, pl = peak(sname), peak(lname) if lname else None
+    print(f"| {label} | {f(spv)} | {f(lpv)} ({n}) | {f(spv / lpv if spv and lpv else None, '%.2fx')} | {f(stv)} | {f(ltv)} | "
+          f"{f(stv / ltv if stv and ltv else None, '%.2fx')} | {f(ps - idle if ps else None, '%d')} | "
+          f"{f(pl - idle if pl else None, '%d')} | {f(100 * hy['hit_rate'] if 'hit_rate' in hy else None, '%.1f%%')} | "
+          f"{f(hy.get('misses_per_token'))} | {f(hy.get('pcie_gb_per_token'), '%.3f')} | "
+          f"{f(hyp.get('staged_gb_per_token'), '%.4f')} |")
+print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), sampled every 100 ms; targets (issue #6): "
+      "decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget." % idle)
+EOF
+exit $rc

@@ -1,0 +1,192 @@
+// Device helpers shared by the fused decode kernels (decode.cu, decode_attn.cu): 32-lane group reductions, the
+// activation quantizers in the CPU's formats, and programmatic dependent launch (PDL). CUDA C++ only.
+//
+// Work unit: a "group" of 32 lanes (a whole warp on NVIDIA; half a wave on a wave64 part, whose shuffles with
+// xor offsets < 32 stay inside the group), so the 32-element quantization blocks map one to one onto groups
+// whatever ST_WARP_SIZE is.
+//
+// PDL (sm_90+): a kernel launched with st_dec_launch() may start while the previous kernel on the stream is still
+// running (its blocks get placed as soon as every block of the previous kernel has called st_pdl_trigger() or
+// exited), so its launch latency and prologue overlap the previous kernel's tail. Every such kernel therefore calls
+// st_pdl_wait() before it reads anything an earlier kernel wrote or writes anything an earlier kernel reads
+// (griddepcontrol.wait returns once the previous grids have completed and their writes are visible); only pure
+// index math and reads of data no kernel of the step writes (weights) may come before it. Triggering early is safe:
+// it only lets the next kernel be scheduled, and that kernel waits the same way. The macro ST_DEC_PDL (default 1)
+// turns the device side off; on devices below sm_90 (and HIP) the intrinsics compile to nothing and the launches
+// are plain <<<>>> launches.
+#ifndef STRATA_CUDA_DECODE_COMMON_CUH
+#define STRATA_CUDA_DECODE_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/common.cuh"  // launch_check, ST_WARP_MASK
+#include "quant/quant.h"    // ST_TYPE_*
+
+#define G32 32  // lanes per group
+
+#if ST_WARP_SIZE % 32 != 0
+#error "decode kernels: groups of 32 lanes must tile the warp"
+#endif
+
+#ifndef ST_DEC_PDL
+#define ST_DEC_PDL 1
+#endif
+
+// ---- programmatic dependent launch ----------------------------------------------------------------------------
+
+__device__ __forceinline__ void st_pdl_wait() {
+#if ST_DEC_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void st_pdl_trigger() {
+#if ST_DEC_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes).
+__device__ __forceinline__ void st_prefetch_l2(const void *p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+// Whether launches on the current device use PDL (decode.cu: process-wide switch, then the device's compute
+// capability, cached per device ordinal).
+int st_dec_pdl_enabled(void);
+
+// Launches kernel k with PDL when enabled and stream is a created stream (captured into graphs as a programmatic
+// edge), else <<<>>>.
+template <typename... KArgs, typename... Args>
+static inline void st_dec_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                 Args... args) {
+#if ST_DEC_PDL
+    if (stream != 0 && st_dec_pdl_enabled()) {  // (never on the legacy default stream: plain semantics there)
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);  // errors surface through launch_check
+        return;
+    }
+#endif
+    k<<<grid, block, smem, stream>>>(((KArgs)args)...);
+}
+
+// ---- 32-lane group reductions (xor offsets < 32 never leave the group) ---------------------------------------
+
+__device__ __forceinline__ float g32_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_WARP_MASK, v, o));
+    return v;
+}
+__device__ __forceinline__ int g32_sum_i(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ float g32_sum_f(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ double g32_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
+
+// ---- activation quantization in the CPU's formats (quantize_act.h), IEEE-rounded ---------------------------
+//
+// Every division is __fdiv_rn: under --use_fast_math a plain '/' is approximate and would move a quant or a scale
+// by one unit against the CPU's IEEE arithmetic.
+
+// Q8_0 / Q8_1 block b of a planar row of nb blocks; lane j of the group holds element j (value v).
+__device__ __forceinline__ void quant32(uint8_t *row, int nb, int b, int j, float v, bool q81) {
+    const float amax = g32_max(fabsf(v));
+    const float d = __fdiv_rn(amax, 127.0f), id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int q = __float2int_rn(__fmul_rn(v, id));  // ties to even, as the CPU's nearbyintf
+    const int sum = g32_sum_i(q);
+    row[(size_t)b * 32 + j] = (uint8_t)(int8_t)q;
+    if (j == 0) {
+        const float d16 = __half2float(__float2half_rn(d));
+        const float s = q81 ? __half2float(__float2half_rn(__fmul_rn((float)sum, d))) : __fmul_rn(d16, (float)sum);
+        ((float2 *)(row + (size_t)nb * 32))[b] = make_float2(d16, s);
+    }
+}
+
+// Q8_K 256-element block kb of a planar row of nb 32-blocks; lane l holds v[j] = element 32 j + l.
+__device__ __forceinline__ void quant256(uint8_t *row, int nb, int kb, int lane, const float v[8]) {
+    // The CPU keeps the first element of strictly larger magnitude (index order).
+    float best_abs = -1.0f, best_val = 0.0f;
+    int best_idx = 1 << 30;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float a = fabsf(v[j]);
+        if (a > best_abs) best_abs = a, best_val = v[j], best_idx = 32 * j + lane;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(ST_WARP_MASK, best_abs, o);
+        const float ov = __shfl_xor_sync(ST_WARP_MASK, best_val, o);
+        const int oi = __shfl_xor_sync(ST_WARP_MASK, best_idx, o);
+        if (oa > best_abs || (oa == best_abs && oi < best_idx)) best_abs = oa, best_val = ov, best_idx = oi;
+    }
+    float2 *ds = (float2 *)(row + (size_t)nb * 32) + (size_t)kb * 8;
+    uint8_t *qs = row + (size_t)kb * 256;
+    if (best_abs == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) qs[32 * j + lane] = 0;
+        if (lane < 8) ds[lane] = make_float2(0.0f, 0.0f);
+        return;
+    }
+    const float iscale = __fdiv_rn(-127.0f, best_val), d = __fdiv_rn(1.0f, iscale);
+    int my_sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int q = __float2int_rn(__fmul_rn(iscale, v[j]));
+        q = q > 127 ? 127 : q;
+        qs[32 * j + lane] = (uint8_t)(int8_t)q;
+        const int s = g32_sum_i(q);
+        if (lane == j) my_sum = s;
+    }
+    if (lane < 8) ds[lane] = make_float2(d, __fmul_rn(d, (float)my_sum));
+}
+
+// Loads of values other blocks of this launch wrote: straight from L2 (never a stale L1 line).
+template <bool CG> __device__ __forceinline__ float ldv(const float *p) { return CG ? __ldcg(p) : *p; }
+
+// The block quantizes 32-blocks [b0, b0 + n32) of a row into the planar row `row` of nb blocks; src points at the
+// first element of block b0 (element 32 b0 + i at src[i]); b0, n32 multiples of 8 for Q8_K. All threads of the
+// block call it (no barrier inside).
+template <bool CG>
+__device__ void block_quant(int fmt, const float *src, uint8_t *row, int nb, int b0, int n32) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    if (fmt == ST_TYPE_Q8_K) {
+        for (int kb = g; kb < n32 / 8; kb += ng) {
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = ldv<CG>(src + (size_t)kb * 256 + 32 * j + lane);
+            quant256(row, nb, b0 / 8 + kb, lane, v);
+        }
+    } else {
+        for (int b = g; b < n32; b += ng)
+            quant32(row, nb, b0 + b, lane, ldv<CG>(src + (size_t)b * 32 + lane), fmt == ST_TYPE_Q8_1);
+    }
+}
+
+static inline bool dec_fmt_ok(int fmt) { return fmt == ST_TYPE_Q8_0 || fmt == ST_TYPE_Q8_1 || fmt == ST_TYPE_Q8_K; }
+
+#endif

@@ -1,0 +1,580 @@
+// Hybrid expert placement on the CUDA backend (see gpu_hybrid.h and docs/HYBRID.md).
+//
+// Device memory of a hybrid model, besides gpu.c's dense-weight arena:
+//   slots   [n_cache + n_bufs * stage_per_buf][stride] bytes: slot i holds one expert record's first slot_bytes(l)
+//           bytes (gate | up | down at the layer's part offsets, place/plan.h st_xlayer); the first n_cache are the
+//           expert cache, then the prefill staging buffers (buffer b starts at slot n_cache + b * stage_per_buf)
+//   tab_d   [n_layer][n_expert][3] const void *: gate/up/down address of every expert (VRAM slot or mapped host
+//           record), read by the fused decode kernels (decode.h)
+//   pmap_d  [n_layer][n_expert] int32: prefill slot map, the cache slot of a resident expert or the staging slot
+//           of a missing one (staging buffer l % n_bufs)
+//   cnt_d   [n_layer][n_expert] uint32 routed counts since the last read-back, then [n_layer][2] uint32 decode
+//           selections and misses
+#include "engine/gpu_hybrid.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/hybrid.h"
+#include "place/arena.h"
+#include "place/cache_policy.h"
+#include "place/plan.h"
+#include "place/profile.h"
+#include "util/err.h"
+#include "util/log.h"
+
+#define HY_PERIOD_DEFAULT 16       // decode tokens between counter read-backs (and swap decisions)
+#define HY_HALFLIFE_DEFAULT 256.0  // tokens for a routing count to lose half its weight
+#define HY_SWAPS_DEFAULT 4         // experts swapped per period at most (each costs one slot of PCIe copy)
+#define HY_RATIO 1.5               // hysteresis: swap when freq(in) > HY_RATIO * freq(out) + HY_MIN_FREQ
+#define HY_MIN_FREQ 1.0
+
+typedef struct hy_pending {
+    uint32_t layer, in;
+    int32_t slot;
+} hy_pending;
+
+struct st_hybrid {
+    const st_model *m;
+    st_gpu_load_opts opts;
+    st_place_desc desc;
+    st_plan plan;
+    st_profile prof;
+    int have_prof;
+    st_cuda_ctx *ctx;
+    uint32_t L, E;
+    // placement
+    st_hycache_layout lay;
+    uint64_t stride;              // bytes between slots (plan.slot_bytes: the largest layer's record, 256-aligned)
+    uint64_t n_slots_alloc;       // n_cache + staging
+    uint8_t *slots;               // device, see above
+    st_arena *arena;
+    int pageable_ok;              // the device reads pageable host memory (HMM/ATS): fallback for unregistrable mmap
+    int n_reg_failed;             // arena ranges that could not be registered (mmap fallback)
+    const uint8_t **rec_dev;      // [L * E] device-accessible address of each arena record
+    int32_t *slot_of;             // host [L * E] cache slot or -1
+    const void **tab_h;           // host mirror of tab_d
+    const void **tab_d;
+    int32_t *pmap_h;              // pinned host [L * E], the prefill slot map as last uploaded
+    int32_t *pmap_d;
+    int pmap_dirty;
+    uint64_t *ebytes;             // [L] gate + up + down bytes of one expert of layer l (what a miss reads)
+    // prefill staging
+    cudaStream_t copy;            // copy stream (staging and swaps), non-blocking
+    cudaEvent_t ev_start, ev_staged[2], ev_done[2];
+    uint64_t staged_chunk;        // bytes staged in the current chunk
+    // adaptive cache
+    uint32_t *cnt_d, *cnt_h;      // device / pinned host counters (see above)
+    float *freq;                  // [L * E] decayed routing frequency
+    double decay;                 // per token
+    int period, max_swaps, adapt;
+    int64_t since;                // tokens since the last read-back
+    hy_pending pend[ST_HY_MAX_UPDATES];
+    int n_pend;                   // swaps whose copies are in flight (0: none)
+    cudaEvent_t ev_victims, ev_copied;
+    uint64_t swaps, swap_bytes;   // totals (also added to the session's stats)
+};
+
+static int env_int(const char *name, int def, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    int x = atoi(v);
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+#define HY_CHECK(call)                                                                                         \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) return st_cuda_check_at(e_, #call, __FILE__, __LINE__);                         \
+    } while (0)
+
+// ---- planning ---------------------------------------------------------------------------------------------------
+
+int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out) {
+    *out = NULL;
+    if (!o || o->gpu_mem_gib <= 0) return 0;
+    st_hybrid *h = calloc(1, sizeof *h);
+    if (!h) return st_err("out of memory");
+    h->m = m;
+    h->opts = *o;
+    if (st_place_desc_from_model(m, &h->desc)) goto fail;
+    st_plan_params pp;
+    st_plan_params_default(&pp);
+    pp.gpu_mem_gib = o->gpu_mem_gib;
+    pp.n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
+    pp.kv_elem_bytes = o->kv_elem_bytes == 4 ? 4 : 2;
+    if (o->profile_path) {
+        if (st_profile_read(&h->prof, o->profile_path, m)) goto fail;
+        h->have_prof = 1;
+        pp.profile = &h->prof;
+    }
+    if (st_plan_compute(&h->desc, &pp, &h->plan)) goto fail;
+    char b[4][32];
+    if (h->plan.all_in_vram) {
+        st_info("--gpu-mem %.2f GiB holds the whole model (%s of %s planned): every weight in VRAM", o->gpu_mem_gib,
+                st_fmt_bytes(b[0], 32, (double)h->plan.used_bytes), st_fmt_bytes(b[1], 32, (double)h->plan.budget));
+        st_hybrid_free(h);
+        return 0;
+    }
+    if (!h->plan.moe) {  // unreachable: a dense model either fits or st_plan_compute failed
+        st_err("%s: a dense model does not fit in --gpu-mem %.2f GiB", m->path, o->gpu_mem_gib);
+        goto fail;
+    }
+    st_info("hybrid placement: --gpu-mem %.2f GiB < %s for every weight; dense %s + KV %s + scratch %s + reserve %s "
+            "in VRAM, experts in a host arena with a VRAM cache",
+            o->gpu_mem_gib, st_fmt_bytes(b[0], 32, (double)(h->plan.min_bytes + h->plan.experts_vram_bytes)),
+            st_fmt_bytes(b[1], 32, (double)h->plan.dense_bytes), st_fmt_bytes(b[2], 32, (double)h->plan.kv_bytes),
+            st_fmt_bytes(b[3], 32, (double)h->plan.scratch_bytes),
+            st_fmt_bytes(b[0], 32, (double)h->plan.reserve_bytes));
+    *out = h;
+    return 0;
+fail:
+    st_hybrid_free(h);
+    return -1;
+}
+
+// ---- arena registration -----------------------------------------------------------------------------------------
+
+static int reg_chunk(void *p, size_t n, void *ud) {
+    st_hybrid *h = ud;
+    unsigned flags = cudaHostRegisterMapped | cudaHostRegisterPortable;
+    // (h->arena is published only after st_arena_create returns: the resolved mode is in the options)
+    if (h->opts.arena_mode == ST_ARENA_MMAP) flags |= cudaHostRegisterReadOnly;
+    cudaError_t e = cudaHostRegister(p, n, flags);
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    if ((flags & cudaHostRegisterReadOnly) && h->pageable_ok) {
+        // Read-only file-backed memory that this driver cannot pin: the GPU still reads it as pageable memory.
+        if (!h->n_reg_failed)
+            st_warn("cudaHostRegister of the mapped pack failed (%s); the GPU reads the mapping as pageable memory "
+                    "(HMM/ATS), which is slower than pinned zero-copy",
+                    cudaGetErrorString(e));
+        h->n_reg_failed++;
+        return 0;
+    }
+    char b[32];
+    return st_err("cudaHostRegister(%p, %s, mapped%s): %s: %s%s", p, st_fmt_bytes(b, sizeof b, (double)n),
+                  (flags & cudaHostRegisterReadOnly) ? " | read-only" : "", cudaGetErrorName(e), cudaGetErrorString(e),
+                  (flags & cudaHostRegisterReadOnly)
+                      ? " (this driver cannot register a read-only file mapping and cannot read pageable memory: use "
+                        "the anonymous arena, without --arena-mmap / STRATA_ARENA_MMAP)"
+                      : " (page-locking the expert arena failed: check `ulimit -l` and free RAM)");
+}
+
+static void unreg_chunk(void *p, size_t n, void *ud) {
+    (void)n, (void)ud;
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();  // ranges that fell back were never registered
+}
+
+// Device addresses of every record: chunk by chunk, the registered mapping's device pointer plus the offset.
+static int map_records(st_hybrid *h) {
+    st_arena *a = h->arena;
+    const uint64_t n_rec = (uint64_t)h->L * h->E;
+    h->rec_dev = malloc(sizeof *h->rec_dev * n_rec);
+    if (!h->rec_dev) return st_err("out of memory");
+    int c = 0;
+    uint8_t *dbase = NULL;
+    int dc = -1;
+    for (uint64_t r = 0; r < n_rec; r++) {
+        const uint8_t *p = a->rec[r];
+        int tries = 0;
+        while (!(p >= a->chunks[c].p && p < a->chunks[c].p + a->chunks[c].bytes)) {
+            c = (c + 1) % a->n_chunks;  // records follow chunk order; wrap once in case they do not
+            if (++tries > a->n_chunks) return st_err("expert arena: record %" PRIu64 " lies in no chunk", r);
+        }
+        if (dc != c) {
+            void *d = NULL;
+            if (cudaHostGetDevicePointer(&d, a->chunks[c].p, 0) != cudaSuccess) {
+                cudaGetLastError();
+                if (!h->pageable_ok)
+                    return st_err("expert arena chunk %d of %d is not mapped into the device (cudaHostGetDevicePointer "
+                                  "failed)", c, a->n_chunks);
+                d = a->chunks[c].p;  // pageable memory read through HMM/ATS: same address
+            }
+            dbase = d;
+            dc = c;
+        }
+        h->rec_dev[r] = dbase + (p - a->chunks[c].p);
+    }
+    return 0;
+}
+
+// ---- tables -----------------------------------------------------------------------------------------------------
+
+static const uint8_t *slot_ptr(const st_hybrid *h, int64_t slot) { return h->slots + (uint64_t)slot * h->stride; }
+
+// tab_h entry of (l, e) from slot_of.
+static void table_entry(st_hybrid *h, uint32_t l, uint32_t e, const void *out[3]) {
+    const st_xlayer *x = &h->arena->layers[l].x;
+    const int32_t s = h->slot_of[(uint64_t)l * h->E + e];
+    const uint8_t *base = s >= 0 ? slot_ptr(h, s) : h->rec_dev[(uint64_t)l * h->E + e];
+    for (int k = 0; k < 3; k++) out[k] = base + x->off[k];
+}
+
+static void rebuild_pmap(st_hybrid *h) {
+    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    for (uint32_t l = 0; l < h->L; l++) {
+        int64_t j = (int64_t)h->lay.n_cache + (int64_t)(l % bufs) * h->lay.stage_per_buf;
+        for (uint32_t e = 0; e < h->E; e++) {
+            const int32_t s = h->slot_of[(uint64_t)l * h->E + e];
+            h->pmap_h[(uint64_t)l * h->E + e] = s >= 0 ? s : (int32_t)j++;
+        }
+    }
+}
+
+// Copies the records of `n` experts into consecutive slots from `slot0`, merging runs of consecutive records into
+// one 2D copy (source pitch: record bytes; destination pitch: the slot stride). Returns the bytes copied.
+static int copy_records(st_hybrid *h, uint32_t l, const uint32_t *experts, int n, int64_t slot0, cudaStream_t st,
+                        uint64_t *bytes) {
+    const st_pack_layer *pl = &h->arena->layers[l];
+    const size_t w = pl->x.slot_bytes, spitch = pl->record_bytes;
+    for (int i = 0; i < n;) {
+        int run = 1;
+        const uint8_t *src = h->arena->rec[(uint64_t)l * h->E + experts[i]];
+        while (i + run < n && h->arena->rec[(uint64_t)l * h->E + experts[i + run]] == src + (uint64_t)run * spitch)
+            run++;
+        HY_CHECK(cudaMemcpy2DAsync((void *)slot_ptr(h, slot0 + i), h->stride, src, spitch, w, (size_t)run,
+                                   cudaMemcpyHostToDevice, st));
+        *bytes += (uint64_t)w * run;
+        i += run;
+    }
+    return 0;
+}
+
+// ---- init / free ------------------------------------------------------------------------------------------------
+
+int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
+    const st_hparams *hp = &h->m->hp;
+    h->ctx = ctx;
+    h->L = hp->n_layer;
+    h->E = hp->n_expert;
+    const uint64_t n_rec = (uint64_t)h->L * h->E;
+    char b[6][32];
+    int dev_attr = 0;
+    if (cudaDeviceGetAttribute(&dev_attr, cudaDevAttrPageableMemoryAccess, ctx->device) == cudaSuccess)
+        h->pageable_ok = dev_attr;
+    cudaGetLastError();
+    // Slots: what the budget leaves after the dense weights as uploaded, the tables, the KV cache, scratch and the
+    // runtime reserve of the plan.
+    h->stride = h->plan.slot_bytes;
+    const uint64_t tables = n_rec * (3 * sizeof(void *) + sizeof(int32_t) + sizeof(uint32_t)) + 4096;
+    const uint64_t fixed = dense_bytes + tables + h->plan.kv_bytes + h->plan.scratch_bytes + h->plan.reserve_bytes;
+    if (h->plan.budget <= fixed + h->stride * h->E)
+        return st_err("%s: --gpu-mem %.2f GiB leaves no room for expert slots: dense weights %s (uploaded) + KV %s + "
+                      "scratch %s + reserve %s, and prefill staging needs at least %u slots of %s: raise --gpu-mem to "
+                      "%.2f GiB or more",
+                      h->m->path, h->opts.gpu_mem_gib, st_fmt_bytes(b[0], 32, (double)dense_bytes),
+                      st_fmt_bytes(b[1], 32, (double)h->plan.kv_bytes),
+                      st_fmt_bytes(b[2], 32, (double)h->plan.scratch_bytes),
+                      st_fmt_bytes(b[3], 32, (double)h->plan.reserve_bytes), h->E,
+                      st_fmt_bytes(b[4], 32, (double)h->stride),
+                      (double)(fixed + h->stride * h->E) / (double)(1ull << 30) + 0.01);
+    const uint64_t n_total = (h->plan.budget - fixed) / h->stride;
+    if (st_hycache_layout_compute(h->L, h->E, n_total, h->have_prof ? h->prof.counts : NULL, &h->lay))
+        return st_err_prefix("%s: ", h->m->path);
+    h->n_slots_alloc = h->lay.n_cache + (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
+
+    // Host arena, page-locked and mapped chunk by chunk.
+    st_arena_opts ao;
+    memset(&ao, 0, sizeof ao);
+    ao.mode = (st_arena_mode)h->opts.arena_mode;
+    if (ao.mode == ST_ARENA_AUTO) ao.mode = st_arena_mode_from_env();
+    h->opts.arena_mode = ao.mode;
+    ao.pack_path = h->opts.pack_path;
+    ao.register_chunk = reg_chunk;
+    ao.unregister_chunk = unreg_chunk;
+    ao.ud = h;
+    const int64_t rss0 = st_rss_anon_bytes();
+    double t0 = st_now();
+    h->arena = st_arena_create(h->m, &ao);
+    if (!h->arena) return -1;
+    const int64_t rss1 = st_rss_anon_bytes();
+    if (map_records(h)) return -1;
+
+    h->slot_of = malloc(sizeof *h->slot_of * n_rec);
+    h->tab_h = malloc(sizeof *h->tab_h * n_rec * 3);
+    h->ebytes = malloc(sizeof *h->ebytes * h->L);
+    h->freq = calloc(n_rec, sizeof *h->freq);
+    if (!h->slot_of || !h->tab_h || !h->ebytes || !h->freq) return st_err("out of memory");
+    for (uint32_t l = 0; l < h->L; l++) {
+        const st_xlayer *x = &h->arena->layers[l].x;
+        h->ebytes[l] = x->bytes[0] + x->bytes[1] + x->bytes[2];
+        if (x->slot_bytes > h->stride)
+            return st_err("%s: layer %u's expert record (%" PRIu64 " bytes) exceeds the slot size %" PRIu64, h->m->path,
+                          l, x->slot_bytes, h->stride);
+    }
+    for (uint64_t i = 0; i < n_rec; i++) h->slot_of[i] = -1;
+    for (uint64_t i = 0; i < h->lay.n_cache; i++) h->slot_of[h->lay.initial[i]] = (int32_t)i;
+
+    // Device buffers.
+    h->slots = st_cuda_alloc(ctx, h->n_slots_alloc * h->stride, "expert cache slots");
+    h->tab_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec * 3, "expert address tables");
+    h->pmap_d = st_cuda_alloc(ctx, sizeof(int32_t) * n_rec, "prefill slot maps");
+    h->cnt_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (n_rec + 2ull * h->L), "routing counters");
+    if (!h->slots || !h->tab_d || !h->pmap_d || !h->cnt_d) return -1;
+    HY_CHECK(cudaMallocHost((void **)&h->pmap_h, sizeof(int32_t) * n_rec));
+    HY_CHECK(cudaMallocHost((void **)&h->cnt_h, sizeof(uint32_t) * (n_rec + 2ull * h->L)));
+    if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 2ull * h->L), NULL)) return -1;
+    HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
+    cudaEvent_t *evs[] = {&h->ev_start, &h->ev_staged[0], &h->ev_staged[1], &h->ev_done[0], &h->ev_done[1],
+                          &h->ev_victims, &h->ev_copied};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        HY_CHECK(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
+
+    // Initial contents: runs of consecutive slots of one layer in one copy each.
+    uint64_t filled = 0;
+    st_progress prog;
+    st_progress_begin(&prog, "filling the VRAM expert cache", h->lay.n_cache, 0);
+    uint32_t *run = malloc(sizeof *run * h->E);
+    if (!run) return st_err("out of memory");
+    for (uint64_t i = 0; i < h->lay.n_cache;) {
+        const uint32_t l = h->lay.initial[i] / h->E;
+        int n = 0;
+        while (i + n < h->lay.n_cache && h->lay.initial[i + n] / h->E == l && n < (int)h->E) {
+            run[n] = h->lay.initial[i + n] % h->E;
+            n++;
+        }
+        if (copy_records(h, l, run, n, (int64_t)i, h->copy, &filled)) {
+            free(run);
+            return -1;
+        }
+        i += (uint64_t)n;
+        st_progress_add(&prog, (uint64_t)n);
+    }
+    free(run);
+    HY_CHECK(cudaStreamSynchronize(h->copy));
+    st_progress_end(&prog);
+    for (uint32_t l = 0; l < h->L; l++)
+        for (uint32_t e = 0; e < h->E; e++) table_entry(h, l, e, (const void **)&h->tab_h[((uint64_t)l * h->E + e) * 3]);
+    if (st_cuda_memcpy_h2d(ctx, (void *)h->tab_d, h->tab_h, sizeof(void *) * n_rec * 3, NULL)) return -1;
+    rebuild_pmap(h);
+    if (st_cuda_memcpy_h2d(ctx, h->pmap_d, h->pmap_h, sizeof(int32_t) * n_rec, NULL)) return -1;
+    h->pmap_dirty = 0;
+
+    h->period = env_int("STRATA_HYBRID_PERIOD", HY_PERIOD_DEFAULT, 1, 1 << 20);
+    h->max_swaps = env_int("STRATA_HYBRID_SWAPS", HY_SWAPS_DEFAULT, 0, ST_HY_MAX_UPDATES);
+    h->adapt = h->max_swaps > 0 && env_int("STRATA_HYBRID_ADAPT", 1, 0, 1);
+    const char *hl = getenv("STRATA_HYBRID_HALFLIFE");
+    double half = hl && atof(hl) > 0 ? atof(hl) : HY_HALFLIFE_DEFAULT;
+    h->decay = pow(2.0, -1.0 / half);
+    if (h->have_prof)  // start from the profile's shape so the first swaps do not undo its choice
+        for (uint64_t i = 0; i < n_rec; i++)
+            h->freq[i] = h->prof.n_tokens ? (float)((double)h->prof.counts[i] * half / (double)h->prof.n_tokens) : 0;
+
+    size_t fr = 0, tot = 0;
+    st_cuda_mem_info(ctx, &fr, &tot);
+    st_info("hybrid placement: %" PRIu64 " of %" PRIu64 " experts (%.1f%%) in %" PRIu64 " VRAM slots of %s (%s), "
+            "%u x %u prefill staging slots; host arena %s (%s, %d ranges%s), built in %.2f s, anonymous RSS +%s; "
+            "adaptive cache %s (period %d tokens, %d swaps, half-life %.0f tokens); device memory in use %s of %s",
+            h->lay.n_cache, n_rec, 100.0 * (double)h->lay.n_cache / (double)n_rec, h->lay.n_cache,
+            st_fmt_bytes(b[0], 32, (double)h->stride), st_fmt_bytes(b[1], 32, (double)h->lay.n_cache * h->stride),
+            h->lay.n_stage_bufs, h->lay.stage_per_buf, st_fmt_bytes(b[2], 32, (double)h->arena->bytes),
+            st_arena_mode_name(h->arena->mode), h->arena->n_chunks,
+            h->n_reg_failed ? ", some not page-locked" : ", page-locked and mapped", st_now() - t0,
+            st_fmt_bytes(b[3], 32, rss0 >= 0 && rss1 >= rss0 ? (double)(rss1 - rss0) : 0.0),
+            h->adapt ? "on" : "off", h->period, h->max_swaps, half, st_fmt_bytes(b[4], 32, (double)(tot - fr)),
+            st_fmt_bytes(b[5], 32, (double)tot));
+    return 0;
+}
+
+void st_hybrid_free(st_hybrid *h) {
+    if (!h) return;
+    if (h->copy) cudaStreamSynchronize(h->copy);
+    st_cuda_ctx *ctx = h->ctx;
+    if (ctx) {
+        if (h->slots) st_cuda_free(ctx, h->slots);
+        if (h->tab_d) st_cuda_free(ctx, (void *)h->tab_d);
+        if (h->pmap_d) st_cuda_free(ctx, h->pmap_d);
+        if (h->cnt_d) st_cuda_free(ctx, h->cnt_d);
+    }
+    if (h->pmap_h) cudaFreeHost(h->pmap_h);
+    if (h->cnt_h) cudaFreeHost(h->cnt_h);
+    cudaEvent_t evs[] = {h->ev_start, h->ev_staged[0], h->ev_staged[1], h->ev_done[0], h->ev_done[1], h->ev_victims,
+                         h->ev_copied};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (evs[i]) cudaEventDestroy(evs[i]);
+    if (h->copy) cudaStreamDestroy(h->copy);
+    st_arena_free(h->arena);  // unregisters its chunks first
+    st_hycache_layout_free(&h->lay);
+    free(h->rec_dev);
+    free(h->slot_of);
+    free(h->tab_h);
+    free(h->ebytes);
+    free(h->freq);
+    st_plan_free(&h->plan);
+    st_place_desc_free(&h->desc);
+    if (h->have_prof) st_profile_free(&h->prof);
+    free(h);
+}
+
+const void *const *st_hybrid_layer_table(const st_hybrid *h, uint32_t l) {
+    return (const void *const *)(h->tab_d + (uint64_t)l * h->E * 3);
+}
+
+void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
+    s->active = 1;
+    s->n_slots = h->lay.n_cache;
+    s->n_experts = (uint64_t)h->L * h->E;
+    s->slot_bytes = h->stride;
+    s->n_staging = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
+}
+
+// ---- forward-pass hooks -----------------------------------------------------------------------------------------
+
+int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st) {
+    uint32_t *sel = decode ? h->cnt_d + (uint64_t)h->L * h->E + 2ull * l : NULL;
+    return st_cuda_hy_count(ids, n_pairs, (int)h->E, st_hybrid_layer_table(h, l), h->slots,
+                            h->slots + h->n_slots_alloc * h->stride, h->cnt_d + (uint64_t)l * h->E, sel, st);
+}
+
+// Flips the table entries of the swaps in flight to their new slots (their copies are complete).
+static int flip_pending(st_hybrid *h, cudaStream_t st) {
+    if (!h->n_pend) return 0;
+    st_hy_update u[ST_HY_MAX_UPDATES];
+    for (int i = 0; i < h->n_pend; i++) {
+        const hy_pending *p = &h->pend[i];
+        const uint64_t idx = (uint64_t)p->layer * h->E + p->in;
+        h->slot_of[idx] = p->slot;
+        table_entry(h, p->layer, p->in, (const void **)&h->tab_h[idx * 3]);
+        u[i].index = (int64_t)idx;
+        memcpy(u[i].ptr, &h->tab_h[idx * 3], sizeof u[i].ptr);
+    }
+    const int n = h->n_pend;
+    h->n_pend = 0;
+    h->pmap_dirty = 1;
+    return st_cuda_hy_set_table(h->tab_d, u, n, st);
+}
+
+int st_hybrid_before_eval(st_hybrid *h, cudaStream_t st) {
+    if (!h->n_pend) return 0;
+    const cudaError_t e = cudaEventQuery(h->ev_copied);
+    if (e == cudaErrorNotReady) return 0;  // still copying: the next token looks again
+    if (e != cudaSuccess) return st_cuda_check_at(e, "cudaEventQuery (expert swap copies)", __FILE__, __LINE__);
+    return flip_pending(h, st);
+}
+
+// Queues the staging copies of layer l's missing experts into its buffer, after `wait` (if any) on the copy stream.
+static int stage_layer(st_hybrid *h, uint32_t l, cudaEvent_t wait) {
+    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    if (wait) HY_CHECK(cudaStreamWaitEvent(h->copy, wait, 0));
+    uint32_t miss[1024];
+    int n = 0;
+    const int32_t *pm = h->pmap_h + (uint64_t)l * h->E;
+    const int64_t base = (int64_t)h->lay.n_cache + (int64_t)(l % bufs) * h->lay.stage_per_buf;
+    for (uint32_t e = 0; e < h->E; e++)
+        if (pm[e] >= base) miss[n++] = e;  // staging slots are numbered in expert order (rebuild_pmap)
+    if (n && copy_records(h, l, miss, n, base, h->copy, &h->staged_chunk)) return -1;
+    HY_CHECK(cudaEventRecord(h->ev_staged[l % bufs], h->copy));
+    return 0;
+}
+
+int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream_t st) {
+    if (h->E > 1024) return st_err("hybrid prefill: %u experts per layer (at most 1024)", h->E);
+    if (h->n_pend) {  // the slot maps must not name a slot that is being filled
+        HY_CHECK(cudaEventSynchronize(h->ev_copied));
+        if (flip_pending(h, st)) return -1;
+    }
+    if (h->pmap_dirty) {
+        rebuild_pmap(h);
+        HY_CHECK(cudaMemcpyAsync(h->pmap_d, h->pmap_h, sizeof(int32_t) * h->L * h->E, cudaMemcpyHostToDevice, st));
+        h->pmap_dirty = 0;
+    }
+    // Staging may reuse the buffers only after the previous chunk's (and the flips') work on `st`.
+    HY_CHECK(cudaEventRecord(h->ev_start, st));
+    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    for (uint32_t l = 0; l < bufs && l < h->L; l++)
+        if (stage_layer(h, l, l == 0 ? h->ev_start : NULL)) return -1;
+    if (stats) stats->prefill_chunks++;
+    return 0;
+}
+
+int st_hybrid_moe_prefill(st_hybrid *h, st_gemm_ctx *gemm, int engine, uint32_t l, const float *X,
+                          const int32_t *ids, const float *w, int n_tok, float *Y, void *scratch,
+                          size_t scratch_bytes, cudaStream_t st) {
+    const st_hparams *hp = &h->m->hp;
+    const st_layer *ml = &h->m->layers[l];
+    const st_xlayer *x = &h->arena->layers[l].x;
+    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    const int K = (int)hp->n_expert_used;
+    HY_CHECK(cudaStreamWaitEvent(st, h->ev_staged[l % bufs], 0));
+    if (st_hybrid_count(h, l, ids, n_tok * K, 0, st) ||
+        st_cuda_moe_ffn_slots(gemm, engine, ml->gate_exps.type, h->slots + x->off[0], h->slots + x->off[1],
+                              ml->down_exps.type, h->slots + x->off[2], (long long)h->stride,
+                              h->pmap_d + (uint64_t)l * h->E, hp->n_embd, hp->n_ff_exp, (int)h->E, X, ids, w, n_tok,
+                              K, Y, scratch, scratch_bytes, st))
+        return -1;
+    HY_CHECK(cudaEventRecord(h->ev_done[l % bufs], st));
+    if (l + bufs < h->L && stage_layer(h, l + bufs, h->ev_done[l % bufs])) return -1;
+    return 0;
+}
+
+// ---- adaptive cache ---------------------------------------------------------------------------------------------
+
+// Starts a batch of swaps: victims' entries point back at the host arena first (stream-ordered on st, so a step
+// never reads a slot being overwritten), then the copy stream fills the slots; flip_pending publishes them later.
+static int start_swaps(st_hybrid *h, cudaStream_t st, st_gpu_hybrid_stats *stats) {
+    st_hycache_swap sw[ST_HY_MAX_UPDATES];
+    const int n = st_hycache_pick_swaps(h->L, h->E, h->freq, h->slot_of, h->max_swaps, HY_RATIO, HY_MIN_FREQ, sw);
+    if (n <= 0) return 0;
+    st_hy_update u[ST_HY_MAX_UPDATES];
+    for (int i = 0; i < n; i++) {
+        const uint64_t out = (uint64_t)sw[i].layer * h->E + sw[i].out;
+        h->slot_of[out] = -1;
+        table_entry(h, sw[i].layer, sw[i].out, (const void **)&h->tab_h[out * 3]);
+        u[i].index = (int64_t)out;
+        memcpy(u[i].ptr, &h->tab_h[out * 3], sizeof u[i].ptr);
+    }
+    if (st_cuda_hy_set_table(h->tab_d, u, n, st)) return -1;
+    HY_CHECK(cudaEventRecord(h->ev_victims, st));
+    HY_CHECK(cudaStreamWaitEvent(h->copy, h->ev_victims, 0));
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        if (copy_records(h, sw[i].layer, &sw[i].in, 1, sw[i].slot, h->copy, &bytes)) return -1;
+        h->pend[i] = (hy_pending){sw[i].layer, sw[i].in, sw[i].slot};
+    }
+    HY_CHECK(cudaEventRecord(h->ev_copied, h->copy));
+    h->n_pend = n;
+    h->pmap_dirty = 1;
+    h->swaps += (uint64_t)n;
+    h->swap_bytes += bytes;
+    if (stats) {
+        stats->swaps += (uint64_t)n;
+        stats->swap_bytes += bytes;
+    }
+    st_debug("hybrid cache: %d swaps (first: layer %u expert %u in, %u out, gain %.1f)", n, sw[0].layer, sw[0].in,
+             sw[0].out, sw[0].gain);
+    return 0;
+}
+
+int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_decode, int64_t n_prefill, int force,
+                         cudaStream_t st) {
+    if (stats) {
+        stats->decode_tokens += (uint64_t)n_decode;
+        stats->prefill_tokens += (uint64_t)n_prefill;
+        stats->staged_bytes += n_prefill ? h->staged_chunk : 0;
+    }
+    h->staged_chunk = 0;
+    h->since += n_decode + n_prefill;
+    if (!force && h->since < h->period && n_prefill == 0) return 0;
+    if (h->since == 0 && !force) return 0;
+    const uint64_t n_rec = (uint64_t)h->L * h->E, n_cnt = n_rec + 2ull * h->L;
+    HY_CHECK(cudaMemcpyAsync(h->cnt_h, h->cnt_d, sizeof(uint32_t) * n_cnt, cudaMemcpyDeviceToHost, st));
+    HY_CHECK(cudaMemsetAsync(h->cnt_d, 0, sizeof(uint32_t) * n_cnt, st));
+    HY_CHECK(cudaStreamSynchronize(st));
+    if (stats)
+        for (uint32_t l = 0; l < h->L; l++) {
+            const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
+            stats->selections += sel;
+            stats->misses += miss;
+            stats->miss_bytes += (uint64_t)miss * h->ebytes[l];
+        }
+    st_hycache_decay(h->freq, h->cnt_h, n_rec, pow(h->decay, (double)h->since));
+    h->since = 0;
+    if (h->adapt && !h->n_pend) return start_swaps(h, st, stats);
+    return 0;
+}

@@ -1,0 +1,51 @@
+// Hybrid expert placement on the CUDA backend (docs/HYBRID.md), the part engine/gpu.c calls: dense weights stay
+// in gpu.c's arena; this owns the host expert arena (place/arena.h, page-locked and mapped into the device), the VRAM
+// expert slots (cache + prefill staging), the per-layer expert address tables the fused decode kernels read, the
+// prefill slot maps, and the adaptive cache (routing counters, swaps between tokens on a copy stream).
+//
+// Decode: every table entry points at the expert's VRAM slot or at its record in the mapped host arena, so a miss
+// is read by the same kernel over PCIe (zero-copy) and greedy output equals the all-in-VRAM path bit for bit.
+// Prefill: per layer, every expert that is not resident is copied into a staging buffer (double-buffered: layer l+1
+// copies while layer l computes) and the grouped MoE GEMM reads hits from their slots and misses from staging through
+// a slot map (st_cuda_moe_ffn_slots): the same tiles over the same bytes, so again bit-identical.
+#ifndef STRATA_ENGINE_GPU_HYBRID_H
+#define STRATA_ENGINE_GPU_HYBRID_H
+
+#include <stdint.h>
+
+#include "cuda/gemm.h"
+#include "cuda/runtime.h"
+#include "engine/gpu.h"
+#include "engine/model.h"
+
+typedef struct st_hybrid st_hybrid;
+
+// With a budget (o->gpu_mem_gib > 0): plans the model. *out = NULL when everything fits in the budget (the
+// all-in-VRAM path runs), else a hybrid state to finish with st_hybrid_init after the dense upload. -1 (st_errmsg)
+// when the budget cannot hold the dense weights, KV cache and scratch (the message gives the minimum).
+int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out);
+// Builds the arena, allocates the slots, fills the cache and uploads the tables. dense_bytes: what gpu.c uploaded.
+int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes);
+void st_hybrid_free(st_hybrid *h);
+// Layer l's decode table: device [n_expert][3] gate/up/down addresses (decode.h), valid until st_hybrid_free.
+const void *const *st_hybrid_layer_table(const st_hybrid *h, uint32_t l);
+
+// Enqueued in the forward pass (capturable): counts layer l's routed experts; decode = 1 also counts hits/misses.
+int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st);
+// Start of a prefill chunk: finishes swaps in flight, refreshes the slot maps, starts staging layers 0 (and 1).
+int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream_t st);
+// Layer l's MoE of a prefill chunk (after st_hybrid_prefill_begin): waits for its staging, runs the grouped GEMM
+// through the slot map, then queues the staging of layer l + n_buffers. Same arguments as st_cuda_moe_ffn.
+int st_hybrid_moe_prefill(st_hybrid *h, st_gemm_ctx *gemm, int engine, uint32_t l, const float *X,
+                          const int32_t *ids, const float *w, int n_tok, float *Y, void *scratch,
+                          size_t scratch_bytes, cudaStream_t st);
+// Before an evaluation: flips the table entries of swaps whose copies have finished (stream-ordered).
+int st_hybrid_before_eval(st_hybrid *h, cudaStream_t st);
+// After an evaluation (st idle): counts tokens; every period reads the counters back, decays the frequencies and
+// starts the next swaps on the copy stream. force: read back now (for statistics).
+int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_decode, int64_t n_prefill, int force,
+                         cudaStream_t st);
+// Fills the model-level fields of stats (active, slots, sizes).
+void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *stats);
+
+#endif

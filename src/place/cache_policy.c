@@ -1,0 +1,170 @@
+// The VRAM expert cache's policy (see cache_policy.h).
+#include "place/cache_policy.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+typedef struct {
+    uint64_t count;
+    uint32_t layer, expert;
+} ranked;
+
+static int by_count_desc(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+// Fills resident[] and initial[] for n_cache slots. order: the profile ranking (NULL: even spread).
+static void assign(st_hycache_layout *o, uint64_t n_cache, const ranked *order) {
+    const uint32_t L = o->n_layer, E = o->n_expert;
+    memset(o->resident, 0, sizeof *o->resident * L);
+    if (order) {
+        for (uint64_t i = 0; i < n_cache; i++) {
+            o->initial[i] = order[i].layer * E + order[i].expert;
+            o->resident[order[i].layer]++;
+        }
+        return;
+    }
+    uint64_t per = n_cache / L, extra = n_cache % L, k = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        uint64_t n = per + (l < extra ? 1 : 0);
+        o->resident[l] = (uint32_t)n;
+        for (uint64_t e = 0; e < n; e++) o->initial[k++] = l * E + (uint32_t)e;
+    }
+}
+
+static uint32_t min_resident(const st_hycache_layout *o) {
+    uint32_t m = UINT32_MAX;
+    for (uint32_t l = 0; l < o->n_layer; l++)
+        if (o->resident[l] < m) m = o->resident[l];
+    return m;
+}
+
+int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_total, const uint64_t *counts,
+                              st_hycache_layout *out) {
+    memset(out, 0, sizeof *out);
+    if (n_layer == 0 || n_expert == 0) return st_err("expert cache layout: no experts (%u layers x %u)", n_layer, n_expert);
+    const uint64_t all = (uint64_t)n_layer * n_expert;
+    out->n_layer = n_layer;
+    out->n_expert = n_expert;
+    out->n_total = n_total;
+    out->resident = calloc(n_layer, sizeof *out->resident);
+    out->initial = calloc(all, sizeof *out->initial);
+    ranked *order = counts ? malloc(sizeof *order * all) : NULL;
+    if (!out->resident || !out->initial || (counts && !order)) {
+        free(order);
+        st_hycache_layout_free(out);
+        return st_err("out of memory");
+    }
+    if (order) {
+        for (uint64_t i = 0; i < all; i++) order[i] = (ranked){counts[i], (uint32_t)(i / n_expert), (uint32_t)(i % n_expert)};
+        qsort(order, all, sizeof *order, by_count_desc);
+    }
+    int ok = 0;
+    for (uint32_t bufs = 2; bufs >= 1 && !ok; bufs--) {
+        // n_cache shrinks until the staging of the worst layer fits beside it; each step can only lower the minimum
+        // resident count, so the loop ends (at n_cache = 0 at worst).
+        uint64_t n_cache = n_total < all ? n_total : all;
+        for (;;) {
+            assign(out, n_cache, order);
+            uint64_t need = (uint64_t)bufs * (n_expert - min_resident(out));
+            if (n_cache + need <= n_total) {
+                ok = 1;
+                out->n_cache = n_cache;
+                out->n_stage_bufs = need ? bufs : 0;
+                out->stage_per_buf = n_expert - min_resident(out);
+                break;
+            }
+            if (n_cache == 0 || need > n_total) break;
+            uint64_t next = n_total - need;
+            n_cache = next < n_cache ? next : n_cache - 1;
+        }
+    }
+    free(order);
+    if (!ok) {
+        st_hycache_layout_free(out);
+        return st_err("expert cache: %" PRIu64 " expert slots fit in the budget, but prefill staging alone needs %u "
+                      "(one layer's %u experts): raise --gpu-mem",
+                      n_total, n_expert, n_expert);
+    }
+    return 0;
+}
+
+void st_hycache_layout_free(st_hycache_layout *l) {
+    if (!l) return;
+    free(l->resident);
+    free(l->initial);
+    l->resident = NULL;
+    l->initial = NULL;
+}
+
+void st_hycache_decay(float *freq, const uint32_t *counts, uint64_t n, double factor) {
+    const float f = (float)factor;
+    for (uint64_t i = 0; i < n; i++) freq[i] = freq[i] * f + (float)counts[i];
+}
+
+typedef struct {
+    float f;
+    uint32_t e;
+} fe;
+
+static int fe_desc(const void *a, const void *b) {
+    const fe *x = a, *y = b;
+    if (x->f != y->f) return x->f > y->f ? -1 : 1;
+    return x->e < y->e ? -1 : x->e > y->e;
+}
+
+static int fe_asc(const void *a, const void *b) {
+    const fe *x = a, *y = b;
+    if (x->f != y->f) return x->f < y->f ? -1 : 1;
+    return x->e < y->e ? -1 : x->e > y->e;
+}
+
+static int swap_by_gain(const void *a, const void *b) {
+    const st_hycache_swap *x = a, *y = b;
+    if (x->gain != y->gain) return x->gain > y->gain ? -1 : 1;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return x->in < y->in ? -1 : x->in > y->in;
+}
+
+int st_hycache_pick_swaps(uint32_t n_layer, uint32_t n_expert, const float *freq, const int32_t *slot_of,
+                          int max_swaps, double ratio, double min_freq, st_hycache_swap *out) {
+    if (max_swaps <= 0) return 0;
+    fe *miss = malloc(sizeof *miss * n_expert), *res = malloc(sizeof *res * n_expert);
+    // Candidates: at most min(missing, resident) per layer; keep the best max_swaps overall.
+    uint64_t cap = (uint64_t)max_swaps * 2 + n_expert, n = 0;
+    st_hycache_swap *cand = malloc(sizeof *cand * cap);
+    if (!miss || !res || !cand) {
+        free(miss), free(res), free(cand);
+        return 0;  // no swaps this period; the cache stays valid
+    }
+    for (uint32_t l = 0; l < n_layer; l++) {
+        const float *f = freq + (uint64_t)l * n_expert;
+        const int32_t *so = slot_of + (uint64_t)l * n_expert;
+        uint32_t nm = 0, nr = 0;
+        for (uint32_t e = 0; e < n_expert; e++) {
+            if (so[e] == -1) miss[nm++] = (fe){f[e], e};
+            else if (so[e] >= 0) res[nr++] = (fe){f[e], e};
+        }
+        qsort(miss, nm, sizeof *miss, fe_desc);
+        qsort(res, nr, sizeof *res, fe_asc);
+        for (uint32_t i = 0; i < nm && i < nr && i < (uint32_t)max_swaps; i++) {
+            if (!(miss[i].f > ratio * res[i].f + min_freq)) break;
+            if (n == cap) {  // keep the best max_swaps so far
+                qsort(cand, n, sizeof *cand, swap_by_gain);
+                n = (uint64_t)max_swaps;
+            }
+            cand[n++] = (st_hycache_swap){l, miss[i].e, res[i].e, so[res[i].e], miss[i].f - res[i].f};
+        }
+    }
+    qsort(cand, n, sizeof *cand, swap_by_gain);
+    if (n > (uint64_t)max_swaps) n = (uint64_t)max_swaps;
+    memcpy(out, cand, sizeof *cand * n);
+    free(miss), free(res), free(cand);
+    return (int)n;
+}

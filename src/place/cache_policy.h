@@ -1,0 +1,58 @@
+// The VRAM expert cache's policy as pure functions (no CUDA; unit-tested on the CPU by tests/place): how the slots
+// that fit in the budget split into cache slots and prefill staging, which experts the cache starts with, and which
+// experts to swap between tokens (decayed routing frequency). engine/gpu_hybrid.c does the copying.
+//
+// Why per-layer swaps: prefill stages every expert of a layer that is not resident (a 512-token chunk routes to
+// nearly all of them), so the staging area must hold max over layers of (n_expert - resident[l]). Swapping only
+// within a layer keeps every layer's resident count, and so that bound, fixed after load.
+#ifndef STRATA_PLACE_CACHE_POLICY_H
+#define STRATA_PLACE_CACHE_POLICY_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_hycache_layout {
+    uint32_t n_layer, n_expert;
+    uint64_t n_total;        // slots that fit (input)
+    uint64_t n_cache;        // expert-cache slots
+    uint32_t n_stage_bufs;   // 2: double-buffered prefill staging (layer l+1 copies while l computes); 1: serial
+    uint32_t stage_per_buf;  // slots per staging buffer = n_expert - min over layers of resident[l]
+    uint32_t *resident;      // [n_layer] cache slots per layer
+    uint32_t *initial;       // [n_cache] slot i starts with expert (initial[i] / n_expert, initial[i] % n_expert)
+} st_hycache_layout;
+
+// Splits n_total slots into cache + staging, preferring double buffering, with the most cache slots that leave room
+// for the staging of the worst layer. counts (optional, [n_layer][n_expert], a routing profile): the cache starts
+// with the hottest (layer, expert) pairs (ties: lower layer, then lower id, as st_plan_compute); without counts the
+// slots spread evenly over layers (the first layers take the remainder), lowest ids first.
+// -1 (st_errmsg) when even one staging buffer of n_expert slots does not fit: the message gives the minimum.
+int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_total, const uint64_t *counts,
+                              st_hycache_layout *out);
+void st_hycache_layout_free(st_hycache_layout *l);
+
+// freq[i] = freq[i] * factor + counts[i] for i < n (factor = decay per token ^ tokens since the last update).
+void st_hycache_decay(float *freq, const uint32_t *counts, uint64_t n, double factor);
+
+typedef struct st_hycache_swap {
+    uint32_t layer;
+    uint32_t in;     // expert that gets the slot
+    uint32_t out;    // expert that leaves it
+    int32_t slot;    // the slot (slot_of[layer][out] before the swap)
+    float gain;      // freq[in] - freq[out]
+} st_hycache_swap;
+
+// Up to max_swaps swaps, best gain first: within each layer, the hottest non-resident experts against the coldest
+// resident ones, a pair qualifying when freq[in] > ratio * freq[out] + min_freq (hysteresis, so two experts of
+// similar use do not trade places every period). slot_of: [n_layer][n_expert] slot or -1; entries < -1 mark experts
+// in flight (neither swapped in nor out). Ties: lower layer, then lower ids. Returns the count.
+int st_hycache_pick_swaps(uint32_t n_layer, uint32_t n_expert, const float *freq, const int32_t *slot_of,
+                          int max_swaps, double ratio, double min_freq, st_hycache_swap *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

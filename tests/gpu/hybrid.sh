@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Hybrid expert placement (issue #6, docs/HYBRID.md) on a CUDA machine: makes small and mid-size Qwen3-MoE models,
+# runs them under VRAM budgets that force expert-cache misses, and checks them against the all-in-VRAM path:
+#   1. test_cache_policy            slot split / swap policy (CPU unit test, also a ctest)
+#   2. hybrid_decode tiny + mid     prefill logits (2 chunks, staging) and 2,100 greedy decode steps bitwise equal to
+#                                   all-in-VRAM, misses > 0, device memory flat over the decode
+#   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load
+#   4. strata logits (CLI)          --gpu-mem vs unlimited: identical JSON (tokens, top logits, 64 greedy tokens);
+#                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
+#                                   small (must fail with the minimum named)
+#   5. --bench                      strata bench on the full Qwen3-30B-A3B Q4_K_M at unlimited / 16 / 12 / 8 GiB
+#                                   with hit rate, misses/token and PCIe GB/token (bench/hybrid.sh adds llama.cpp)
+# Every check prints PASS or FAIL; the last line is the summary; exit status 1 on any failure.
+#   usage: tests/gpu/hybrid.sh [--bench] [--no-build] [--share F]    (F: share of experts in the VRAM cache, 0.25)
+# Environment: STRATA_GPU_BUILD (default build-gpu), OUT (logs; default /tmp/strata-hybrid-test), STRATA_SEED.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD=${STRATA_GPU_BUILD:-$ROOT/build-gpu}
+out=${OUT:-/tmp/strata-hybrid-test}
+mkdir -p "$out"
+bench=0; build=1; share=0.25
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bench) bench=1 ;;
+    --no-build) build=0 ;;
+    --share) share=$2; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  esac
+  shift
+done
+export PATH="$PATH:/usr/local/cuda/bin"
+t0=$SECONDS
+if [ $build = 1 ]; then
+  [ -x scripts/gpu-deps.sh ] && eval "$(scripts/gpu-deps.sh)"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${STRATA_GPU_ARCH:-90}" ${STRATA_DEPS_PREFIX:+-DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr"} \
+    -DSTRATA_PYTHON=python3 > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "FAIL: configure"; exit 1; }
+  cmake --build "$BUILD" -j "$(nproc)" --target strata hybrid_decode test_cache_policy > "$out/build.log" 2>&1 ||
+    { grep -E "error|Error" "$out/build.log" | head -40; echo "FAIL: build"; exit 1; }
+  echo "== built in $((SECONDS - t0)) s"
+fi
+S=$BUILD/bin/strata
+PASSES=0; FAILS=0; FAILED=()
+pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
+fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); FAILED+=("$1"); }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+
+# budget NAME MODEL CTX: GiB that gives the hybrid engine about $share of the experts as cache slots plus double-
+# buffered staging, from the planner's own sizes (strata info --plan, f32 KV as the tests use) and gpu_hybrid.c's
+# formula (fixed = dense + KV + scratch + reserve + tables; slots = share * all + 2 * (n_expert - share * n_expert)).
+budget() {
+  "$S" info -m "$2" --plan -c "$3" -ctk f32 --json 2>/dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+share = float(sys.argv[1])
+n_all = p["n_experts"]
+E = int(sys.argv[2])
+fixed = p["dense_bytes"] + p["kv_bytes"] + p["scratch_bytes"] + p["reserve_bytes"] + n_all * (3 * 8 + 8) + 4096
+per_layer = int(share * E)
+slots = int(share * n_all) + 2 * (E - per_layer) + 1
+b = fixed + slots * p["slot_bytes"] + p["slot_bytes"] // 2
+print("%.6f" % (b / 2**30 + 1e-6))' "$share" "$4"
+}
+
+# ---- 1. policy unit test ------------------------------------------------------------------------------------------
+if "$BUILD/bin/test_cache_policy" > "$out/policy.log" 2>&1; then pass "cache policy ($(tail -1 "$out/policy.log"))"
+else cat "$out/policy.log"; fail "cache_policy"; fi
+
+# ---- models ---------------------------------------------------------------------------------------------------------
+tiny=/tmp/hy-tiny-qwen3moe-q4km.gguf
+mid=/tmp/hy-q30b-8l-q4km-skew.gguf
+[ -f $tiny ] || "$S" make-model --preset tiny-qwen3moe --type Q4_K_M --router-skew 0.5 --seed 7 -o $tiny -q
+[ -f $mid ] || "$S" make-model --preset qwen3-30b-a3b --n-layer 8 --type Q4_K_M --router-skew 0.5 --seed 7 -o $mid -q
+ls -la $tiny $mid | awk '{print "model:", $NF, $5, "bytes"}'
+
+# ---- 2./3. bitwise equality, misses, flat memory ------------------------------------------------------------------
+run_decode() {  # label model E n_prompt n_decode [env...]
+  local label=$1 model=$2 E=$3 np=$4 nd=$5; shift 5
+  local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
+  [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
+  echo "== $label: --gpu-mem $g GiB ($model, prompt $np, decode $nd) $*"
+  if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" > "$out/$label.log" 2>&1; then
+    grep -E "^(PASS|FAIL)|placement|prefill:|decode:|device memory" "$out/$label.log" | sed 's/^/   /'
+    pass "$label"
+  else
+    grep -E "^(PASS|FAIL)|placement|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
+    fail "$label"
+  fi
+}
+run_decode tiny-decode $tiny 16 600 2100
+run_decode mid-decode $mid 128 600 2100
+run_decode mid-swap-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 STRATA_HYBRID_HALFLIFE=8
+run_decode mid-no-adapt $mid 128 100 200 STRATA_HYBRID_ADAPT=0
+
+# ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
+ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")
+logits() {  # name model [flags...]: top-5 logits of 130 prompt tokens + 64 greedy tokens
+  local name=$1 model=$2; shift 2
+  timeout 600 "$S" logits -m "$model" --tokens "$ids" --top 5 --greedy 64 "$@" > "$out/$name.json" 2> "$out/$name.err"
+}
+gmid=$(budget cli $mid 4096 128)
+if logits ref $mid && logits hyb $mid --gpu-mem "$gmid"; then
+  if cmp -s "$out/ref.json" "$out/hyb.json"; then pass "logits CLI: --gpu-mem $gmid == unlimited (prompt + 64 greedy)"
+  else fail "logits-cli: outputs differ (see $out/ref.json, $out/hyb.json)"; fi
+  grep -E "hybrid placement" "$out/hyb.err" | tail -1 | sed 's/^/   /'
+else tail -3 "$out/ref.err" "$out/hyb.err"; fail "logits-cli: strata logits failed"; fi
+# mmap arena from a pack
+if "$S" pack -m $mid -o /tmp/hy-mid.pack -q > "$out/pack.log" 2>&1 && logits mmap $mid --gpu-mem "$gmid" --arena-mmap --pack /tmp/hy-mid.pack; then
+  if cmp -s "$out/ref.json" "$out/mmap.json"; then pass "logits CLI: --arena-mmap --pack == unlimited"
+  else fail "logits-mmap: outputs differ"; fi
+  grep -E "expert arena|cudaHostRegister|hybrid placement" "$out/mmap.err" | tail -3 | sed 's/^/   /'
+else tail -5 "$out/pack.log" "$out/mmap.err"; fail "logits-mmap: failed"; fi
+# profile-driven initial contents (profile recorded on the CPU engine)
+printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 1 20) > "$out/prompt.txt"
+gtiny=$(budget cli-tiny $tiny 4096 16)
+if "$S" profile -m $tiny -f "$out/prompt.txt" -n 32 -o "$out/tiny.profile.json" > "$out/profile.log" 2>&1 &&
+   logits pref $tiny && logits pprof $tiny --gpu-mem "$gtiny" --profile "$out/tiny.profile.json"; then
+  if cmp -s "$out/pref.json" "$out/pprof.json"; then pass "logits CLI: --profile initial contents == unlimited"
+  else fail "logits-profile: outputs differ"; fi
+else tail -5 "$out/profile.log" "$out/pprof.err"; fail "logits-profile: failed"; fi
+# a budget below the dense weights + KV + scratch must fail and name the minimum
+if logits small $mid --gpu-mem 0.2; then fail "small-budget: --gpu-mem 0.2 did not fail"
+elif grep -q "too small\|raise --gpu-mem" "$out/small.err"; then pass "small budget refused: $(grep -o 'at least [0-9.]* GiB' "$out/small.err" | head -1)"
+else cat "$out/small.err"; fail "small-budget: unexpected error"; fi
+
+# ---- 5. bench -------------------------------------------------------------------------------------------------------
+if [ $bench = 1 ]; then
+  full=/tmp/q30b-q4km.gguf
+  [ -f $full ] || "$S" make-model --preset qwen3-30b-a3b --type Q4_K_M --seed 1 -o $full -q
+  for g in 0 16 12 8; do
+    flag=(); [ $g != 0 ] && flag=(--gpu-mem $g)
+    echo "== strata bench --gpu-mem $g (0: unlimited)"
+    if timeout 900 "$S" bench -m $full -p 512 -n 128 -r 2 "${flag[@]}" > "$out/bench-$g.md" 2> "$out/bench-$g.err"; then
+      grep -E "^\|.*(pp|tg)|^hybrid" "$out/bench-$g.md" | sed 's/^/   /'
+      grep -E "hybrid placement:.*device memory" "$out/bench-$g.err" | sed 's/^/   /'
+      pass "bench --gpu-mem $g"
+    else tail -5 "$out/bench-$g.err"; fail "bench-$g"; fi
+  done
+fi
+
+echo
+echo "== hybrid.sh: $PASSES passed, $FAILS failed${FAILED[*]:+ (${FAILED[*]})} in $((SECONDS - t0)) s; logs in $out"
+[ $FAILS = 0 ]

@@ -1,0 +1,168 @@
+// Hybrid expert placement end to end through the public API (strata.h), on a GPU: two engines of one MoE model,
+// one with every weight in VRAM and one under a VRAM budget that forces expert-cache misses, evaluate the same
+// prompt (all positions' logits, prefill path) and then decode greedily N tokens one at a time. Requires every
+// logit of every position to be bitwise identical, the greedy tokens to agree, the hybrid engine to have missed
+// (misses > 0, so the test exercised zero-copy reads), and device memory to stay flat over the decode (no growth
+// after warm-up). Prints the hybrid counters. tests/gpu/hybrid.sh runs it.
+//   usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE]]   (STRATA_SEED=N fixes the prompt)
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "strata.h"
+#include "util/rng.h"
+
+static strata_engine *load(const char *path, double gib, int32_t n_ctx) {
+    strata_engine_params p = strata_engine_default_params();
+    p.model_path = path;
+    p.device = "cuda";
+    p.gpu_mem_gib = gib;
+    p.plan_n_ctx = n_ctx;
+    p.plan_kv_f32 = true;
+    strata_engine *e = strata_engine_load(&p);
+    if (!e) fprintf(stderr, "hybrid_decode: loading %s (--gpu-mem %.3f): %s\n", path, gib, strata_last_error());
+    return e;
+}
+
+// First differing element of two logit rows, or -1; *maxd gets the largest absolute difference.
+static int64_t compare(const float *a, const float *b, int64_t n, double *maxd) {
+    int64_t first = -1;
+    *maxd = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float))) {
+            if (first < 0) first = i;
+            double d = fabs((double)a[i] - (double)b[i]);
+            if (!(d <= *maxd)) *maxd = d;  // NaN-safe
+        }
+    return first;
+}
+
+static int32_t argmax(const float *l, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE]]\n");
+        return 2;
+    }
+    const char *path = argv[1];
+    const double gib = atof(argv[2]);
+    const int32_t n_prompt = argc > 3 ? atoi(argv[3]) : 600, n_decode = argc > 4 ? atoi(argv[4]) : 2100;
+    const char *env = getenv("STRATA_SEED");
+    const uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    const int32_t n_ctx = n_prompt + n_decode + 1;
+    printf("hybrid_decode: %s, --gpu-mem %.3f GiB, prompt %d tokens (seed %" PRIu64 "), %d decoded\n", path, gib,
+           n_prompt, seed, n_decode);
+    strata_engine *ea = load(path, 0, n_ctx);
+    strata_engine *eb = ea ? load(path, gib, n_ctx) : NULL;
+    if (!ea || !eb) return 1;
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.kv_f32 = true;
+    strata_session *sa = strata_session_new(ea, &sp), *sb = strata_session_new(eb, &sp);
+    if (!sa || !sb) {
+        fprintf(stderr, "hybrid_decode: session: %s\n", strata_last_error());
+        return 1;
+    }
+    strata_hybrid_stats hs;
+    if (strata_session_hybrid_stats(sb, &hs) || !hs.active) {
+        fprintf(stderr, "FAIL: the budget did not give hybrid placement (lower GPU_MEM_GIB)\n");
+        return 1;
+    }
+    printf("hybrid placement: %" PRIu64 " of %" PRIu64 " experts in VRAM (%.1f%%), %" PRIu64 " staging slots of %.2f MiB\n",
+           hs.n_slots, hs.n_experts, 100.0 * (double)hs.n_slots / (double)hs.n_experts, hs.n_staging,
+           (double)hs.slot_bytes / 1048576.0);
+    const int32_t nv = strata_n_vocab(ea);
+    st_rng r;
+    st_rng_init(&r, seed, 0);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    for (int32_t i = 0; i < n_prompt; i++) toks[i] = (int32_t)st_rng_below(&r, (uint32_t)nv);
+    float *la = malloc(sizeof(float) * (size_t)nv * (size_t)n_prompt), *lb = malloc(sizeof(float) * (size_t)nv * (size_t)n_prompt);
+    int fails = 0;
+    // Prefill: all positions' logits (chunks of 512 through the grouped MoE GEMM with staging).
+    if (strata_session_eval(sa, toks, n_prompt, la, true) || strata_session_eval(sb, toks, n_prompt, lb, true)) {
+        fprintf(stderr, "FAIL: prefill: %s\n", strata_last_error());
+        return 1;
+    }
+    double maxd;
+    int64_t first = compare(la, lb, (int64_t)nv * n_prompt, &maxd);
+    if (first >= 0) {
+        printf("FAIL prefill logits: first difference at position %lld, token %lld (max |diff| %g)\n",
+               (long long)(first / nv), (long long)(first % nv), maxd);
+        fails++;
+    } else {
+        printf("PASS prefill logits: %d positions x %d bitwise identical\n", n_prompt, nv);
+    }
+    strata_session_hybrid_stats(sb, &hs);
+    printf("prefill: %" PRIu64 " tokens in %" PRIu64 " chunks, %.3f GB staged (%.2f MB/token)\n", hs.prefill_tokens,
+           hs.prefill_chunks, (double)hs.staged_bytes / 1e9, (double)hs.staged_bytes / 1e6 / (double)(hs.prefill_tokens ? hs.prefill_tokens : 1));
+    // Decode.
+    int32_t ta = argmax(la + (size_t)(n_prompt - 1) * nv, nv), tb = argmax(lb + (size_t)(n_prompt - 1) * nv, nv);
+    size_t used0 = 0, total = 0, used_min = SIZE_MAX, used_max = 0;
+    int64_t first_tok_diff = -1, first_logit_diff = -1;
+    double worst = 0;
+    for (int32_t i = 0; i < n_decode; i++) {
+        if (ta != tb && first_tok_diff < 0) first_tok_diff = i;
+        if (strata_session_eval(sa, &ta, 1, la, false) || strata_session_eval(sb, &ta, 1, lb, false)) {
+            fprintf(stderr, "FAIL: decode step %d: %s\n", i, strata_last_error());
+            return 1;
+        }
+        int64_t f = compare(la, lb, nv, &maxd);
+        if (f >= 0 && first_logit_diff < 0) first_logit_diff = i;
+        if (f >= 0 && maxd > worst) worst = maxd;
+        ta = argmax(la, nv);
+        tb = argmax(lb, nv);
+        if (i >= 64 && (i % 50 == 0 || i == n_decode - 1)) {  // after warm-up: graphs captured, first swaps done
+            size_t used;
+            if (strata_device_memory(eb, &used, &total) == 0) {
+                if (!used0) used0 = used;
+                if (used < used_min) used_min = used;
+                if (used > used_max) used_max = used;
+            }
+        }
+    }
+    if (first_logit_diff >= 0) {
+        printf("FAIL decode logits: first difference at step %lld (max |diff| %g); greedy tokens first differ at %lld\n",
+               (long long)first_logit_diff, worst, (long long)first_tok_diff);
+        fails++;
+    } else {
+        printf("PASS decode logits: %d steps bitwise identical (greedy tokens identical)\n", n_decode);
+    }
+    strata_session_hybrid_stats(sb, &hs);
+    const double dt = hs.decode_tokens ? (double)hs.decode_tokens : 1;
+    printf("decode: %" PRIu64 " tokens, hit rate %.2f%%, %.1f misses/token, %.4f GB/token over PCIe, %" PRIu64
+           " swaps (%.3f GB)\n",
+           hs.decode_tokens, hs.selections ? 100.0 * (1.0 - (double)hs.misses / (double)hs.selections) : 0.0,
+           (double)hs.misses / dt, (double)hs.miss_bytes / dt / 1e9, hs.swaps, (double)hs.swap_bytes / 1e9);
+    if (hs.misses == 0) {
+        printf("FAIL misses: the hybrid engine never missed (the budget holds every expert in use)\n");
+        fails++;
+    } else {
+        printf("PASS misses: %" PRIu64 " zero-copy expert reads exercised\n", hs.misses);
+    }
+    const size_t growth = used_max - used_min;
+    printf("device memory over the decode: %.1f .. %.1f MiB of %.1f MiB (both engines)\n", used_min / 1048576.0,
+           used_max / 1048576.0, total / 1048576.0);
+    if (used_max == 0 || growth > (2u << 20)) {
+        printf("FAIL memory: device memory changed by %.2f MiB during the decode\n", growth / 1048576.0);
+        fails++;
+    } else {
+        printf("PASS memory: flat within %.2f MiB over %d tokens\n", growth / 1048576.0, n_decode);
+    }
+    printf("hybrid_decode: %s (seed %" PRIu64 ")\n", fails ? "FAIL" : "PASS", seed);
+    strata_session_free(sa);
+    strata_session_free(sb);
+    strata_engine_free(ea);
+    strata_engine_free(eb);
+    free(toks);
+    free(la);
+    free(lb);
+    return fails ? 1 : 0;
+}

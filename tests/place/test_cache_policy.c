@@ -1,0 +1,197 @@
+// The VRAM expert cache's policy (place/cache_policy.h) on random shapes: slot split (cache + prefill staging,
+// maximal cache, staging bound by the worst layer), initial contents (even spread / profile ranking), decay, and the
+// swap choice (per-layer pairs, hysteresis, in-flight experts skipped, best gain first, brute-force optimality of the
+// first swap).
+//   usage: test_cache_policy   (STRATA_SEED=N fixes the seed; printed on failure)
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "place/cache_policy.h"
+#include "util/err.h"
+#include "util/rng.h"
+
+static int failures;
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (!(cond)) {                                           \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                        \
+            fprintf(stderr, "\n");                               \
+            failures++;                                          \
+        }                                                        \
+    } while (0)
+
+// Staging the layout would need for n_cache slots assigned evenly (reference for maximality).
+static uint64_t even_need(uint32_t L, uint32_t E, uint64_t n_cache, uint32_t bufs) {
+    uint64_t per = n_cache / L;  // the last layers get `per`, the minimum
+    if (per > E) per = E;
+    return (uint64_t)bufs * (E - per);
+}
+
+static void check_layout(const st_hycache_layout *o, uint32_t L, uint32_t E, uint64_t n_total, const uint64_t *counts) {
+    uint64_t sum = 0;
+    uint32_t minr = UINT32_MAX;
+    for (uint32_t l = 0; l < L; l++) {
+        sum += o->resident[l];
+        if (o->resident[l] < minr) minr = o->resident[l];
+        CHECK(o->resident[l] <= E, "layer %u: %u resident of %u", l, o->resident[l], E);
+    }
+    CHECK(sum == o->n_cache, "resident sum %" PRIu64 " != n_cache %" PRIu64, sum, o->n_cache);
+    CHECK(o->stage_per_buf == E - minr, "stage_per_buf %u, expected %u", o->stage_per_buf, E - minr);
+    CHECK(o->n_cache + (uint64_t)o->n_stage_bufs * o->stage_per_buf <= n_total, "layout exceeds %" PRIu64, n_total);
+    // every initial entry distinct and counted in its layer
+    uint8_t *seen = calloc((size_t)L * E, 1);
+    uint32_t *per = calloc(L, sizeof *per);
+    for (uint64_t i = 0; i < o->n_cache; i++) {
+        uint32_t x = o->initial[i];
+        CHECK(x < L * E, "initial[%" PRIu64 "] = %u out of range", i, x);
+        if (x >= L * E) continue;
+        CHECK(!seen[x], "expert %u twice in the initial contents", x);
+        seen[x] = 1;
+        per[x / E]++;
+    }
+    for (uint32_t l = 0; l < L; l++) CHECK(per[l] == o->resident[l], "layer %u: %u initial, %u resident", l, per[l], o->resident[l]);
+    if (counts) {  // the initial set is the top n_cache by count: no excluded pair beats an included one
+        uint64_t min_in = UINT64_MAX, max_out = 0;
+        for (uint64_t i = 0; i < (uint64_t)L * E; i++) {
+            if (seen[i] && counts[i] < min_in) min_in = counts[i];
+            if (!seen[i] && counts[i] > max_out) max_out = counts[i];
+        }
+        if (o->n_cache && o->n_cache < (uint64_t)L * E)
+            CHECK(max_out <= min_in, "profile order: an excluded pair (%" PRIu64 ") beats an included one (%" PRIu64 ")",
+                  max_out, min_in);
+    } else {
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t e = 0; e < o->resident[l]; e++) CHECK(seen[l * E + e], "even spread: layer %u lacks id %u", l, e);
+        // maximal: one more cache slot would not leave room for the staging (with the same buffering)
+        if (o->n_cache < (uint64_t)L * E && o->n_stage_bufs == 2) {
+            uint64_t c = o->n_cache + 1;
+            CHECK(c + even_need(L, E, c, 2) > n_total, "n_cache %" PRIu64 " is not maximal (n_total %" PRIu64 ")",
+                  o->n_cache, n_total);
+        }
+    }
+    free(seen);
+    free(per);
+}
+
+static void test_layout(st_rng *r) {
+    for (int it = 0; it < 300; it++) {
+        uint32_t L = 1 + st_rng_below(r, 48), E = 2 + st_rng_below(r, 160);
+        uint64_t all = (uint64_t)L * E;
+        uint64_t n_total = E + st_rng_below(r, (uint32_t)(all + E));
+        uint64_t *counts = NULL;
+        if (it % 2) {
+            counts = malloc(sizeof *counts * all);
+            for (uint64_t i = 0; i < all; i++) counts[i] = st_rng_below(r, 50);
+        }
+        st_hycache_layout o;
+        int rc = st_hycache_layout_compute(L, E, n_total, counts, &o);
+        CHECK(rc == 0, "L %u E %u n_total %" PRIu64 ": %s", L, E, n_total, st_errmsg());
+        if (rc == 0) {
+            check_layout(&o, L, E, n_total, counts);
+            st_hycache_layout_free(&o);
+        }
+        free(counts);
+    }
+    // too small: fewer slots than one layer's experts
+    st_hycache_layout o;
+    CHECK(st_hycache_layout_compute(4, 64, 63, NULL, &o) == -1 && strstr(st_errmsg(), "raise --gpu-mem"),
+          "63 slots for 64 experts should fail with a hint, got '%s'", st_errmsg());
+    // a known case: 48 layers x 128 experts, 2014 slots -> (2014 - 2 * (128 - r)) / 48 >= r: r = 38, cache 1834+
+    CHECK(st_hycache_layout_compute(48, 128, 2014, NULL, &o) == 0, "48x128: %s", st_errmsg());
+    CHECK(o.n_stage_bufs == 2 && o.n_cache + 2ull * o.stage_per_buf <= 2014 && o.n_cache >= 1834,
+          "48x128 / 2014: cache %" PRIu64 ", %u x %u staging", o.n_cache, o.n_stage_bufs, o.stage_per_buf);
+    printf("48 layers x 128 experts, 2014 slots: %" PRIu64 " cache + %u x %u staging\n", o.n_cache, o.n_stage_bufs,
+           o.stage_per_buf);
+    st_hycache_layout_free(&o);
+}
+
+static void test_decay(st_rng *r) {
+    float f[64], ref[64];
+    uint32_t c[64];
+    for (int i = 0; i < 64; i++) f[i] = ref[i] = st_rng_f32(r) * 10, c[i] = st_rng_below(r, 9);
+    st_hycache_decay(f, c, 64, 0.5);
+    for (int i = 0; i < 64; i++) CHECK(fabsf(f[i] - (ref[i] * 0.5f + (float)c[i])) < 1e-5f, "decay [%d]", i);
+}
+
+static void test_swaps(st_rng *r) {
+    // hand case: 1 layer, 4 experts, 0 and 1 resident (cold), 2 hot, 3 warm
+    {
+        float f[4] = {1, 5, 100, 6};
+        int32_t so[4] = {0, 1, -1, -1};
+        st_hycache_swap s[4];
+        int n = st_hycache_pick_swaps(1, 4, f, so, 4, 2.0, 1.0, s);
+        CHECK(n == 1 && s[0].in == 2 && s[0].out == 0 && s[0].slot == 0, "hand case: %d swaps, first %u->%u", n,
+              n ? s[0].out : 0, n ? s[0].in : 0);
+        so[2] = -2;  // in flight: never picked; the warm expert 3 (6 > 2 * 1 + 1) takes slot 0 instead
+        n = st_hycache_pick_swaps(1, 4, f, so, 4, 2.0, 1.0, s);
+        CHECK(n == 1 && s[0].in == 3 && s[0].out == 0, "in-flight case: %d swaps, first in %u", n, n ? s[0].in : 0);
+        f[3] = 2;  // 2 < 2 * 1 + 1: hysteresis holds it back
+        n = st_hycache_pick_swaps(1, 4, f, so, 4, 2.0, 1.0, s);
+        CHECK(n == 0, "hysteresis: %d swaps", n);
+    }
+    for (int it = 0; it < 200; it++) {
+        uint32_t L = 1 + st_rng_below(r, 8), E = 2 + st_rng_below(r, 64);
+        uint64_t all = (uint64_t)L * E;
+        float *f = malloc(sizeof *f * all);
+        int32_t *so = malloc(sizeof *so * all);
+        int slot = 0;
+        for (uint64_t i = 0; i < all; i++) {
+            f[i] = (float)st_rng_below(r, 40);
+            uint32_t k = st_rng_below(r, 10);
+            so[i] = k < 4 ? slot++ : k < 9 ? -1 : -2;
+        }
+        int max = 1 + (int)st_rng_below(r, 12);
+        double ratio = 1.0 + st_rng_f32(r), minf = st_rng_f32(r) * 3;
+        st_hycache_swap *s = malloc(sizeof *s * (size_t)max);
+        int n = st_hycache_pick_swaps(L, E, f, so, max, ratio, minf, s);
+        CHECK(n >= 0 && n <= max, "%d swaps for max %d", n, max);
+        uint8_t *used = calloc(all, 1);
+        for (int i = 0; i < n; i++) {
+            uint64_t in = (uint64_t)s[i].layer * E + s[i].in, out = (uint64_t)s[i].layer * E + s[i].out;
+            CHECK(s[i].layer < L && so[in] == -1 && so[out] >= 0 && s[i].slot == so[out], "swap %d invalid", i);
+            CHECK(f[in] > ratio * f[out] + minf, "swap %d breaks the hysteresis", i);
+            CHECK(!used[in] && !used[out], "swap %d reuses an expert", i);
+            used[in] = used[out] = 1;
+            if (i) CHECK(s[i].gain <= s[i - 1].gain, "swaps not sorted by gain");
+        }
+        // the first swap is the best single qualifying pair (brute force): hottest miss vs coldest resident per layer
+        float best = -1;
+        for (uint32_t l = 0; l < L; l++) {
+            float hot = -1, cold = INFINITY;
+            for (uint32_t e = 0; e < E; e++) {
+                uint64_t i = (uint64_t)l * E + e;
+                if (so[i] == -1 && f[i] > hot) hot = f[i];
+                if (so[i] >= 0 && f[i] < cold) cold = f[i];
+            }
+            if (hot >= 0 && cold < INFINITY && hot > ratio * cold + minf && hot - cold > best) best = hot - cold;
+        }
+        if (best >= 0) CHECK(n > 0 && fabsf(s[0].gain - best) < 1e-6f, "first swap gain %g, best %g", n ? s[0].gain : -1.f, best);
+        else CHECK(n == 0, "%d swaps but no qualifying pair", n);
+        free(used);
+        free(s);
+        free(f);
+        free(so);
+    }
+}
+
+int main(void) {
+    const char *env = getenv("STRATA_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    st_rng r;
+    st_rng_init(&r, seed, 0);
+    test_layout(&r);
+    test_decay(&r);
+    test_swaps(&r);
+    if (failures) {
+        fprintf(stderr, "test_cache_policy: %d failure(s) (seed %" PRIu64 ", rerun with STRATA_SEED=%" PRIu64 ")\n",
+                failures, seed, seed);
+        return 1;
+    }
+    printf("test_cache_policy: PASS (seed %" PRIu64 ")\n", seed);
+    return 0;
+}
