@@ -24,6 +24,8 @@ static void init_tables(void) {
         const st_cpu_kernels *lo = &g_resolved[isa - 1];
         for (int t = 0; t < ST_TYPE_COUNT; t++)
             if (!r->dot[t]) r->dot[t] = lo->dot[t];
+        for (int t = 0; t < ST_TYPE_COUNT; t++)
+            if (!r->tdot[t]) r->tdot[t] = lo->tdot[t];
         if (!r->quant_q8_0) r->quant_q8_0 = lo->quant_q8_0;
         if (!r->quant_q8_1) r->quant_q8_1 = lo->quant_q8_1;
         if (!r->quant_q8_K) r->quant_q8_K = lo->quant_q8_K;
@@ -91,6 +93,19 @@ st_vec_dot_fn st_cpu_vec_dot_x8(int weight_type, st_cpu_isa isa) {
     if (weight_type < 0 || weight_type >= ST_TYPE_COUNT) return NULL;
     const st_cpu_kernels *k = kernels(isa);
     return k->gemm8[weight_type] ? k->dot_x8[weight_type] : NULL;
+}
+
+st_tdot_fn st_cpu_tiled_dot(int weight_type, st_cpu_isa isa) {
+    if (weight_type < 0 || weight_type >= ST_TYPE_COUNT) return NULL;
+    return kernels(isa)->tdot[weight_type];
+}
+
+int st_cpu_tiled_applies(int weight_type, int64_t n_rows, int64_t n_tok, st_cpu_isa isa) {
+    if (n_tok < ST_CPU_TILED_MIN_TOK || !st_cpu_tiled_dot(weight_type, isa)) return 0;
+    // Tensors llama.cpp repacks at load time go through its repacked kernels instead (Strata: gemm8 / dot_x8).
+    if (weight_type == ST_TYPE_Q4_K && n_rows % 8 == 0) return 0;
+    if (weight_type == ST_TYPE_Q2_K && n_rows % 8 == 0 && isa == ST_CPU_ISA_AVX512) return 0;
+    return 1;
 }
 
 size_t st_cpu_repack8_size(int weight_type, int64_t ne0) {

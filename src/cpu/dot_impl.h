@@ -39,11 +39,25 @@ typedef struct {
 size_t st_cpu_repack8_size(int weight_type, int64_t ne0);
 int st_cpu_repack8(int weight_type, const void *w, size_t w_stride, int64_t ne0, void *dst);
 
+// llama.cpp's tiled order (ggml-cpu/tiled, AVX-512 VNNI build), which it uses for K-quant and IQ weights that it has
+// not repacked once a product has >= ST_CPU_TILED_MIN_TOK tokens (for MUL_MAT_ID: tokens routed to the expert):
+// per (row, token) and 256-column super-block i, exact integer sums s1 = sum_j scale_j * dot_j (sub-block dot
+// products, offsets such as Q6_K's -32 included) and, for types with mins (Q2_K, Q4_K, Q5_K), s2 = sum_j min_j *
+// bsum_j; then in float, from y = 0 over super-blocks in order:
+//     r = (float)s1 * d_w;  r = fma(-dmin_w, (float)s2, r);  y = fma(r, d_a, y)
+// with d_w the block scale widened from f16 times the type's constant (1/8 for IQ2_*, IQ1_*; 1/4 for IQ3_XXS) and
+// d_a the token's Q8_K scale. (Facts from tiled.cpp / tiled-kernel.cpp and the disassembly of the installed
+// libggml-cpu.so: vmulps, vfnmadd231ps, then the store contracted to vfmadd213ps.)
+// One call computes one weight row for n_tok = 1..4 tokens (a + c * a_stride) -> out[0..n_tok).
+typedef void (*st_tdot_fn)(int64_t n, const void *w, const void *a, size_t a_stride, int n_tok, float out[4]);
+#define ST_CPU_TILED_MIN_TOK 8
+
 typedef struct st_cpu_kernels {
     st_vec_dot_fn dot[ST_TYPE_COUNT];  // NULL where this ISA has no kernel of its own
     st_vec_dot4_fn dot4[ST_TYPE_COUNT];  // optional (NULL: matmul calls dot per token)
     st_gemm8_fn gemm8[ST_TYPE_COUNT];    // optional 8-row x 4-token tiles on repacked rows (see st_cpu_repack8)
     st_vec_dot_fn dot_x8[ST_TYPE_COUNT]; // 1-token kernel on plain rows in the x8 GEMV order (with gemm8)
+    st_tdot_fn tdot[ST_TYPE_COUNT];      // tiled-order kernel (types llama.cpp tiles; see st_tdot_fn)
     st_quant_act_fn quant_q8_0, quant_q8_1, quant_q8_K;
 } st_cpu_kernels;
 
@@ -58,6 +72,15 @@ int st_cpu_dot4_gemm_order(int weight_type);
 // (both exist or neither).
 st_gemm8_fn st_cpu_gemm8(int weight_type, st_cpu_isa isa);
 st_vec_dot_fn st_cpu_vec_dot_x8(int weight_type, st_cpu_isa isa);
+// The tiled-order kernel for weight_type on isa (falls back to lower ISAs, so every type llama.cpp tiles has one);
+// NULL for other types.
+st_tdot_fn st_cpu_tiled_dot(int weight_type, st_cpu_isa isa);
+// 1 where llama.cpp computes a product of n_tok tokens with this weight tensor (n_rows rows in all) in the tiled
+// order on the build that `isa` stands for: a tiled type, n_tok >= ST_CPU_TILED_MIN_TOK, and not a tensor it
+// repacks at load time (x86: Q4_K with rows % 8 == 0; with AVX-512 also Q2_K with rows % 8 == 0; repack.cpp).
+// The portable ISA follows the AVX2 rule (llama.cpp without AVX has no tiled path), so that the portable and
+// SIMD paths compute the same products in the same order.
+int st_cpu_tiled_applies(int weight_type, int64_t n_rows, int64_t n_tok, st_cpu_isa isa);
 #ifdef ST_CPU_X86
 void st_cpu_kernels_init_avx2(st_cpu_kernels *k);
 void st_cpu_kernels_init_avx512(st_cpu_kernels *k);

@@ -165,9 +165,17 @@ static inline float blk_mxfp4(const block_mxfp4 *x, const block_q8_0 *y) {
 DOT_ROW(mxfp4, block_mxfp4, block_q8_0, 32)
 
 // ---------------------------------------------------------------------------------------------------------------
-// K-quants with Q8_K activations.
+// K-quants and I-quants with Q8_K activations: sb_<type> gives one super-block's exact integer sums (st_tdot_fn's
+// s1 and s2) and its scales; the 1-token dot (blk_<type>) and the tiled-order kernel (tdot_<type>) differ only in
+// the float epilogue.
 
-static inline float blk_q2_K(const block_q2_K *x, const block_q8_K *y) {
+typedef struct {
+    int32_t s1;      // sum_j scale_j * (sub-block j's weight codes . activations), offsets included
+    int32_t s2;      // sum_j min_j * (sub-block j's activation sum); 0 for types without mins
+    float d, dmin;   // the block's scales widened from f16 (without the type's constant factor)
+} sb_sums;
+
+static inline sb_sums sb_q2_K(const block_q2_K *x, const block_q8_K *y) {
     int sum_q = 0, sum_m = 0;
     for (int sb = 0; sb < 16; sb++) sum_m += (x->scales[sb] >> 4) * y->bsums[sb];
     for (int e = 0; e < QK_K; e += 16) {  // one 16-element sub-block
@@ -175,11 +183,10 @@ static inline float blk_q2_K(const block_q2_K *x, const block_q8_K *y) {
         for (int l = 0; l < 16; l++) acc += ((x->qs[32 * h + l0 + l] >> (2 * sp)) & 3) * y->qs[e + l];
         sum_q += (x->scales[sb] & 15) * acc;
     }
-    return y->d * (st_cpu_h2f(x->d) * (float)sum_q - st_cpu_h2f(x->dmin) * (float)sum_m);
+    return (sb_sums){sum_q, sum_m, st_cpu_h2f(x->d), st_cpu_h2f(x->dmin)};
 }
-DOT_ROW(q2_K, block_q2_K, block_q8_K, QK_K)
 
-static inline float blk_q3_K(const block_q3_K *x, const block_q8_K *y) {
+static inline sb_sums sb_q3_K(const block_q3_K *x, const block_q8_K *y) {
     int8_t sc[16];
     st_cpu_q3k_scales(x->scales, sc);
     int sum = 0;
@@ -192,14 +199,13 @@ static inline float blk_q3_K(const block_q3_K *x, const block_q8_K *y) {
         }
         sum += sc[e / 16] * acc;
     }
-    return y->d * st_cpu_h2f(x->d) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(q3_K, block_q3_K, block_q8_K, QK_K)
 
 // Q4_K and Q5_K: eight 32-element sub-blocks with 6-bit scale and min; qh (Q5_K's fifth bits, bit j of qh[l]
 // for sub-block j) is NULL for Q4_K.
-static inline float blk_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, uint16_t d,
-                            uint16_t dmin, const block_q8_K *y) {
+static inline sb_sums sb_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, uint16_t d,
+                             uint16_t dmin, const block_q8_K *y) {
     int sum_q = 0, sum_m = 0;
     for (int j = 0; j < 8; j++) {
         uint8_t sc, mn;
@@ -214,20 +220,18 @@ static inline float blk_k45(const uint8_t *scales, const uint8_t *qs, const uint
         sum_q += sc * acc;
         sum_m += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
     }
-    return y->d * (st_cpu_h2f(d) * (float)sum_q - st_cpu_h2f(dmin) * (float)sum_m);
+    return (sb_sums){sum_q, sum_m, st_cpu_h2f(d), st_cpu_h2f(dmin)};
 }
 
-static inline float blk_q4_K(const block_q4_K *x, const block_q8_K *y) {
-    return blk_k45(x->scales, x->qs, NULL, x->d, x->dmin, y);
+static inline sb_sums sb_q4_K(const block_q4_K *x, const block_q8_K *y) {
+    return sb_k45(x->scales, x->qs, NULL, x->d, x->dmin, y);
 }
-DOT_ROW(q4_K, block_q4_K, block_q8_K, QK_K)
 
-static inline float blk_q5_K(const block_q5_K *x, const block_q8_K *y) {
-    return blk_k45(x->scales, x->qs, x->qh, x->d, x->dmin, y);
+static inline sb_sums sb_q5_K(const block_q5_K *x, const block_q8_K *y) {
+    return sb_k45(x->scales, x->qs, x->qh, x->d, x->dmin, y);
 }
-DOT_ROW(q5_K, block_q5_K, block_q8_K, QK_K)
 
-static inline float blk_q6_K(const block_q6_K *x, const block_q8_K *y) {
+static inline sb_sums sb_q6_K(const block_q6_K *x, const block_q8_K *y) {
     int sum = 0;
     for (int h = 0; h < 2; h++) {
         const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
@@ -245,13 +249,11 @@ static inline float blk_q6_K(const block_q6_K *x, const block_q8_K *y) {
             }
         }
     }
-    return y->d * st_cpu_h2f(x->d) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(q6_K, block_q6_K, block_q8_K, QK_K)
 
-// ---------------------------------------------------------------------------------------------------------------
-// I-quants with Q8_K activations. Scales of the form (0.5 + s) * k are kept as integers (2s + 1) and the
-// constant factor applied once per block.
+// I-quants: scales of the form (0.5 + s) * k are kept as integers (2s + 1) and the constant factor (K_<type>
+// below) applied once per block.
 
 // sum_j grid[j] * (sign bit j ? -1 : 1) * q8[j] over one group of 8.
 static inline int signed_grid8(const uint8_t *grid, uint8_t signs, const int8_t *q8) {
@@ -260,7 +262,7 @@ static inline int signed_grid8(const uint8_t *grid, uint8_t signs, const int8_t 
     return acc;
 }
 
-static inline float blk_iq2_xxs(const block_iq2_xxs *x, const block_q8_K *y) {
+static inline sb_sums sb_iq2_xxs(const block_iq2_xxs *x, const block_q8_K *y) {
     int sum = 0;
     for (int ib = 0; ib < 8; ib++) {
         uint32_t aux[2];
@@ -274,11 +276,10 @@ static inline float blk_iq2_xxs(const block_iq2_xxs *x, const block_q8_K *y) {
         }
         sum += (int)(2 * (aux[1] >> 28) + 1) * acc;
     }
-    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;  // (0.5 + s) * 0.25 = (2s + 1) / 8
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(iq2_xxs, block_iq2_xxs, block_q8_K, QK_K)
 
-static inline float blk_iq2_xs(const block_iq2_xs *x, const block_q8_K *y) {
+static inline sb_sums sb_iq2_xs(const block_iq2_xs *x, const block_q8_K *y) {
     int sum = 0;
     for (int ib = 0; ib < 8; ib++) {
         for (int half = 0; half < 2; half++) {
@@ -291,11 +292,10 @@ static inline float blk_iq2_xs(const block_iq2_xs *x, const block_q8_K *y) {
             sum += (2 * ((x->scales[ib] >> (4 * half)) & 15) + 1) * acc;
         }
     }
-    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(iq2_xs, block_iq2_xs, block_q8_K, QK_K)
 
-static inline float blk_iq2_s(const block_iq2_s *x, const block_q8_K *y) {
+static inline sb_sums sb_iq2_s(const block_iq2_s *x, const block_q8_K *y) {
     int sum = 0;
     for (int ib = 0; ib < 8; ib++) {
         for (int half = 0; half < 2; half++) {
@@ -308,11 +308,10 @@ static inline float blk_iq2_s(const block_iq2_s *x, const block_q8_K *y) {
             sum += (2 * ((x->scales[ib] >> (4 * half)) & 15) + 1) * acc;
         }
     }
-    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(iq2_s, block_iq2_s, block_q8_K, QK_K)
 
-static inline float blk_iq3_xxs(const block_iq3_xxs *x, const block_q8_K *y) {
+static inline sb_sums sb_iq3_xxs(const block_iq3_xxs *x, const block_q8_K *y) {
     int sum = 0;
     for (int ib = 0; ib < 8; ib++) {
         uint32_t ss;
@@ -325,11 +324,10 @@ static inline float blk_iq3_xxs(const block_iq3_xxs *x, const block_q8_K *y) {
         }
         sum += (int)(2 * (ss >> 28) + 1) * acc;
     }
-    return 0.25f * y->d * st_cpu_h2f(x->d) * (float)sum;  // (0.5 + s) * 0.5 = (2s + 1) / 4
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(iq3_xxs, block_iq3_xxs, block_q8_K, QK_K)
 
-static inline float blk_iq3_s(const block_iq3_s *x, const block_q8_K *y) {
+static inline sb_sums sb_iq3_s(const block_iq3_s *x, const block_q8_K *y) {
     int sum = 0;
     for (int ib = 0; ib < 8; ib++) {
         int acc = 0;
@@ -341,12 +339,11 @@ static inline float blk_iq3_s(const block_iq3_s *x, const block_q8_K *y) {
         }
         sum += (2 * ((x->scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1) * acc;
     }
-    return y->d * st_cpu_h2f(x->d) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(iq3_s, block_iq3_s, block_q8_K, QK_K)
 
 // IQ1: y = d * (2s + 1) * (grid + delta); delta = +-1/8, so 8 * y / (d (2s+1)) = 8 grid +- 1 stays integer.
-static inline float blk_iq1_s(const block_iq1_s *x, const block_q8_K *y) {
+static inline sb_sums sb_iq1_s(const block_iq1_s *x, const block_q8_K *y) {
     int sum = 0;
     for (int ib = 0; ib < 8; ib++) {
         const uint16_t qh = x->qh[ib];
@@ -359,11 +356,10 @@ static inline float blk_iq1_s(const block_iq1_s *x, const block_q8_K *y) {
         int asum = y->bsums[2 * ib] + y->bsums[2 * ib + 1];
         sum += (2 * ((qh >> 12) & 7) + 1) * (8 * acc + (qh & 0x8000 ? -asum : asum));
     }
-    return 0.125f * y->d * st_cpu_h2f(x->d) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(iq1_s, block_iq1_s, block_q8_K, QK_K)
 
-static inline float blk_iq1_m(const block_iq1_m *x, const block_q8_K *y) {
+static inline sb_sums sb_iq1_m(const block_iq1_m *x, const block_q8_K *y) {
     uint16_t sc[4];
     memcpy(sc, x->scales, 8);
     const uint16_t dbits = (sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000);
@@ -383,19 +379,78 @@ static inline float blk_iq1_m(const block_iq1_m *x, const block_q8_K *y) {
             sum += (2 * ls + 1) * acc;
         }
     }
-    return 0.125f * y->d * st_cpu_h2f(dbits) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(dbits), 0.0f};
 }
-DOT_ROW(iq1_m, block_iq1_m, block_q8_K, QK_K)
 
-static inline float blk_iq4_xs(const block_iq4_xs *x, const block_q8_K *y) {
+static inline sb_sums sb_iq4_xs(const block_iq4_xs *x, const block_q8_K *y) {
     int sum = 0;
     for (int ib = 0; ib < 8; ib++) {
         const int ls = ((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 15) | (((x->scales_h >> (2 * ib)) & 3) << 4);
         sum += (ls - 32) * lut_nibble_sum(st_kvalues_iq4nl, x->qs + 16 * ib, y->qs + 32 * ib);
     }
-    return y->d * st_cpu_h2f(x->d) * (float)sum;
+    return (sb_sums){sum, 0, st_cpu_h2f(x->d), 0.0f};
 }
-DOT_ROW(iq4_xs, block_iq4_xs, block_q8_K, QK_K)
+
+// The types' constant scale factors: (0.5 + s) * 0.25 = (2s + 1) / 8 for IQ2_*, (0.5 + s) * 0.5 = (2s + 1) / 4 for
+// IQ3_XXS, and IQ1's weights kept as 8 * (grid + delta).
+#define K_q2_K 1.0f
+#define K_q3_K 1.0f
+#define K_q4_K 1.0f
+#define K_q5_K 1.0f
+#define K_q6_K 1.0f
+#define K_iq2_xxs 0.125f
+#define K_iq2_xs 0.125f
+#define K_iq2_s 0.125f
+#define K_iq3_xxs 0.25f
+#define K_iq3_s 1.0f
+#define K_iq1_s 0.125f
+#define K_iq1_m 0.125f
+#define K_iq4_xs 1.0f
+
+// 1-token dot: one float product per block (types with mins: y.d * (d * s1 - dmin * s2)).
+#define BLK_NOMIN(name)                                                                       \
+    static inline float blk_##name(const block_##name *x, const block_q8_K *y) {              \
+        const sb_sums s = sb_##name(x, y);                                                    \
+        return K_##name * y->d * s.d * (float)s.s1;                                           \
+    }
+#define BLK_MIN(name)                                                                         \
+    static inline float blk_##name(const block_##name *x, const block_q8_K *y) {              \
+        const sb_sums s = sb_##name(x, y);                                                    \
+        return y->d * (s.d * (float)s.s1 - s.dmin * (float)s.s2);                             \
+    }
+
+// Tiled order (st_tdot_fn): fmaf is the fused vfnmadd / vfmadd of llama.cpp's AVX-512 kernel.
+#define TDOT(name)                                                                                          \
+    static void tdot_##name(int64_t n, const void *w, const void *a, size_t as, int n_tok, float out[4]) {  \
+        const block_##name *x = w;                                                                          \
+        for (int c = 0; c < n_tok; c++) {                                                                   \
+            const block_q8_K *y = (const block_q8_K *)((const uint8_t *)a + (size_t)c * as);                 \
+            float acc = 0.0f;                                                                               \
+            for (int64_t i = 0; i < n / QK_K; i++) {                                                        \
+                const sb_sums s = sb_##name(&x[i], &y[i]);                                                  \
+                float r = (float)s.s1 * (s.d * K_##name);                                                   \
+                r = fmaf(-s.dmin, (float)s.s2, r);                                                          \
+                acc = fmaf(r, y[i].d, acc);                                                                 \
+            }                                                                                               \
+            out[c] = acc;                                                                                   \
+        }                                                                                                   \
+    }
+
+#define KQ_NOMIN(name) BLK_NOMIN(name) DOT_ROW(name, block_##name, block_q8_K, QK_K) TDOT(name)
+#define KQ_MIN(name) BLK_MIN(name) DOT_ROW(name, block_##name, block_q8_K, QK_K) TDOT(name)
+KQ_MIN(q2_K)
+KQ_NOMIN(q3_K)
+KQ_MIN(q4_K)
+KQ_MIN(q5_K)
+KQ_NOMIN(q6_K)
+KQ_NOMIN(iq2_xxs)
+KQ_NOMIN(iq2_xs)
+KQ_NOMIN(iq2_s)
+KQ_NOMIN(iq3_xxs)
+KQ_NOMIN(iq3_s)
+KQ_NOMIN(iq1_s)
+KQ_NOMIN(iq1_m)
+KQ_NOMIN(iq4_xs)
 
 void st_cpu_kernels_init_portable(st_cpu_kernels *k) {
     memset(k, 0, sizeof *k);
@@ -425,4 +480,17 @@ void st_cpu_kernels_init_portable(st_cpu_kernels *k) {
     k->dot[ST_TYPE_IQ1_S] = dot_iq1_s;
     k->dot[ST_TYPE_IQ1_M] = dot_iq1_m;
     k->dot[ST_TYPE_IQ4_XS] = dot_iq4_xs;
+    k->tdot[ST_TYPE_Q2_K] = tdot_q2_K;
+    k->tdot[ST_TYPE_Q3_K] = tdot_q3_K;
+    k->tdot[ST_TYPE_Q4_K] = tdot_q4_K;
+    k->tdot[ST_TYPE_Q5_K] = tdot_q5_K;
+    k->tdot[ST_TYPE_Q6_K] = tdot_q6_K;
+    k->tdot[ST_TYPE_IQ2_XXS] = tdot_iq2_xxs;
+    k->tdot[ST_TYPE_IQ2_XS] = tdot_iq2_xs;
+    k->tdot[ST_TYPE_IQ2_S] = tdot_iq2_s;
+    k->tdot[ST_TYPE_IQ3_XXS] = tdot_iq3_xxs;
+    k->tdot[ST_TYPE_IQ3_S] = tdot_iq3_s;
+    k->tdot[ST_TYPE_IQ1_S] = tdot_iq1_s;
+    k->tdot[ST_TYPE_IQ1_M] = tdot_iq1_m;
+    k->tdot[ST_TYPE_IQ4_XS] = tdot_iq4_xs;
 }

@@ -55,6 +55,7 @@ typedef struct {
     int64_t n_chunk_tok;  // gemm8: tokens [0, n_chunk_tok) in 4-token groups take the chunk order, the rest GEMV
     uint8_t *w8;          // gemm8: [n_threads][w8_bytes] one repacked 8-row tile per thread
     size_t w8_bytes;
+    st_tdot_fn tdot;      // non-NULL: every token goes through the tiled-order kernel (st_cpu_tiled_applies)
     st_vec_dot_fn dot;
     st_vec_dot4_fn dot4;  // NULL: per-token dot only
     int tail4;            // leftover tokens also go through dot4 (a_stride 0): st_cpu_dot4_gemm_order types
@@ -98,6 +99,15 @@ static void mm_task(void *ud, int64_t task, int thread) {
         const uint8_t *w = j->W + (size_t)r * j->w_stride;
         for (size_t off = 0; off < j->w_stride; off += 64) __builtin_prefetch(w + ahead + off, 0, 3);
         int64_t t = t0;
+        if (j->tdot) {
+            for (; t < t1; t += 4) {
+                const int nt = t1 - t < 4 ? (int)(t1 - t) : 4;
+                float out[4];
+                j->tdot(j->ne0, w, j->Xq + (size_t)t * j->xq_stride, j->xq_stride, nt, out);
+                for (int c = 0; c < nt; c++) j->Y[(t + c) * j->ldy + r] = out[c];
+            }
+            continue;
+        }
         if (j->dot4) {
             for (; t + 4 <= t1; t += 4) {
                 float out[4];
@@ -166,6 +176,14 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
             j.n_chunk_tok = (flags & ST_MM_EXPERT) ? 0 : n_tok - n_tok % 4;
         }
     }
+    // llama.cpp computes products of 8+ tokens (for experts: 8+ tokens routed to the expert) of K-quant and IQ
+    // weights that it did not repack in its tiled order (cpu/dot_impl.h, st_tdot_fn). A row range that does not
+    // start on a multiple of 8 cannot be a whole repackable tensor, hence the row count 1 passed for it.
+    if (!x8 && st_cpu_tiled_applies(weight_type, row0 % 8 ? 1 : n_rows, n_tok, isa)) {
+        j.tdot = st_cpu_tiled_dot(weight_type, isa);
+        j.dot4 = NULL;
+        j.tail4 = 0;
+    }
     const int n_threads = pool ? st_pool_threads(pool) : 1;
     if (j.gemm8) {
         j.w8_bytes = (st_cpu_repack8_size(weight_type, ne0) + 63) & ~(size_t)63;
@@ -175,8 +193,8 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
     // Token tile: activation rows that fit in ~128 KiB of L2. Row tile: enough tasks for load balance
     // (about 8 per thread for a single token tile), each at least a few rows.
     int64_t tt = (int64_t)((128 << 10) / (xq_stride ? xq_stride : 1));
-    if (j.gemm8) tt &= ~(int64_t)3;  // token tiles hold whole 4-token groups
-    if (tt < 1) tt = j.gemm8 ? 4 : 1;
+    if (j.gemm8 || j.tdot) tt &= ~(int64_t)3;  // token tiles hold whole 4-token groups
+    if (tt < 1) tt = j.gemm8 || j.tdot ? 4 : 1;
     if (tt > n_tok) tt = n_tok;
     const int64_t n_tok_tiles = (n_tok + tt - 1) / tt;
     int64_t tr = n_rows / ((int64_t)n_threads * 8 / n_tok_tiles + 1);

@@ -8,7 +8,9 @@
 //  - SIMD results agree with the portable path;
 //  - st_cpu_matmul / st_cpu_matmul_rows (1 and several tokens, 1 and 2 threads, row subsets) match the reference
 //    element by element; outputs are poisoned with NaN first, so unwritten elements fail;
-//  - 4-token (prefill) kernels are bit-identical per token to the 1-token kernels, directly and through matmul.
+//  - 4-token (prefill) kernels are bit-identical per token to the 1-token kernels, directly and through matmul;
+//  - tiled-order kernels (products of 8+ tokens, llama.cpp's ggml-cpu/tiled) are bit-identical on every ISA to a
+//    scalar transcription of that order, directly and through matmul (dense and expert), and match float64.
 // Random blocks (st_random_blocks) and activations are fresh each run; STRATA_SEED=<n> reproduces a run.
 #include <math.h>
 #include <stdio.h>
@@ -286,7 +288,7 @@ static void test_matmul(int type, st_rng *rng, st_pool *pool2) {
 
 // 4-token kernels (prefill): for every type that has one on an ISA, each token's result must be bit-identical to
 // that ISA's 1-token kernel (parity with llama.cpp rests on the 1-token kernels' accumulation order), and
-// st_cpu_matmul over 9 tokens (two 4-token groups and a tail) must equal per-token dot products bit for bit.
+// st_cpu_matmul over 7 tokens (a 4-token group and a tail) must equal per-token dot products bit for bit.
 // Exception, st_cpu_dot4_gemm_order types: llama.cpp's prompt path uses another order, so there the reference is
 // the 4-token kernel run on one token (a_stride 0), which must equal each token's result in a group of 4 (no
 // cross-talk, no dependence on the position in the group), and the 1-token kernel must agree within tolerance.
@@ -344,8 +346,8 @@ static void test_dot4(int type, st_rng *rng) {
             }
             free(w), free(x), free(aq);
         }
-        // Through the matmul dispatch.
-        const int64_t ne0 = lens[1], n_out = 11, nt = 9;
+        // Through the matmul dispatch, with fewer tokens than the tiled order's minimum (test_tiled covers 8+).
+        const int64_t ne0 = lens[1], n_out = 11, nt = ST_CPU_TILED_MIN_TOK - 1;
         const size_t rb = st_row_size(type, ne0), ab = st_cpu_act_row_size(type, ne0);
         uint8_t *W = xmalloc(rb * n_out), *aq = xmalloc(ab);
         float *X = xmalloc(sizeof(float) * ne0 * nt), *Y = xmalloc(sizeof(float) * n_out * nt);
@@ -375,6 +377,189 @@ static void test_dot4(int type, st_rng *rng) {
             }
         }
         free(W), free(aq), free(X), free(Y);
+    }
+}
+
+// Tiled order (llama.cpp's ggml-cpu/tiled; cpu/dot_impl.h st_tdot_fn), the order of prefill products with 8+
+// tokens for K-quant and IQ weights. The reference is a scalar transcription of that kernel's float epilogue,
+//     r = (float)s1 * d_w;  r = fmaf(-dmin_w, (float)s2, r);  y = fmaf(r, d_a, y)   (per super-block, y from 0)
+// whose integer sums come from the portable 1-token kernel run on one super-block with its scales replaced by
+// 1 (then it returns K * (float)s1 exactly) or, for s2, d = 0 and dmin = 1 (it returns -(float)s2): independent
+// of the tiled kernels, and the 1-token kernel itself is checked against float64 by test_dot.
+static const int k_tiled_types[] = {ST_TYPE_Q2_K,    ST_TYPE_Q3_K,   ST_TYPE_Q4_K,    ST_TYPE_Q5_K,  ST_TYPE_Q6_K,
+                                    ST_TYPE_IQ4_XS,  ST_TYPE_IQ2_XXS, ST_TYPE_IQ2_XS, ST_TYPE_IQ2_S, ST_TYPE_IQ3_XXS,
+                                    ST_TYPE_IQ3_S,   ST_TYPE_IQ1_S,  ST_TYPE_IQ1_M};
+
+static int tiled_has_min(int type) { return type == ST_TYPE_Q2_K || type == ST_TYPE_Q4_K || type == ST_TYPE_Q5_K; }
+
+// The constant the type's block scale is multiplied with (llama.cpp's tiled unpack: IQ2_*, IQ1_*: 1/8; IQ3_XXS: 1/4).
+static float tiled_k(int type) {
+    switch (type) {
+    case ST_TYPE_IQ2_XXS: case ST_TYPE_IQ2_XS: case ST_TYPE_IQ2_S: case ST_TYPE_IQ1_S: case ST_TYPE_IQ1_M: return 0.125f;
+    case ST_TYPE_IQ3_XXS: return 0.25f;
+    default: return 1.0f;
+    }
+}
+
+// Reads (get) or replaces (set) a block's f16 scale d and, for types with mins, dmin.
+static void block_scales(int type, void *b, uint16_t *d, uint16_t *dmin, int set) {
+    uint16_t *pd = NULL, *pm = NULL;
+    switch (type) {
+    case ST_TYPE_Q2_K: pd = &((block_q2_K *)b)->d, pm = &((block_q2_K *)b)->dmin; break;
+    case ST_TYPE_Q3_K: pd = &((block_q3_K *)b)->d; break;
+    case ST_TYPE_Q4_K: pd = &((block_q4_K *)b)->d, pm = &((block_q4_K *)b)->dmin; break;
+    case ST_TYPE_Q5_K: pd = &((block_q5_K *)b)->d, pm = &((block_q5_K *)b)->dmin; break;
+    case ST_TYPE_Q6_K: pd = &((block_q6_K *)b)->d; break;
+    case ST_TYPE_IQ1_M: {  // the f16 scale is the top nibbles of the 4 16-bit scale words
+        uint16_t sc[4];
+        memcpy(sc, ((block_iq1_m *)b)->scales, 8);
+        if (set) {
+            for (int k = 0; k < 4; k++) sc[k] = (uint16_t)((sc[k] & 0x0fff) | (((*d >> (4 * k)) & 15) << 12));
+            memcpy(((block_iq1_m *)b)->scales, sc, 8);
+        } else {
+            *d = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
+            *dmin = 0;
+        }
+        return;
+    }
+    default: pd = (uint16_t *)b; break;  // the IQ types other than IQ1_M start with d
+    }
+    if (set) {
+        memcpy(pd, d, 2);
+        if (pm) memcpy(pm, dmin, 2);
+    } else {
+        memcpy(d, pd, 2);
+        uint16_t z = 0;
+        if (pm) memcpy(dmin, pm, 2); else *dmin = z;
+    }
+}
+
+// One token's tiled-order result for a row of n elements (scalar transcription, see above).
+static float tiled_ref(int type, const void *w, const void *a, int64_t n) {
+    const size_t tsz = st_type_get(type)->type_size;
+    st_vec_dot_fn dot1 = st_cpu_vec_dot(type, ST_CPU_ISA_PORTABLE);
+    const float k = tiled_k(type);
+    uint8_t blk[512];
+    block_q8_K act;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / 256; i++) {
+        const uint8_t *wb = (const uint8_t *)w + (size_t)i * tsz;
+        memcpy(&act, (const block_q8_K *)a + i, sizeof act);
+        const float da = act.d;
+        act.d = 1.0f;
+        uint16_t d, dmin, one = 0x3c00, zero = 0;
+        memcpy(blk, wb, tsz);
+        block_scales(type, blk, &d, &dmin, 0);
+        block_scales(type, blk, &one, &zero, 1);
+        const float f1 = dot1(256, blk, &act) / k;  // (float)s1, rounded as the kernel's int -> float conversion
+        float f2 = 0.0f;
+        if (tiled_has_min(type)) {
+            block_scales(type, blk, &zero, &one, 1);
+            f2 = -dot1(256, blk, &act);
+        }
+        float r = f1 * (st_f16_to_f32(d) * k);
+        r = fmaf(-st_f16_to_f32(dmin), f2, r);
+        acc = fmaf(r, da, acc);
+    }
+    return acc;
+}
+
+static void test_tiled(int type, st_rng *rng, st_pool *pool2) {
+    const int act = st_cpu_act_type(type);
+    const int64_t n = 1024;
+    const size_t ab = st_cpu_act_row_size(type, n), stride = ab + 4, rb = st_row_size(type, n);
+    void *w = xmalloc(rb);
+    float *x = xmalloc(n * sizeof(float));
+    uint8_t *aq = xmalloc(stride * 4);
+    double *wd = xmalloc(n * sizeof(double)), *ad = xmalloc(n * sizeof(double));
+    for (int isa = 0; isa < ST_CPU_ISA_COUNT; isa++) {
+        if (!st_cpu_isa_supported(isa)) continue;
+        st_tdot_fn td = st_cpu_tiled_dot(type, isa);
+        if (!td) {
+            FAIL("%s: no tiled-order kernel on %s", st_type_name(type), st_cpu_isa_name(isa));
+            continue;
+        }
+        for (int rep = 0; rep < 6; rep++) {
+            fill_weights(type, w, n, rng);
+            dequant(type, w, wd, n);
+            for (int c = 0; c < 4; c++) {
+                fill_acts(x, n, rng);
+                st_cpu_quantize_act(act, x, aq + c * stride, n, isa);
+            }
+            for (int nt = 1; nt <= 4; nt++) {
+                float out[4] = {NAN, NAN, NAN, NAN};
+                td(n, w, aq, stride, nt, out);
+                for (int c = 0; c < 4; c++) {
+                    if (c >= nt) {
+                        if (!isnan(out[c])) FAIL("tdot %s on %s wrote out[%d] for %d tokens", st_type_name(type), st_cpu_isa_name(isa), c, nt);
+                        continue;
+                    }
+                    const float ref = tiled_ref(type, w, aq + c * stride, n);
+                    if (memcmp(&ref, &out[c], sizeof ref) != 0)
+                        FAIL("tdot %s on %s (%d tokens) token %d: %.9g, scalar transcription %.9g", st_type_name(type),
+                             st_cpu_isa_name(isa), nt, c, out[c], ref);
+                    double r64, mag;
+                    dequant(act, aq + c * stride, ad, n);
+                    ref_dot(wd, ad, n, &r64, &mag);
+                    if (!(fabs(out[c] - r64) <= tol_for(type) * mag + 1e-30))
+                        FAIL("tdot %s on %s token %d: %.9g, float64 reference %.9g", st_type_name(type),
+                             st_cpu_isa_name(isa), c, out[c], r64);
+                }
+            }
+        }
+        // Through the matmul dispatch: 11 rows (not repackable), 8 tokens (two groups) and 13 (a tail of 1), dense
+        // and as an expert, 1 and 2 threads: bit-identical to the transcription; 7 tokens stay in the old order.
+        const int64_t ne0 = 512, n_out = 11, toks[] = {8, 13, 7};
+        const size_t rb2 = st_row_size(type, ne0), ab2 = st_cpu_act_row_size(type, ne0);
+        uint8_t *W = xmalloc(rb2 * n_out), *q = xmalloc(ab2);
+        for (int64_t r = 0; r < n_out; r++) fill_weights(type, W + r * rb2, ne0, rng);
+        st_cpu_isa_set(isa);
+        for (int k = 0; k < 3; k++) {
+            const int64_t nt = toks[k];
+            float *X = xmalloc(sizeof(float) * ne0 * nt), *Y = xmalloc(sizeof(float) * n_out * nt);
+            fill_acts(X, ne0 * nt, rng);
+            for (int variant = 0; variant < 2; variant++) {
+                for (int64_t i = 0; i < n_out * nt; i++) Y[i] = NAN;
+                if (st_cpu_matmul_rows(variant ? pool2 : NULL, type, W, ne0, 0, n_out, X, nt, Y, n_out, NULL,
+                                       variant ? ST_MM_EXPERT : 0) < 0)
+                    FAIL("matmul %s: %s", st_type_name(type), st_errmsg());
+                for (int64_t t = 0; t < nt; t++) {
+                    st_cpu_quantize_act(act, X + t * ne0, q, ne0, isa);
+                    for (int64_t r = 0; r < n_out; r++) {
+                        const float want = nt >= 8 ? tiled_ref(type, W + r * rb2, q, ne0)
+                                                   : st_cpu_vec_dot(type, isa)(ne0, W + r * rb2, q);
+                        if (memcmp(&want, &Y[t * n_out + r], sizeof want) != 0) {
+                            FAIL("matmul %s on %s (%lld tokens, %s): Y[%lld][%lld] = %.9g, expected %.9g (%s order)",
+                                 st_type_name(type), st_cpu_isa_name(isa), (long long)nt, variant ? "expert" : "dense",
+                                 (long long)t, (long long)r, Y[t * n_out + r], want, nt >= 8 ? "tiled" : "1-token");
+                            t = nt;
+                            break;
+                        }
+                    }
+                }
+            }
+            free(X), free(Y);
+        }
+        free(W), free(q);
+    }
+    free(w), free(x), free(aq), free(wd), free(ad);
+}
+
+// Which products take the tiled order (llama.cpp's rule, see st_cpu_tiled_applies).
+static void test_tiled_rule(void) {
+    const struct { int type; int64_t rows, tok; st_cpu_isa isa; int want; } cases[] = {
+        {ST_TYPE_Q6_K, 16, 8, ST_CPU_ISA_AVX512, 1},   {ST_TYPE_Q6_K, 16, 7, ST_CPU_ISA_AVX512, 0},
+        {ST_TYPE_IQ3_S, 12, 512, ST_CPU_ISA_AVX2, 1},  {ST_TYPE_Q4_K, 16, 8, ST_CPU_ISA_AVX512, 0},
+        {ST_TYPE_Q4_K, 12, 8, ST_CPU_ISA_AVX512, 1},   {ST_TYPE_Q2_K, 16, 8, ST_CPU_ISA_AVX512, 0},
+        {ST_TYPE_Q2_K, 16, 8, ST_CPU_ISA_AVX2, 1},     {ST_TYPE_Q2_K, 12, 8, ST_CPU_ISA_AVX512, 1},
+        {ST_TYPE_Q8_0, 16, 64, ST_CPU_ISA_AVX512, 0},  {ST_TYPE_IQ4_NL, 12, 64, ST_CPU_ISA_AVX512, 0},
+        {ST_TYPE_Q4_1, 12, 64, ST_CPU_ISA_PORTABLE, 0}, {ST_TYPE_IQ1_M, 12, 8, ST_CPU_ISA_PORTABLE, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int got = st_cpu_tiled_applies(cases[i].type, cases[i].rows, cases[i].tok, cases[i].isa);
+        if (got != cases[i].want)
+            FAIL("st_cpu_tiled_applies(%s, %lld rows, %lld tokens, %s) = %d, expected %d", st_type_name(cases[i].type),
+                 (long long)cases[i].rows, (long long)cases[i].tok, st_cpu_isa_name(cases[i].isa), got, cases[i].want);
     }
 }
 
@@ -419,6 +604,8 @@ int main(void) {
         test_matmul(k_types[i], &rng, pool2);
         test_dot4(k_types[i], &rng);
     }
+    test_tiled_rule();
+    for (size_t i = 0; i < sizeof k_tiled_types / sizeof k_tiled_types[0]; i++) test_tiled(k_tiled_types[i], &rng, pool2);
     // Error paths: unsupported type and a row length that is not a block multiple.
     float x[64] = {0}, y[4];
     if (st_cpu_matmul(NULL, ST_TYPE_I32, x, 16, 1, x, 1, y, NULL) != -1) FAIL("I32 weights accepted");

@@ -54,10 +54,6 @@ def strata_logits(strata, model, prompt, n_greedy):
 KNOWN_GAPS = {
     "tiny-qwen3moe-F16": "llama.cpp rounds activations to F16 before F16 matmuls; Strata keeps them in F32 (greedy "
                          "forks at a near-tie)",
-    "tiny-qwen3moe-IQ3_S": "llama.cpp computes batches of 8+ tokens of K-quant and IQ weights (except the types it "
-                           "repacks, e.g. Q4_K) with its ggml-cpu/tiled kernels, which apply the scales once per "
-                           "super-block; Strata keeps the 1-token kernels' 8-lane order there, and this random model "
-                           "amplifies the 1e-7 differences to 1e-3 logits and two near-tie top-1 flips (97.6%)",
 }
 
 
