@@ -41,8 +41,8 @@ static const st_cpu_kernels *kernels(st_cpu_isa isa) {
 int st_cpu_act_type(int t) {
     switch (t) {
     case ST_TYPE_F32:
-    case ST_TYPE_F16:
     case ST_TYPE_BF16: return ST_TYPE_F32;
+    case ST_TYPE_F16: return ST_TYPE_F16;  // llama.cpp's vec_dot_type: activations rounded to half
     case ST_TYPE_Q4_0:
     case ST_TYPE_Q5_0:
     case ST_TYPE_Q8_0:
@@ -136,7 +136,7 @@ int st_cpu_repack8(int weight_type, const void *w, size_t w_stride, int64_t ne0,
 
 int st_cpu_dot4_gemm_order(int weight_type) {
     return weight_type == ST_TYPE_Q8_0 || weight_type == ST_TYPE_Q4_0 || weight_type == ST_TYPE_Q5_0 ||
-           weight_type == ST_TYPE_IQ4_NL || weight_type == ST_TYPE_F32;
+           weight_type == ST_TYPE_IQ4_NL || weight_type == ST_TYPE_F32 || weight_type == ST_TYPE_F16;
 }
 
 int st_cpu_vec_dot_native(int weight_type, st_cpu_isa isa) {
@@ -149,6 +149,11 @@ int st_cpu_quantize_act(int act_type, const float *x, void *dst, int64_t n, st_c
     const st_cpu_kernels *k = kernels(isa);
     switch (act_type) {
     case ST_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); return 0;
+    case ST_TYPE_F16: {  // round to nearest even, as ggml's fp32 -> fp16 row conversion (F16C)
+        uint16_t *h = dst;
+        for (int64_t i = 0; i < n; i++) h[i] = st_f32_to_f16(x[i]);
+        return 0;
+    }
     case ST_TYPE_Q8_0:
     case ST_TYPE_Q8_1:
         if (n % 32) return st_err("st_cpu_quantize_act: %s row of %lld elements is not a multiple of 32",
@@ -161,7 +166,7 @@ int st_cpu_quantize_act(int act_type, const float *x, void *dst, int64_t n, st_c
         k->quant_q8_K(x, dst, n);
         return 0;
     default:
-        return st_err("st_cpu_quantize_act: %s is not an activation type (expected F32, Q8_0, Q8_1 or Q8_K)",
+        return st_err("st_cpu_quantize_act: %s is not an activation type (expected F32, F16, Q8_0, Q8_1 or Q8_K)",
                       st_type_name(act_type));
     }
 }

@@ -82,8 +82,15 @@ static inline float f32_id(float v) { return v; }
         return (float)s;                                                                      \
     }
 DOT_PLAIN(f32, float, f32_id)
-DOT_PLAIN(f16, uint16_t, st_cpu_h2f)
 DOT_PLAIN(bf16, uint16_t, st_cpu_bf2f)
+
+// F16 weights with F16 activations (llama.cpp's generic ggml_vec_dot_f16: float products, double sum).
+static float dot_f16(int64_t n, const void *w, const void *a) {
+    const uint16_t *x = w, *y = a;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)(st_cpu_h2f(x[i]) * st_cpu_h2f(y[i]));
+    return (float)s;
+}
 
 // Every quantized dot below is a sum over blocks of blk_<type>(weight block, activation block), the block's
 // contribution in float; the row loop is the same for all types.

@@ -155,7 +155,11 @@ int st_cpu_matmul_rows_q(st_pool *pool, int weight_type, const void *W, int64_t 
     };
     j.W = (const uint8_t *)W + (size_t)row0 * j.w_stride;
     // llama.cpp computes prompts (2+ tokens) of these types in one accumulation order, decode in another.
-    if (n_tok >= 2 && st_cpu_dot4_gemm_order(weight_type)) {
+    // Float weights take it only in dense products (llama.cpp's mul_mat_id for experts has no tinyBLAS path); their
+    // 4-token kernels exist only in that order.
+    const int float_w = weight_type == ST_TYPE_F32 || weight_type == ST_TYPE_F16;
+    if (float_w) j.dot4 = NULL;
+    if (n_tok >= 2 && st_cpu_dot4_gemm_order(weight_type) && !(float_w && (flags & ST_MM_EXPERT))) {
         j.dot4 = st_cpu_vec_dot4(weight_type, isa);
         j.tail4 = j.dot4 != NULL;
     }

@@ -283,6 +283,14 @@ template <> __device__ __forceinline__ float4 ld4<__nv_bfloat16>(const __nv_bflo
                        __uint_as_float(u.y & 0xffff0000u));
 }
 
+// The router's input as the CPU sees it: rounded to half for F16 weights (llama.cpp's vec_dot_type), else float.
+template <typename T> __device__ __forceinline__ float4 ldx4(const float *x, int64_t i4) { return ((const float4 *)x)[i4]; }
+template <> __device__ __forceinline__ float4 ldx4<__half>(const float *x, int64_t i4) {
+    const float4 v = ((const float4 *)x)[i4];
+    return make_float4(__half2float(__float2half_rn(v.x)), __half2float(__float2half_rn(v.y)),
+                       __half2float(__float2half_rn(v.z)), __half2float(__float2half_rn(v.w)));
+}
+
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
 __device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
     const int lane = threadIdx.x % G32;
@@ -369,12 +377,12 @@ __global__ void __launch_bounds__(DEC_THREADS)
         for (int u = 0; u < ROUTER_PRE; u++) {
             const int i4 = lane + u * G32;
             if (i4 < n4) {
-                const float4 a = wp[u], b = ((const float4 *)xt)[i4];
+                const float4 a = wp[u], b = ldx4<T>(xt, i4);
                 sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
             }
         }
         for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
-            const float4 a = ld4<T>(w, i4), b = ((const float4 *)xt)[i4];
+            const float4 a = ld4<T>(w, i4), b = ldx4<T>(xt, i4);
             sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
         }
         sum = g32_sum_f(sum);

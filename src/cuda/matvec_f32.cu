@@ -17,6 +17,13 @@ __device__ __forceinline__ float load_w<__nv_bfloat16>(const __nv_bfloat16 *w, i
     return __bfloat162float(w[i]);
 }
 
+// The activation as the CPU backend sees it: F16 weights take activations rounded to half (llama.cpp's vec_dot_type
+// for F16), F32 and BF16 weights float activations.
+template <typename T>
+__device__ __forceinline__ float load_x(const float *x, int64_t i) { return x[i]; }
+template <>
+__device__ __forceinline__ float load_x<__half>(const float *x, int64_t i) { return __half2float(__float2half_rn(x[i])); }
+
 // ids == NULL: plain matrix, warp w -> (token t, row r). Otherwise pair p uses expert ids[p] and input row
 // xrow ? xrow[p] : p.
 template <typename T>
@@ -31,7 +38,7 @@ __global__ void matvec_float_kernel(const T *__restrict__ W, int64_t ne0, int64_
     const T *w = W + (e * n_out + r) * ne0;
     const float *xt = x + xr * ne0;
     float sum = 0.0f;
-    for (int64_t i = lane; i < ne0; i += ST_WARP_SIZE) sum += load_w<T>(w, i) * xt[i];
+    for (int64_t i = lane; i < ne0; i += ST_WARP_SIZE) sum += load_w<T>(w, i) * load_x<T>(xt, i);
     for (int off = ST_WARP_SIZE / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(ST_WARP_FULL_MASK, sum, off);
     if (lane == 0) y[t * n_out + r] = sum;
 }

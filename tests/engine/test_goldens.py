@@ -51,10 +51,7 @@ def strata_logits(strata, model, prompt, n_greedy):
 # Measured gaps to llama.cpp that are not fixed yet (issue "CPU inference"): the model is still checked for identical
 # tokens and >= 97% top-1 agreement, and the gap is printed; a model listed here that passes fully is reported, so
 # the entry can go.
-KNOWN_GAPS = {
-    "tiny-qwen3moe-F16": "llama.cpp rounds activations to F16 before F16 matmuls; Strata keeps them in F32 (greedy "
-                         "forks at a near-tie)",
-}
+KNOWN_GAPS = {}
 
 
 def check_model(strata, model_path, golden, strict, greedy_strict):
