@@ -5,22 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "place/plan.h"
 #include "util/err.h"
 
-typedef struct {
-    uint64_t count;
-    uint32_t layer, expert;
-} ranked;
-
-static int by_count_desc(const void *a, const void *b) {
-    const ranked *x = a, *y = b;
-    if (x->count != y->count) return x->count > y->count ? -1 : 1;
-    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
-    return x->expert < y->expert ? -1 : x->expert > y->expert;
-}
-
 // Fills resident[] and initial[] for n_cache slots. order: the profile ranking (NULL: even spread).
-static void assign(st_hycache_layout *o, uint64_t n_cache, const ranked *order) {
+static void assign(st_hycache_layout *o, uint64_t n_cache, const st_plan_slot *order) {
     const uint32_t L = o->n_layer, E = o->n_expert;
     memset(o->resident, 0, sizeof *o->resident * L);
     if (order) {
@@ -55,15 +44,11 @@ int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_to
     out->n_total = n_total;
     out->resident = calloc(n_layer, sizeof *out->resident);
     out->initial = calloc(all, sizeof *out->initial);
-    ranked *order = counts ? malloc(sizeof *order * all) : NULL;
+    st_plan_slot *order = counts ? st_plan_rank_by_count(counts, n_layer, n_expert) : NULL;
     if (!out->resident || !out->initial || (counts && !order)) {
         free(order);
         st_hycache_layout_free(out);
         return st_err("out of memory");
-    }
-    if (order) {
-        for (uint64_t i = 0; i < all; i++) order[i] = (ranked){counts[i], (uint32_t)(i / n_expert), (uint32_t)(i % n_expert)};
-        qsort(order, all, sizeof *order, by_count_desc);
     }
     int ok = 0;
     for (uint32_t bufs = 2; bufs >= 1 && !ok; bufs--) {

@@ -231,14 +231,30 @@ static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
 
 typedef struct {
     uint64_t count;
-    uint32_t layer, expert;
+    st_plan_slot at;
 } ranked;
 
 static int by_count_desc(const void *a, const void *b) {
     const ranked *x = a, *y = b;
     if (x->count != y->count) return x->count > y->count ? -1 : 1;
-    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
-    return x->expert < y->expert ? -1 : x->expert > y->expert;
+    if (x->at.layer != y->at.layer) return x->at.layer < y->at.layer ? -1 : 1;
+    return x->at.expert < y->at.expert ? -1 : x->at.expert > y->at.expert;
+}
+
+st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert) {
+    const uint64_t all = (uint64_t)n_layer * n_expert;
+    ranked *r = malloc(sizeof *r * (all ? all : 1));
+    st_plan_slot *out = malloc(sizeof *out * (all ? all : 1));
+    if (!r || !out) {
+        free(r);
+        free(out);
+        return NULL;
+    }
+    for (uint64_t i = 0; i < all; i++) r[i] = (ranked){counts[i], {(uint32_t)(i / n_expert), (uint32_t)(i % n_expert)}};
+    qsort(r, all, sizeof *r, by_count_desc);
+    for (uint64_t i = 0; i < all; i++) out[i] = r[i].at;
+    free(r);
+    return out;
 }
 
 int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *out) {
@@ -335,18 +351,13 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         // Hottest (layer, expert) pairs first; every layer routes the same number of tokens, so counts compare
         // across layers. Ties: lower layer, then lower id (deterministic).
         out->from_profile = true;
-        ranked *r = malloc(sizeof *r * out->n_experts_total);
+        st_plan_slot *r = st_plan_rank_by_count(pp->profile->counts, hp->n_layer, hp->n_expert);
         if (!r) {
             st_plan_free(out);
             return st_err("%s: out of memory", d->name);
         }
-        for (uint32_t l = 0; l < hp->n_layer; l++)
-            for (uint32_t e = 0; e < hp->n_expert; e++)
-                r[(uint64_t)l * hp->n_expert + e] =
-                    (ranked){pp->profile->counts[(uint64_t)l * hp->n_expert + e], l, e};
-        qsort(r, out->n_experts_total, sizeof *r, by_count_desc);
         for (uint64_t i = 0; i < out->n_slots; i++) {
-            out->initial[i] = (st_plan_slot){r[i].layer, r[i].expert};
+            out->initial[i] = r[i];
             out->resident[r[i].layer]++;
         }
         free(r);

@@ -94,6 +94,10 @@ typedef struct st_plan_slot {
     uint32_t layer, expert;
 } st_plan_slot;
 
+// Every (layer, expert) of an [n_layer][n_expert] count table, hottest first; ties: lower layer, then lower id (so
+// the ranking is deterministic). Returns a malloc'd array of n_layer * n_expert entries, NULL when out of memory.
+st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert);
+
 typedef struct st_plan {
     bool moe;                  // the model has routed experts
     bool unlimited;            // no budget given

@@ -1,0 +1,56 @@
+// CPU miss workers of hybrid decode (issue #6, docs/HYBRID.md "--pcie-frac"): while the GPU computes the experts of
+// a MoE layer that sit in its VRAM cache (and the misses it reads over PCIe), the CPU computes the other misses
+// straight from the host expert arena (place/arena.h: the parts are already in the GGUF block format the CPU
+// kernels read). The CUDA side (engine/gpu_hybrid.c) calls st_hy_cpu_experts from a host node of the decode graph.
+//
+// Per expert e of layer l, for one activation row x [n_embd] (the layer's normalized FFN input):
+//   y_e = down_e(swiglu(gate_e x, up_e x))        (unweighted; the GPU applies the routing weights in rank order)
+// with the CPU engine's arithmetic: x quantized once in the gate type's activation format (cpu/dot.h), each product
+// by st_cpu_matmul_rows_q with ST_MM_EXPERT on row ranges that are multiples of 8 (so 8-row tiled types keep the
+// whole-matrix order), st_swiglu, the SwiGLU output quantized in the down type's format. The result equals
+// st_cpu_matmul_rows over each whole matrix bit for bit (tests/place/test_cpu_experts.c).
+//
+// Work split: one st_pool_run for gate+up+SwiGLU (tasks = experts x row chunks of n_ff), one for down (experts x
+// row chunks of n_embd); the activation quantizations run on the calling thread (a few microseconds).
+#ifndef STRATA_PLACE_CPU_EXPERTS_H
+#define STRATA_PLACE_CPU_EXPERTS_H
+
+#include <stdint.h>
+
+#include "place/arena.h"
+#include "util/pool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_hy_cpu st_hy_cpu;
+
+// Workers for arena a (n_embd, n_ff: the model's; at most max_experts experts per call). n_threads counts the
+// calling thread (<= 0: the CPUs this process may use). NULL with st_errmsg when a layer's expert types have no
+// CPU kernel or the sizes are not block multiples.
+st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int max_experts, int n_threads);
+void st_hy_cpu_free(st_hy_cpu *c);
+int st_hy_cpu_threads(const st_hy_cpu *c);
+
+// out[i][0 .. n_embd) = y_{experts[i]} of layer `layer` for x [n_embd] f32, i < n (n <= max_experts; n == 0: no
+// work). Not reentrant (one call at a time per st_hy_cpu). 0, or -1 with st_errmsg (expert id out of range).
+int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out);
+
+// Measures the CPU expert throughput: `reps` calls of max_experts distinct experts each, cycling over layers and
+// experts so the weights come from DRAM, after one warm-up call. Returns seconds per expert (> 0), or -1.
+double st_hy_cpu_time_expert(st_hy_cpu *c, int reps);
+
+// The PCIe share F that makes both sides of a layer finish together. Per layer with m misses (m > 0), the GPU reads
+// F * m of them at t_pcie seconds each (on top of the hits it computes anyway); the CPU computes (1 - F) * m at
+// t_cpu each after a fixed t_fixed (host-node round trip, waking the pool). Equal times:
+//   F = (t_fixed / m + t_cpu) / (t_pcie + t_cpu), clamped to [0, 1];
+// above 0.95 the CPU's share is not worth its fixed cost and the result is 1 (every miss over PCIe). Non-positive
+// or non-finite inputs give 1.
+double st_hy_pick_pcie_frac(double t_pcie, double t_cpu, double t_fixed, double misses_per_layer);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
