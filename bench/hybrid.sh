@@ -6,13 +6,15 @@
 # table shows whether each run kept to its budget. Builds like bench/peer.sh (llama-bench from .carry/llama.cpp).
 # Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
 #   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
-#          [--budgets "16 12 8"] [--ncmoe "12 24 36"]
+#          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto]
+#   --pcie-frac: passed to Strata's budget runs (a share of the misses computed by CPU threads; default: none, every
+#   miss over PCIe); the table then shows CPU misses per token and the F in use
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-hybrid}
 mkdir -p "$out"
 preset=qwen3-30b-a3b; mix=Q4_K_M; skew=0; pp=512; tg=128; reps=3; threads=16; llama_on=1
-budgets="16 12 8"; ncmoe="12 24 36"
+budgets="16 12 8"; ncmoe="12 24 36"; pcie=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift ;;
@@ -25,7 +27,8 @@ while [ $# -gt 0 ]; do
     --no-llama) llama_on=0 ;;
     --budgets) budgets=$2; shift ;;
     --ncmoe) ncmoe=$2; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --pcie-frac) pcie=(--pcie-frac "$2"); shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
   esac
   shift
 done
@@ -75,9 +78,9 @@ rc=0
 vram strata-all build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" -o json \
   > "$out/strata-all.json" 2> "$out/strata-all.err" || { echo "strata (all in VRAM) failed:"; tail -5 "$out/strata-all.err"; rc=1; }
 for g in $budgets; do
-  vram "strata-$g" build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" --gpu-mem "$g" -o json \
+  vram "strata-$g" build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" --gpu-mem "$g" ${pcie[@]+"${pcie[@]}"} -o json \
     > "$out/strata-$g.json" 2> "$out/strata-$g.err" || { echo "strata --gpu-mem $g failed:"; tail -5 "$out/strata-$g.err"; rc=1; }
-  grep -E "hybrid placement|device memory" "$out/strata-$g.err" | tail -2
+  grep -E "hybrid placement|device memory|pcie-frac" "$out/strata-$g.err" | tail -3
 done
 if [ $llama_on = 1 ]; then
   vram llama-all "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -p "$pp" -n "$tg" -r "$reps" -o json \
@@ -122,8 +125,9 @@ for i, g in enumerate(budgets):  # budget i pairs with the i-th --n-cpu-moe sett
     rows.append((f"{g} GiB", f"strata-{g}", f"llama-{n}" if n else None, n or "-"))
 print(f"# Hybrid placement: {os.path.basename(model)}, pp{pp} / tg{tg}\n")
 print("| budget | Strata pp t/s | llama pp t/s (-ncmoe) | pp ratio | Strata tg t/s | llama tg t/s | tg ratio | "
-      "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | PCIe GB/tok | staged GB/tok (pp) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | CPU misses/tok (F) | PCIe GB/tok | "
+      "staged GB/tok (pp) |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 def f(x, fmt="%.1f"):
     return fmt % x if x is not None else "-"
 for label, sname, lname, n in rows:
@@ -138,7 +142,9 @@ for label, sname, lname, n in rows:
     print(f"| {label} | {f(spv)} | {f(lpv)} ({n}) | {f(spv / lpv if spv and lpv else None, '%.2fx')} | {f(stv)} | {f(ltv)} | "
           f"{f(stv / ltv if stv and ltv else None, '%.2fx')} | {f(ps - idle if ps else None, '%d')} | "
           f"{f(pl - idle if pl else None, '%d')} | {f(100 * hy['hit_rate'] if 'hit_rate' in hy else None, '%.1f%%')} | "
-          f"{f(hy.get('misses_per_token'))} | {f(hy.get('pcie_gb_per_token'), '%.3f')} | "
+          f"{f(hy.get('misses_per_token'))} | "
+          f"{f(hy.get('cpu_misses_per_token'))}{' (%.2f)' % hy['pcie_frac'] if hy.get('cpu_threads') else ''} | "
+          f"{f(hy.get('pcie_gb_per_token'), '%.3f')} | "
           f"{f(hyp.get('staged_gb_per_token'), '%.4f')} |")
 print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), sampled every 100 ms; targets (issue #6): "
       "decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget." % idle)

@@ -37,6 +37,11 @@ typedef struct strata_engine_params {
     const char *profile_path;  // routing profile (strata profile) for the expert cache's initial contents, or NULL
     const char *pack_path;     // pack file (strata pack) for arena_mmap, or NULL
     bool arena_mmap;           // host arena = the pack mapped read-only (also STRATA_ARENA_MMAP=1)
+    // CPU misses (hybrid decode, --pcie-frac): a share of each layer's misses is computed by CPU threads while the
+    // GPU computes the rest; output then differs slightly from all-in-VRAM (CPU arithmetic). false: every miss is
+    // read by the GPU over PCIe and the output is bitwise the all-in-VRAM one (--deterministic).
+    bool cpu_misses;
+    double pcie_frac;          // with cpu_misses: share of the misses the GPU reads over PCIe, 0..1; < 0: auto
 } strata_engine_params;
 
 strata_engine_params strata_engine_default_params(void);
@@ -106,13 +111,16 @@ typedef struct strata_hybrid_stats {
     uint64_t n_staging;        // prefill staging slots
     uint64_t decode_tokens;    // tokens evaluated one to eight at a time
     uint64_t selections;       // (token, layer, expert) selections of those tokens
-    uint64_t misses;           // selections whose expert was read from host memory over PCIe
-    uint64_t miss_bytes;       // bytes those misses read
+    uint64_t misses;           // selections whose expert was not in VRAM (read over PCIe or computed by the CPU)
+    uint64_t miss_bytes;       // bytes the GPU read over PCIe for misses
     uint64_t prefill_tokens;   // tokens evaluated in prefill chunks
     uint64_t prefill_chunks;
     uint64_t staged_bytes;     // bytes copied into VRAM staging for prefill
     uint64_t swaps;            // experts moved into the cache between tokens (adaptive replacement)
     uint64_t swap_bytes;
+    uint64_t cpu_misses;       // misses computed by the CPU miss workers (included in misses, not in miss_bytes)
+    double pcie_frac;          // share of misses read over PCIe in use (1: none on the CPU)
+    int cpu_threads;           // CPU miss worker threads (0: none)
 } strata_hybrid_stats;
 int strata_session_hybrid_stats(strata_session *session, strata_hybrid_stats *out);
 

@@ -84,7 +84,23 @@ bool st_args_hybrid(st_args *a, st_engine_args *e) {
     else if (st_args_is(a, NULL, "--profile")) e->profile = st_args_str(a);
     else if (st_args_is(a, NULL, "--pack")) e->pack = st_args_str(a);
     else if (st_args_is(a, NULL, "--arena-mmap")) e->arena_mmap = true;
-    else if (st_args_is(a, NULL, "--deterministic")) {}  // the only hybrid mode so far (no CPU miss workers yet)
+    else if (st_args_is(a, NULL, "--deterministic")) e->deterministic = true;
+    else if (st_args_is(a, NULL, "--pcie-frac")) {
+        const char *v = st_args_str(a);
+        if (a->failed) return true;
+        char *end = NULL;
+        double f = strtod(v, &end);
+        if (!strcmp(v, "auto")) {
+            e->cpu_misses = true;
+            e->pcie_frac = -1;
+        } else if (end != v && !*end && f >= 0 && f <= 1) {
+            e->cpu_misses = true;
+            e->pcie_frac = f;
+        } else {
+            fprintf(stderr, "strata %s: --pcie-frac takes a share from 0 to 1 or 'auto', got '%s'\n", a->cmd, v);
+            a->failed = true;
+        }
+    }
     else return false;
     return true;
 }
@@ -106,6 +122,10 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.profile_path = e->profile;
     ep.pack_path = e->pack;
     ep.arena_mmap = e->arena_mmap;
+    ep.cpu_misses = e->cpu_misses && !e->deterministic;
+    ep.pcie_frac = e->pcie_frac;
+    if (e->cpu_misses && e->deterministic)
+        fprintf(stderr, "strata %s: --deterministic: ignoring --pcie-frac (every miss is read over PCIe)\n", a->cmd);
     strata_engine *eng = strata_engine_load(&ep);
     if (!eng) fprintf(stderr, "strata %s: %s\n", a->cmd, strata_last_error());
     return eng;

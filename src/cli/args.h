@@ -39,10 +39,13 @@ typedef struct st_engine_args {
     const char *pack;         // --pack FILE
     bool arena_mmap;          // --arena-mmap
     int64_t plan_n_ctx;       // KV positions the budget reserves: set by the command from its context size
+    bool cpu_misses;          // --pcie-frac given (and no --deterministic)
+    double pcie_frac;         // --pcie-frac F (0..1), or -1 for auto
+    bool deterministic;       // --deterministic: every miss over PCIe, whatever --pcie-frac says
 } st_engine_args;
 
 // Parses argv[i] when it is one of the hybrid placement flags (--gpu-mem, --profile, --pack, --arena-mmap,
-// --deterministic); false (nothing consumed) for any other flag.
+// --pcie-frac, --deterministic); false (nothing consumed) for any other flag.
 bool st_args_hybrid(st_args *a, st_engine_args *e);
 // Help lines for those flags (usage texts).
 #define ST_ARGS_HYBRID_HELP                                                                                        \
@@ -52,8 +55,11 @@ bool st_args_hybrid(st_args *a, st_engine_args *e);
     "      --profile FILE      routing profile (strata profile) for the expert cache's initial contents\n"              \
     "      --pack FILE         pack file (strata pack) for --arena-mmap\n"                                             \
     "      --arena-mmap        host expert arena = the pack mapped read-only (also STRATA_ARENA_MMAP=1)\n"               \
-    "      --deterministic     hybrid output identical to all-in-VRAM (misses read by the GPU over PCIe); the only\n"  \
-    "                          hybrid mode for now, so this is the default\n"
+    "      --pcie-frac F|auto  hybrid decode: the GPU reads a share F (0..1) of each layer's expert-cache misses\n"   \
+    "                          over PCIe and CPU threads compute the rest at the same time; auto measures both at\n"  \
+    "                          load and picks F. Default 1 (every miss over PCIe)\n"                                  \
+    "      --deterministic     hybrid output identical to all-in-VRAM (every miss read by the GPU; overrides\n"      \
+    "                          --pcie-frac); the default\n"
 
 // Parses argv[i] into e when it is one of the flags above; false (nothing consumed) for any other flag.
 bool st_args_engine(st_args *a, st_engine_args *e);

@@ -54,6 +54,7 @@ static strata_hybrid_stats hy_diff(const strata_hybrid_stats *a, const strata_hy
     d.staged_bytes -= a->staged_bytes;
     d.swaps -= a->swaps;
     d.swap_bytes -= a->swap_bytes;
+    d.cpu_misses -= a->cpu_misses;
     return d;
 }
 
@@ -69,12 +70,14 @@ static void hy_add(strata_hybrid_stats *acc, const strata_hybrid_stats *d) {
     acc->staged_bytes += a.staged_bytes;
     acc->swaps += a.swaps;
     acc->swap_bytes += a.swap_bytes;
+    acc->cpu_misses += a.cpu_misses;
 }
 
 // Per-token figures of a hybrid result: hit rate, misses and PCIe bytes per decoded token, staged bytes per
 // prefill token.
 typedef struct {
     double hit_rate, misses_per_tok, pcie_gb_per_tok, pcie_gbps, staged_gb_per_tok;
+    double cpu_misses_per_tok;  // of misses_per_tok, computed by the CPU miss workers (--pcie-frac)
 } hy_figs;
 
 static hy_figs hy_figures(const result *r) {
@@ -86,6 +89,7 @@ static hy_figs hy_figures(const result *r) {
     f.pcie_gb_per_tok = (double)h->miss_bytes / dt / 1e9;
     f.pcie_gbps = h->decode_tokens ? f.pcie_gb_per_tok * r->mean : 0;
     f.staged_gb_per_tok = (double)h->staged_bytes / pt / 1e9;
+    f.cpu_misses_per_tok = (double)h->cpu_misses / dt;
     return f;
 }
 
@@ -222,6 +226,9 @@ int cmd_bench(int argc, char **argv) {
                            "%llu swaps (%.3f GB)\n",
                            res[i].name, 100.0 * f.hit_rate, f.misses_per_tok, f.pcie_gb_per_tok, f.pcie_gbps,
                            (unsigned long long)h->swaps, (double)h->swap_bytes / 1e9);
+                if (h->decode_tokens && h->cpu_threads)
+                    printf("hybrid %s: --pcie-frac %.3f: %.1f CPU misses/token (%d CPU threads)\n", res[i].name,
+                           h->pcie_frac, f.cpu_misses_per_tok, h->cpu_threads);
                 if (h->prefill_tokens)
                     printf("hybrid %s: %.4f GB staged/token (%.3f GB per %llu-chunk run, %.1f GB/s at %.1f tok/s)\n",
                            res[i].name, f.staged_gb_per_tok, (double)h->staged_bytes / 1e9 / (double)reps,
@@ -239,11 +246,13 @@ int cmd_bench(int argc, char **argv) {
                 (res[i].hy.active
                      ? printf(", \"hybrid\": {\"gpu_mem_gib\": %.3f, \"n_slots\": %llu, \"n_experts\": %llu, "
                               "\"hit_rate\": %.6f, \"misses_per_token\": %.3f, \"pcie_gb_per_token\": %.6f, "
-                              "\"staged_gb_per_token\": %.6f, \"swaps\": %llu}}",
+                              "\"staged_gb_per_token\": %.6f, \"swaps\": %llu, \"pcie_frac\": %.4f, "
+                              "\"cpu_misses_per_token\": %.3f, \"cpu_threads\": %d}}",
                               ea.gpu_mem_gib, (unsigned long long)res[i].hy.n_slots,
                               (unsigned long long)res[i].hy.n_experts, hy_figures(&res[i]).hit_rate,
                               hy_figures(&res[i]).misses_per_tok, hy_figures(&res[i]).pcie_gb_per_tok,
-                              hy_figures(&res[i]).staged_gb_per_tok, (unsigned long long)res[i].hy.swaps)
+                              hy_figures(&res[i]).staged_gb_per_tok, (unsigned long long)res[i].hy.swaps,
+                              res[i].hy.pcie_frac, hy_figures(&res[i]).cpu_misses_per_tok, res[i].hy.cpu_threads)
                      : printf("}"));
             printf("\n]\n");
         }

@@ -57,3 +57,85 @@ extern "C" int st_cuda_hy_set_table(const void **table, const st_hy_update *u, i
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_set_table<<<>>>", __FILE__, __LINE__);
 }
+
+// ---- CPU misses -------------------------------------------------------------------------------------------------
+
+#include "cuda/hybrid_split.h"
+
+__global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, const void *const *__restrict__ table,
+                              const uint8_t *lo, const uint8_t *hi, uint32_t cpu_q16, uint32_t *carry,
+                              int32_t *__restrict__ ids_gpu, int32_t *meta, const float *__restrict__ x, float *hx,
+                              int d, uint32_t *cpu_count) {
+    __shared__ int s_ncpu;
+    if (threadIdx.x == 0) {  // K <= 32: serial is cheapest, and the carry needs one writer
+        uint8_t miss[32], cls[32];
+        int n_miss = 0;
+        for (int k = 0; k < K; k++) {
+            const int e = ids[k];
+            // an id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild read)
+            const uint8_t *a = (e >= 0 && e < E) ? (const uint8_t *)table[3 * e] : lo;
+            miss[k] = (a < lo || a >= hi) ? 1 : 0;
+            n_miss += miss[k];
+        }
+        uint32_t c = *carry;
+        const int n_cpu = st_hy_split_cpu(n_miss, cpu_q16, &c);
+        *carry = c;
+        st_hy_classify(miss, K, n_cpu, cls);
+        int i = 0;
+        for (int k = 0; k < K; k++) {
+            const int cpu = cls[k] == ST_HY_CPU;
+            ids_gpu[k] = cpu ? -1 : ids[k];
+            if (cpu) {
+                meta[1 + i] = k;
+                meta[1 + 32 + i] = ids[k];
+                i++;
+            }
+        }
+        meta[0] = n_cpu;
+        if (cpu_count && n_cpu) *cpu_count += (uint32_t)n_cpu;
+        s_ncpu = n_cpu;
+    }
+    __syncthreads();
+    if (s_ncpu > 0)
+        for (int i = threadIdx.x; i < d; i += blockDim.x) hx[i] = x[i];
+    __threadfence_system();  // (kernel completion publishes these too; the host node reads them after it)
+}
+
+extern "C" int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, const void *const *table,
+                                   const void *vram_lo, const void *vram_hi, uint32_t cpu_q16, uint32_t *carry,
+                                   int32_t *ids_gpu, int32_t *meta, const float *x, float *hx, int n_embd,
+                                   uint32_t *cpu_count, cudaStream_t stream) {
+    if (K <= 0 || K > 32 || n_expert <= 0 || n_embd <= 0)
+        return st_err("st_cuda_hy_classify: %d experts used of %d (1..32), n_embd %d", K, n_expert, n_embd);
+    if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx)
+        return st_err("st_cuda_hy_classify: NULL pointer");
+    k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo, (const uint8_t *)vram_hi,
+                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
+}
+
+__global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *__restrict__ w,
+                             const float *__restrict__ y_gpu, const float *y_cpu, int K, int d, float *out,
+                             const float *add) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= d) return;
+    float o = 0.0f;
+    for (int k = 0; k < K; k++) {
+        // CPU rows: written by the host between launches; ld.cv fetches system memory again rather than trusting
+        // any cached line
+        const float y = ids_gpu[k] >= 0 ? y_gpu[(size_t)k * d + r] : __ldcv(y_cpu + (size_t)k * d + r);
+        const float t = __fmul_rn(y, w[k]);
+        o = k == 0 ? t : __fadd_rn(o, t);
+    }
+    out[r] = add ? __fadd_rn(add[r], o) : o;
+}
+
+extern "C" int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
+                                  int K, int n_embd, float *out, const float *add, cudaStream_t stream) {
+    if (K <= 0 || K > 32 || n_embd <= 0) return st_err("st_cuda_hy_combine: K %d (1..32), n_embd %d", K, n_embd);
+    if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("st_cuda_hy_combine: NULL pointer");
+    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
+}

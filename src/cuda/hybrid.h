@@ -33,6 +33,31 @@ typedef struct st_hy_update {
 } st_hy_update;
 int st_cuda_hy_set_table(const void **table, const st_hy_update *u, int n, cudaStream_t stream);
 
+
+// ---- CPU misses (--pcie-frac < 1, docs/HYBRID.md) -----------------------------------------------------------------
+
+// Classifies the K selected experts of one decode token of one layer (cuda/hybrid_split.h: hit, PCIe miss or CPU
+// miss; a miss = the gate address in `table` outside [vram_lo, vram_hi)) and exports the CPU's work:
+//   ids_gpu[k] = ids[k] for hits and PCIe misses, -1 for CPU misses (the GPU kernels skip -1: no weight reads);
+//   meta[0] = n_cpu, meta[1 + i] = rank, meta[1 + 32 + i] = expert id of the i-th CPU miss (rank order);
+//   hx[0 .. n_embd) = x (only when n_cpu > 0);
+//   *carry: the layer's error-diffusion residue (st_hy_split_cpu), *cpu_count += n_cpu (if cpu_count).
+//   ids: device int32 [K] (K <= 32); x: device f32 [n_embd]; ids_gpu: device int32 [K]; meta: int32 [65] and hx:
+//   f32 [n_embd], both page-locked host memory mapped into the device (device pointers); carry, cpu_count: device
+//   uint32 [1]. cpu_q16: st_hy_cpu_q16(F). One block.
+#define ST_HY_META_INTS 65
+int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, const void *const *table, const void *vram_lo,
+                        const void *vram_hi, uint32_t cpu_q16, uint32_t *carry, int32_t *ids_gpu, int32_t *meta,
+                        const float *x, float *hx, int n_embd, uint32_t *cpu_count, cudaStream_t stream);
+
+// The rank-order weighted sum of K expert outputs and the residual add, as the fused down kernel's (decode.h
+// st_cuda_moe_down_q: o = w[0] y_0; o = o + w[k] y_k ...; out = add + o, each step IEEE-rounded), where y_k is
+// y_gpu row k when ids_gpu[k] >= 0, else y_cpu row k (a CPU miss: host memory mapped into the device, read uncached):
+//   out[r] = add[r] + o[r] for r < n_embd; out may alias add. y_gpu: device f32 [K][n_embd]; y_cpu: mapped
+//   f32 [K][n_embd]; w: device f32 [K].
+int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu, int K,
+                       int n_embd, float *out, const float *add, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -77,6 +77,8 @@ static int pick_gpu(strata_engine *e, const char *device, const strata_engine_pa
     o.profile_path = p->profile_path;
     o.pack_path = p->pack_path;
     o.arena_mode = p->arena_mmap ? 2 : 0;  // st_arena_mode: ST_ARENA_MMAP, or AUTO (STRATA_ARENA_MMAP)
+    o.cpu_misses = p->cpu_misses;
+    o.pcie_frac = p->pcie_frac;
     e->gpu = st_gpu_model_load_opts(e->model, index, &o);
     // A budget was asked for: falling back to the CPU silently would hide the error.
     if (!e->gpu && p->gpu_mem_gib > 0) return -1;
@@ -242,6 +244,9 @@ int strata_session_hybrid_stats(strata_session *s, strata_hybrid_stats *out) {
     out->staged_bytes = h.staged_bytes;
     out->swaps = h.swaps;
     out->swap_bytes = h.swap_bytes;
+    out->cpu_misses = h.cpu_misses;
+    out->pcie_frac = h.active ? h.pcie_frac : 1.0;
+    out->cpu_threads = h.cpu_threads;
     return 0;
 }
 

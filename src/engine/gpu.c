@@ -675,6 +675,13 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                     s->router, s->d_ids, s->d_wts, s->dec_counters, st) ||
                 (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)))  // hybrid: hit/miss counters
                 return -1;
+            if (n == 1 && st_hybrid_cpu_split(g->hy)) {
+                // hybrid --pcie-frac < 1: a share of the misses computed by CPU workers in parallel (gpu_hybrid.h)
+                if (st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq, s->d_ids,
+                                         s->d_wts, s->ffn_a, s->x, st))
+                    return -1;
+                continue;
+            }
             if (s->moe_v2 && st_cuda_moe_down_q_smem(F, K) <= ST_DEC_DOWN_Q_MAX_SMEM) {
                 // The down kernel quantizes the GLU output itself (no last-block phase in the GLU).
                 if (st_cuda_moe_glu(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n, K,

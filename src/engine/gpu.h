@@ -21,6 +21,10 @@ typedef struct st_gpu_load_opts {
     const char *profile_path;  // routing profile (strata profile) for the cache's initial contents, or NULL
     const char *pack_path;     // pack file (strata pack) for the mmap arena, or NULL
     int arena_mode;            // st_arena_mode: 0 auto (STRATA_ARENA_MMAP), 1 anonymous, 2 the pack mapped
+    int cpu_misses;            // hybrid decode computes a share of the misses on the CPU (--pcie-frac); 0: every
+                               // miss read by the GPU over PCIe (output bitwise equal to all-in-VRAM)
+    double pcie_frac;          // with cpu_misses: share F in [0, 1] of each layer's misses the GPU reads over PCIe
+                               // (the rest on the CPU); < 0: auto (measured at load); >= 1: as cpu_misses = 0
 } st_gpu_load_opts;
 
 // Hybrid placement counters of a session (all zero when the model is entirely in VRAM).
@@ -32,13 +36,17 @@ typedef struct st_gpu_hybrid_stats {
     uint64_t n_staging;        // prefill staging slots
     uint64_t decode_tokens;    // tokens through the decode path (one to eight at a time)
     uint64_t selections;       // (token, layer, expert) selections of those tokens
-    uint64_t misses;           // of which the expert was not in VRAM: read by the GPU over PCIe (zero-copy)
-    uint64_t miss_bytes;       // expert bytes those misses read over PCIe
+    uint64_t misses;           // of which the expert was not in VRAM: read by the GPU over PCIe (zero-copy) or
+                               // computed by the CPU
+    uint64_t miss_bytes;       // expert bytes the GPU read over PCIe for misses
     uint64_t prefill_tokens;   // tokens through the prefill (GEMM) path
     uint64_t prefill_chunks;
     uint64_t staged_bytes;     // bytes copied into prefill staging
     uint64_t swaps;            // experts swapped into the cache between tokens
     uint64_t swap_bytes;
+    uint64_t cpu_misses;       // misses computed by the CPU miss workers (--pcie-frac < 1)
+    double pcie_frac;          // the share F of misses read over PCIe in use (1: no CPU work)
+    int cpu_threads;           // CPU miss worker threads (0: none)
 } st_gpu_hybrid_stats;
 
 // 1 when this build has the CUDA backend and a usable device exists (the reason otherwise in st_errmsg).

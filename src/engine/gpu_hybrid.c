@@ -9,20 +9,35 @@
 //   pmap_d  [n_layer][n_expert] int32: prefill slot map, the cache slot of a resident expert or the staging slot
 //           of a missing one (staging buffer l % n_bufs)
 //   cnt_d   [n_layer][n_expert] uint32 routed counts since the last read-back, then [n_layer][2] uint32 decode
-//           selections and misses
+//           selections and misses, then [n_layer] uint32 misses computed by the CPU
+//
+// CPU misses (--pcie-frac F < 1): each one-token decode step's MoE layer classifies its experts on the device
+// (hybrid_split.h), the CPU misses go to a host node on a side stream that runs the CPU miss workers
+// (place/cpu_experts.h) while the GPU computes the rest, and a combine kernel sums all K outputs in rank order.
+// Buffers (one set: a layer's host node finishes before the next layer's classify can run, and every session
+// decodes on the model's one compute stream):
+//   ids_gpu_d [K] int32, ones_d [K] f32 (1.0), y_d [K][n_embd] f32: the GPU experts' unweighted outputs
+//   meta [ST_HY_META_INTS] int32, xrow [n_embd] f32, ycpu [K][n_embd] f32: page-locked, mapped into the device
+//   carry_d [n_layer] uint32: the split's error-diffusion residues
 #include "engine/gpu_hybrid.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/decode.h"
 #include "cuda/hybrid.h"
+#include "cuda/hybrid_split.h"
+#include "cuda/mmvq.h"
+#include "cuda/quantize_act.h"
 #include "place/arena.h"
 #include "place/cache_policy.h"
+#include "place/cpu_experts.h"
 #include "place/plan.h"
 #include "place/profile.h"
 #include "util/err.h"
@@ -33,6 +48,11 @@
 #define HY_SWAPS_DEFAULT 4         // experts swapped per period at most (each costs one slot of PCIe copy)
 #define HY_RATIO 1.5               // hysteresis: swap when freq(in) > HY_RATIO * freq(out) + HY_MIN_FREQ
 #define HY_MIN_FREQ 1.0
+
+typedef struct hy_job {  // a host node's argument: the layer whose CPU misses it computes
+    struct st_hybrid *h;
+    uint32_t l;
+} hy_job;
 
 typedef struct hy_pending {
     uint32_t layer, in;
@@ -78,6 +98,22 @@ struct st_hybrid {
     int n_pend;                   // swaps whose copies are in flight (0: none)
     cudaEvent_t ev_victims, ev_copied;
     uint64_t swaps, swap_bytes;   // totals (also added to the session's stats)
+    // CPU misses (see the top of this file)
+    double pcie_frac;             // F in use; 1: every miss over PCIe, no CPU work (the bitwise path)
+    uint32_t cpu_q16;             // st_hy_cpu_q16(pcie_frac)
+    int K;                        // experts per token
+    st_hy_cpu *cpu;               // the workers; NULL when pcie_frac == 1
+    cudaStream_t side;            // the decode graph's CPU branch (host nodes)
+    cudaEvent_t ev_fork, ev_join;
+    uint32_t *carry_d;
+    int32_t *ids_gpu_d;
+    float *ones_d, *y_d;
+    int32_t *meta_h, *meta_dp;    // host / device address of the mapped buffer
+    float *xrow_h, *xrow_dp;
+    float *ycpu_h, *ycpu_dp;
+    hy_job *jobs;                 // [L]
+    _Atomic int cpu_failed;       // a host node failed: reported by the next st_hybrid_after_eval
+    char cpu_err[256];
 };
 
 static int env_int(const char *name, int def, int lo, int hi) {
@@ -86,8 +122,6 @@ static int env_int(const char *name, int def, int lo, int hi) {
     int x = atoi(v);
     return x < lo ? lo : x > hi ? hi : x;
 }
-
-#define HY_SLACK (160ull << 20)  // cuBLAS handle + workspace, CUDA graphs, allocator rounding after this point
 
 #define HY_CHECK(call)                                                                                         \
     do {                                                                                                       \
@@ -248,6 +282,222 @@ static int copy_records(st_hybrid *h, uint32_t l, const uint32_t *experts, int n
     return 0;
 }
 
+// ---- CPU misses: set-up, auto split ------------------------------------------------------------------------------
+
+static void CUDART_CB hy_noop(void *ud) { (void)ud; }
+
+// Seconds per expert for the GPU reading misses over PCIe: the split path's GLU + down kernels on K experts of one
+// layer whose table entries all point at the host arena, over `reps` layers/expert sets (distinct weights, so
+// neither the L2 nor the previous rep helps), after a warm-up.
+static int hy_time_pcie(st_hybrid *h, cudaStream_t st, int reps, double *t_expert) {
+    const st_hparams *hp = &h->m->hp;
+    const int K = h->K, E = (int)h->E, d = (int)hp->n_embd, F = (int)hp->n_ff_exp;
+    const size_t tab_b = sizeof(void *) * 3 * (size_t)E, xq_b = (size_t)st_cuda_q8_1_row_bytes(d);
+    const size_t act_b = sizeof(float) * (size_t)K * F, y_b = sizeof(float) * (size_t)K * d, ids_b = sizeof(int32_t) * K;
+#define A256(n) (((n) + 255) & ~(size_t)255)
+    const size_t total = A256(tab_b) + A256(xq_b) + A256(act_b) + A256(y_b) + A256(ids_b);
+    uint8_t *buf = st_cuda_alloc(h->ctx, total, "--pcie-frac auto measurement");
+    const void **tab_h = malloc(tab_b);
+    int32_t *ids = malloc(ids_b);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = -1;
+    if (!buf || !tab_h || !ids) goto done;
+    const void **tab = (const void **)buf;
+    uint8_t *xq = buf + A256(tab_b);
+    float *act = (float *)(xq + A256(xq_b)), *y = (float *)((uint8_t *)act + A256(act_b));
+    int32_t *ids_d = (int32_t *)((uint8_t *)y + A256(y_b));
+#undef A256
+    if (st_cuda_memset(h->ctx, xq, 0, xq_b, NULL)) goto done;  // zero activations: the timing needs no values
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        st_cuda_check_at(cudaGetLastError(), "cudaEventCreate", __FILE__, __LINE__);
+        goto done;
+    }
+    double sum = 0;
+    for (int r = 0; r <= reps; r++) {
+        const uint32_t l = (uint32_t)(((uint64_t)r * 7 + 3) % h->L);
+        const st_xlayer *x = &h->arena->layers[l].x;
+        for (int e = 0; e < E; e++)
+            for (int k = 0; k < 3; k++) tab_h[3 * e + k] = h->rec_dev[(uint64_t)l * h->E + e] + x->off[k];
+        for (int k = 0; k < K; k++) ids[k] = (int32_t)(((uint64_t)r * K + k) % h->E);
+        if (st_cuda_memcpy_h2d(h->ctx, (void *)tab, tab_h, tab_b, NULL) ||
+            st_cuda_memcpy_h2d(h->ctx, ids_d, ids, ids_b, NULL))
+            goto done;
+        const int dfmt = st_cuda_act_format(x->type[2]);
+        if (cudaEventRecord(e0, st) != cudaSuccess ||
+            st_cuda_moe_glu(x->type[0], (const void *const *)tab, E, d, F, xq, ids_d, 1, K, act, st) ||
+            st_cuda_moe_down_q(x->type[2], (const void *const *)tab, E, d, F, act, dfmt, ids_d, h->ones_d, K, 1, y,
+                               NULL, st) ||
+            cudaEventRecord(e1, st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess) {
+            if (cudaGetLastError() != cudaSuccess) st_err("--pcie-frac auto: timing the PCIe expert reads failed");
+            goto done;
+        }
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r > 0) sum += ms * 1e-3;
+    }
+    *t_expert = sum / ((double)reps * K);
+    rc = 0;
+done:
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (buf) st_cuda_free(h->ctx, buf);
+    free(tab_h);
+    free(ids);
+    return rc;
+}
+
+// Seconds from a host node's enqueue to its completion as the stream sees it (the CPU branch's fixed cost).
+static int hy_time_host_node(st_hybrid *h, int reps, double *t) {
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double best = 1e9;
+    HY_CHECK(cudaEventCreate(&e0));
+    cudaError_t err = cudaEventCreate(&e1);
+    for (int r = 0; err == cudaSuccess && r <= reps; r++) {
+        float ms = 0;
+        if ((err = cudaEventRecord(e0, h->side)) != cudaSuccess ||
+            (err = cudaLaunchHostFunc(h->side, hy_noop, NULL)) != cudaSuccess ||
+            (err = cudaEventRecord(e1, h->side)) != cudaSuccess || (err = cudaEventSynchronize(e1)) != cudaSuccess ||
+            (err = cudaEventElapsedTime(&ms, e0, e1)) != cudaSuccess)
+            break;
+        if (r > 0 && ms * 1e-3 < best) best = ms * 1e-3;  // the minimum: the cost when the machine is quiet
+    }
+    cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (err != cudaSuccess) return st_cuda_check_at(err, "timing a host node", __FILE__, __LINE__);
+    *t = best;
+    return 0;
+}
+
+static int hy_map_alloc(void **host, void **dev, size_t bytes, const char *what) {
+    cudaError_t e = cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(dev, *host, 0);
+    if (e != cudaSuccess) return st_err("cudaHostAlloc(%zu bytes, mapped) for %s: %s", bytes, what, cudaGetErrorString(e));
+    memset(*host, 0, bytes);
+    return 0;
+}
+
+// The CPU miss workers and their buffers; with --pcie-frac auto, the measured split. Leaves pcie_frac = 1 (no CPU
+// work) unless the options ask for CPU misses and the split gives the CPU a share.
+static int hy_cpu_init(st_hybrid *h) {
+    const st_hparams *hp = &h->m->hp;
+    h->pcie_frac = 1.0;
+    h->cpu_q16 = 0;
+    const double req = h->opts.pcie_frac;
+    const int is_auto = req < 0;
+    if (!h->opts.cpu_misses || (!is_auto && !(req < 1.0))) return 0;
+    h->K = (int)hp->n_expert_used;
+    if (h->K < 1 || h->K > 32) {
+        st_warn("--pcie-frac: %d experts per token (the CPU miss path takes 1..32); every miss goes over PCIe", h->K);
+        return 0;
+    }
+    const int d = (int)hp->n_embd;
+    const int n_cpu = st_cpu_count();
+    const int threads = env_int("STRATA_HYBRID_CPU_THREADS", n_cpu > 2 ? n_cpu - 1 : 1, 1, 1024);
+    h->cpu = st_hy_cpu_create(h->arena, hp->n_embd, hp->n_ff_exp, h->K, threads);
+    if (!h->cpu) return st_err_prefix("%s: --pcie-frac: ", h->m->path);
+    h->carry_d = st_cuda_alloc(h->ctx, sizeof(uint32_t) * h->L, "CPU-miss split residues");
+    h->ids_gpu_d = st_cuda_alloc(h->ctx, sizeof(int32_t) * 32, "CPU-miss expert ids");
+    h->ones_d = st_cuda_alloc(h->ctx, sizeof(float) * 32, "CPU-miss unit weights");
+    h->y_d = st_cuda_alloc(h->ctx, sizeof(float) * (size_t)h->K * d, "GPU expert outputs");
+    h->jobs = calloc(h->L, sizeof *h->jobs);
+    if (!h->carry_d || !h->ids_gpu_d || !h->ones_d || !h->y_d) return -1;
+    if (!h->jobs) return st_err("out of memory");
+    float ones[32];
+    for (int k = 0; k < 32; k++) ones[k] = 1.0f;
+    if (st_cuda_memset(h->ctx, h->carry_d, 0, sizeof(uint32_t) * h->L, NULL) ||
+        st_cuda_memcpy_h2d(h->ctx, h->ones_d, ones, sizeof ones, NULL))
+        return -1;
+    if (hy_map_alloc((void **)&h->meta_h, (void **)&h->meta_dp, sizeof(int32_t) * ST_HY_META_INTS, "CPU-miss ids") ||
+        hy_map_alloc((void **)&h->xrow_h, (void **)&h->xrow_dp, sizeof(float) * (size_t)d, "CPU-miss activations") ||
+        hy_map_alloc((void **)&h->ycpu_h, (void **)&h->ycpu_dp, sizeof(float) * (size_t)h->K * d, "CPU expert outputs"))
+        return -1;
+    for (uint32_t l = 0; l < h->L; l++) h->jobs[l] = (hy_job){h, l};
+    HY_CHECK(cudaStreamCreateWithFlags(&h->side, cudaStreamNonBlocking));
+    HY_CHECK(cudaEventCreateWithFlags(&h->ev_fork, cudaEventDisableTiming));
+    HY_CHECK(cudaEventCreateWithFlags(&h->ev_join, cudaEventDisableTiming));
+    double f = req;
+    char why[320] = "";
+    if (is_auto) {
+        double t_pcie = 0, t_host = 0, t_cpu = st_hy_cpu_time_expert(h->cpu, 6);
+        if (t_cpu < 0 || hy_time_pcie(h, h->ctx->streams[0], 8, &t_pcie) || hy_time_host_node(h, 20, &t_host))
+            return st_err_prefix("%s: --pcie-frac auto: ", h->m->path);
+        const double share = (double)h->lay.n_cache / ((double)h->L * h->E);
+        const double m = h->K * (1.0 - share);  // misses per layer and token, uniform routing
+        f = st_hy_pick_pcie_frac(t_pcie, t_cpu, t_host, m);
+        const double eb = (double)h->ebytes[0];
+        snprintf(why, sizeof why,
+                 " (measured: PCIe zero-copy %.0f us/expert = %.1f GB/s; CPU %d threads %.0f us/expert = %.1f GB/s; "
+                 "host node %.0f us; %.1f misses/layer expected at a %.0f%% cache share)",
+                 t_pcie * 1e6, eb / t_pcie / 1e9, threads, t_cpu * 1e6, eb / t_cpu / 1e9, t_host * 1e6, m,
+                 100.0 * share);
+    }
+    if (f < 0) f = 0;
+    if (f > 1) f = 1;
+    h->pcie_frac = f;
+    h->cpu_q16 = st_hy_cpu_q16(f);
+    if (!h->cpu_q16) {
+        h->pcie_frac = 1.0;
+        st_info("hybrid decode: --pcie-frac %s -> 1: every miss read by the GPU over PCIe%s", is_auto ? "auto" : "",
+                why);
+        st_hy_cpu_free(h->cpu);
+        h->cpu = NULL;
+        return 0;
+    }
+    st_info("hybrid decode: --pcie-frac %s%.3f: the GPU reads %.0f%% of each layer's misses over PCIe, %d CPU threads "
+            "compute the rest%s",
+            is_auto ? "auto -> " : "", f, 100.0 * f, threads, why);
+    return 0;
+}
+
+int st_hybrid_cpu_split(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0; }
+
+// The host node of layer j->l: the CPU misses the classify kernel exported (mapped memory, complete before this
+// node starts), computed into their rank rows of ycpu. Runs on CUDA's callback thread: no CUDA calls here.
+static void CUDART_CB hy_host_node(void *ud) {
+    const hy_job *j = ud;
+    st_hybrid *h = j->h;
+    const int n = h->meta_h[0], d = (int)h->m->hp.n_embd;
+    if (n <= 0) return;
+    float *out[32];
+    int32_t ids[32];
+    int ok = n <= h->K;
+    for (int i = 0; ok && i < n; i++) {
+        const int rank = h->meta_h[1 + i];
+        ids[i] = h->meta_h[1 + 32 + i];
+        ok = rank >= 0 && rank < h->K;
+        out[i] = h->ycpu_h + (size_t)(ok ? rank : 0) * d;
+    }
+    if (ok && st_hy_cpu_experts(h->cpu, j->l, h->xrow_h, n, ids, out) == 0) return;
+    if (!atomic_exchange(&h->cpu_failed, 1))
+        snprintf(h->cpu_err, sizeof h->cpu_err, "layer %u: %s", j->l,
+                 ok ? st_errmsg() : "the classify kernel exported a bad CPU-miss list");
+    for (int k = 0; k < h->K * d; k++) h->ycpu_h[k] = NAN;  // the step's output shows it too
+}
+
+int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
+                         const int32_t *ids, const float *wts, float *act, float *x, cudaStream_t st) {
+    const st_hparams *hp = &h->m->hp;
+    const int K = h->K, E = (int)h->E, d = (int)hp->n_embd, F = (int)hp->n_ff_exp;
+    const void *const *tab = st_hybrid_layer_table(h, l);
+    uint32_t *cpu_cnt = h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l;
+    if (st_cuda_hy_classify(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
+                            h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt, st))
+        return -1;
+    // fork: the CPU branch waits for the classification only
+    HY_CHECK(cudaEventRecord(h->ev_fork, st));
+    HY_CHECK(cudaStreamWaitEvent(h->side, h->ev_fork, 0));
+    HY_CHECK(cudaLaunchHostFunc(h->side, hy_host_node, &h->jobs[l]));
+    HY_CHECK(cudaEventRecord(h->ev_join, h->side));
+    // GPU branch: hits and PCIe misses (CPU ranks have id -1: no weight reads, NaN rows the combine ignores). The
+    // down kernel runs as K one-expert "tokens" with weight 1, so each row is that expert's unweighted output.
+    if (st_cuda_moe_glu(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, st) ||
+        st_cuda_moe_down_q(down_type, tab, E, d, F, act, st_cuda_act_format(down_type), h->ids_gpu_d, h->ones_d, K, 1,
+                           h->y_d, NULL, st))
+        return -1;
+    HY_CHECK(cudaStreamWaitEvent(st, h->ev_join, 0));  // join
+    return st_cuda_hy_combine(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, st);
+}
+
 // ---- init / free ------------------------------------------------------------------------------------------------
 
 int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
@@ -264,17 +514,12 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     // Slots: what the budget leaves after the dense weights as uploaded, the tables, the KV cache, scratch and the
     // runtime reserve of the plan.
     h->stride = h->plan.slot_bytes;
-    const uint64_t tables = n_rec * (3 * sizeof(void *) + sizeof(int32_t) + sizeof(uint32_t)) + 4096;
-    // What the device already holds (the CUDA context, measured: ~0.5-0.6 GiB on an H200, more than the planner's
-    // estimate; plus the dense weights just uploaded) counts against the budget as measured, so the peak stays
-    // within --gpu-mem. Still to come: tables, KV cache, scratch, and library workspaces / graphs (HY_SLACK).
-    size_t free_b = 0, total_b = 0;
-    uint64_t held = dense_bytes + h->plan.reserve_bytes;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && total_b > free_b) {
-        const uint64_t used = (uint64_t)(total_b - free_b) + HY_SLACK;
-        if (used > held) held = used;
-    }
-    cudaGetLastError();
+    uint64_t tables = n_rec * (3 * sizeof(void *) + sizeof(int32_t) + sizeof(uint32_t)) + 4096;
+    if (h->opts.cpu_misses)  // CPU-miss buffers and the --pcie-frac auto measurement's scratch (hy_cpu_init)
+        tables += (uint64_t)hp->n_expert_used * (hp->n_embd + 2) * sizeof(float) + 16ull * h->L + (1ull << 20);
+    // The plan's reserve stands for the CUDA context, library workspaces and graphs (ST_PLAN_RESERVE_DEFAULT, sized
+    // from nvidia-smi peaks on an H200), so that `strata info --plan` and the engine agree on the slot count.
+    const uint64_t held = dense_bytes + h->plan.reserve_bytes;
     const uint64_t fixed = held + tables + h->plan.kv_bytes + h->plan.scratch_bytes;
     if (h->plan.budget <= fixed + h->stride * h->E)
         return st_err("%s: --gpu-mem %.2f GiB leaves no room for expert slots: dense weights %s (uploaded) + KV %s + "
@@ -327,11 +572,11 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     h->slots = st_cuda_alloc(ctx, h->n_slots_alloc * h->stride, "expert cache slots");
     h->tab_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec * 3, "expert address tables");
     h->pmap_d = st_cuda_alloc(ctx, sizeof(int32_t) * n_rec, "prefill slot maps");
-    h->cnt_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (n_rec + 2ull * h->L), "routing counters");
+    h->cnt_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (n_rec + 3ull * h->L), "routing counters");
     if (!h->slots || !h->tab_d || !h->pmap_d || !h->cnt_d) return -1;
     HY_CHECK(cudaMallocHost((void **)&h->pmap_h, sizeof(int32_t) * n_rec));
-    HY_CHECK(cudaMallocHost((void **)&h->cnt_h, sizeof(uint32_t) * (n_rec + 2ull * h->L)));
-    if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 2ull * h->L), NULL)) return -1;
+    HY_CHECK(cudaMallocHost((void **)&h->cnt_h, sizeof(uint32_t) * (n_rec + 3ull * h->L)));
+    if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 3ull * h->L), NULL)) return -1;
     HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {&h->ev_start, &h->ev_staged[0], &h->ev_staged[1], &h->ev_done[0], &h->ev_done[1],
                           &h->ev_victims, &h->ev_copied};
@@ -378,6 +623,8 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         for (uint64_t i = 0; i < n_rec; i++)
             h->freq[i] = h->prof.n_tokens ? (float)((double)h->prof.counts[i] * half / (double)h->prof.n_tokens) : 0;
 
+    if (hy_cpu_init(h)) return -1;
+
     size_t fr = 0, tot = 0;
     st_cuda_mem_info(ctx, &fr, &tot);
     st_info("hybrid placement: %" PRIu64 " of %" PRIu64 " experts (%.1f%%) in %" PRIu64 " VRAM slots of %s (%s), "
@@ -397,12 +644,24 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
 void st_hybrid_free(st_hybrid *h) {
     if (!h) return;
     if (h->copy) cudaStreamSynchronize(h->copy);
+    if (h->side) cudaStreamSynchronize(h->side);  // no host node may still use the workers
+    st_hy_cpu_free(h->cpu);
+    if (h->side) cudaStreamDestroy(h->side);
+    if (h->ev_fork) cudaEventDestroy(h->ev_fork);
+    if (h->ev_join) cudaEventDestroy(h->ev_join);
+    if (h->meta_h) cudaFreeHost(h->meta_h);
+    if (h->xrow_h) cudaFreeHost(h->xrow_h);
+    if (h->ycpu_h) cudaFreeHost(h->ycpu_h);
+    free(h->jobs);
     st_cuda_ctx *ctx = h->ctx;
     if (ctx) {
         if (h->slots) st_cuda_free(ctx, h->slots);
         if (h->tab_d) st_cuda_free(ctx, (void *)h->tab_d);
         if (h->pmap_d) st_cuda_free(ctx, h->pmap_d);
         if (h->cnt_d) st_cuda_free(ctx, h->cnt_d);
+        void *cb[] = {h->carry_d, h->ids_gpu_d, h->ones_d, h->y_d};
+        for (size_t i = 0; i < sizeof cb / sizeof cb[0]; i++)
+            if (cb[i]) st_cuda_free(ctx, cb[i]);
     }
     if (h->pmap_h) cudaFreeHost(h->pmap_h);
     if (h->cnt_h) cudaFreeHost(h->cnt_h);
@@ -434,6 +693,8 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
     s->n_experts = (uint64_t)h->L * h->E;
     s->slot_bytes = h->stride;
     s->n_staging = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
+    s->pcie_frac = st_hybrid_cpu_split(h) ? h->pcie_frac : 1.0;
+    s->cpu_threads = st_hybrid_cpu_split(h) ? st_hy_cpu_threads(h->cpu) : 0;
 }
 
 // ---- forward-pass hooks -----------------------------------------------------------------------------------------
@@ -565,6 +826,7 @@ static int start_swaps(st_hybrid *h, cudaStream_t st, st_gpu_hybrid_stats *stats
 
 int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_decode, int64_t n_prefill, int force,
                          cudaStream_t st) {
+    if (atomic_load(&h->cpu_failed)) return st_err("%s: CPU miss workers failed: %s", h->m->path, h->cpu_err);
     if (stats) {
         stats->decode_tokens += (uint64_t)n_decode;
         stats->prefill_tokens += (uint64_t)n_prefill;
@@ -574,16 +836,18 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
     h->since += n_decode + n_prefill;
     if (!force && h->since < h->period && n_prefill == 0) return 0;
     if (h->since == 0 && !force) return 0;
-    const uint64_t n_rec = (uint64_t)h->L * h->E, n_cnt = n_rec + 2ull * h->L;
+    const uint64_t n_rec = (uint64_t)h->L * h->E, n_cnt = n_rec + 3ull * h->L;
     HY_CHECK(cudaMemcpyAsync(h->cnt_h, h->cnt_d, sizeof(uint32_t) * n_cnt, cudaMemcpyDeviceToHost, st));
     HY_CHECK(cudaMemsetAsync(h->cnt_d, 0, sizeof(uint32_t) * n_cnt, st));
     HY_CHECK(cudaStreamSynchronize(st));
     if (stats)
         for (uint32_t l = 0; l < h->L; l++) {
             const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
+            const uint32_t cpu = h->cnt_h[n_rec + 2ull * h->L + l];
             stats->selections += sel;
             stats->misses += miss;
-            stats->miss_bytes += (uint64_t)miss * h->ebytes[l];
+            stats->cpu_misses += cpu;
+            stats->miss_bytes += (uint64_t)(miss > cpu ? miss - cpu : 0) * h->ebytes[l];
         }
     st_hycache_decay(h->freq, h->cnt_h, n_rec, pow(h->decay, (double)h->since));
     h->since = 0;

@@ -45,6 +45,18 @@ int st_hybrid_before_eval(st_hybrid *h, cudaStream_t st);
 // starts the next swaps on the copy stream. force: read back now (for statistics).
 int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_decode, int64_t n_prefill, int force,
                          cudaStream_t st);
+// CPU misses (--pcie-frac F < 1, docs/HYBRID.md): 1 when one-token decode steps take st_hybrid_moe_decode.
+int st_hybrid_cpu_split(const st_hybrid *h);
+// Layer l's MoE of a one-token decode step with a share of the misses on the CPU, enqueued on st after the router
+// (ids, wts) and st_hybrid_count (capturable: the CPU part is a host node on a side stream):
+//   classify the K experts (hit / PCIe miss / CPU miss) and export the CPU's ids and the row xn to mapped memory;
+//   fork: host node -> CPU miss workers compute their experts into mapped memory;
+//   meanwhile on st: GLU + down of the hits and PCIe misses (the fused decode kernels, CPU ranks skipped);
+//   join: x += the rank-order weighted sum over all K, each expert's output from the GPU or the CPU.
+//   xn: device f32 [n_embd] (the router's input); xq: its quantized row for the gate/up type; act: device scratch
+//   f32 [K][n_ff_exp]; x: device f32 [n_embd], the residual stream (updated).
+int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
+                         const int32_t *ids, const float *wts, float *act, float *x, cudaStream_t st);
 // Fills the model-level fields of stats (active, slots, sizes).
 void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *stats);
 

@@ -300,7 +300,9 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
             out->experts_bytes += e * hp->n_expert;
             out->arena_bytes += align_up(x->slot_bytes, 4096) * hp->n_expert;
         }
-        out->n_staging = pp->staging_slots >= 0 ? (uint64_t)pp->staging_slots : 2ull * hp->n_expert_used;
+        // Default: one layer's experts, the least the engine's prefill staging runs with (a chunk can route to every
+        // expert of a layer, and the misses of a layer are staged together).
+        out->n_staging = pp->staging_slots >= 0 ? (uint64_t)pp->staging_slots : (uint64_t)hp->n_expert;
         out->staging_bytes = out->n_staging * out->slot_bytes;
     }
     out->min_bytes = base + (out->moe ? out->staging_bytes : 0);

@@ -26,7 +26,9 @@ extern "C" {
 #define ST_PLAN_PREFILL_CHUNK 512     // tokens per prefill chunk on the GEMM path (gpu.c PREFILL_CHUNK)
 #define ST_PLAN_DECODE_BATCH 8        // tokens per step of the matrix-vector path (ST_MMVQ_MAX_TOK)
 #define ST_PLAN_SM_COUNT 132          // streaming multiprocessors assumed for the attention workspace (H200)
-#define ST_PLAN_RESERVE_DEFAULT (320ull << 20)  // CUDA context, cuBLAS handle + workspace, allocator slack
+// CUDA context, cuBLAS handle + workspace, graphs, allocator slack: ~700 MiB measured on an H200 (nvidia-smi peak
+// minus the planned bytes, bench/results/2026-11-30-h200-hybrid-q30b-q4km.md); the engine also measures it at load.
+#define ST_PLAN_RESERVE_DEFAULT (704ull << 20)
 
 // One tensor of the model as the planner sees it: its spec (name, role, layer, shape) and stored type.
 typedef struct st_place_tensor {
@@ -82,7 +84,7 @@ typedef struct st_plan_params {
     int64_t n_ctx;            // KV positions; <= 0: the trained context
     int kv_elem_bytes;        // 2 (F16) or 4 (F32)
     int64_t prefill_chunk;    // <= 0: ST_PLAN_PREFILL_CHUNK
-    int64_t staging_slots;    // expert slots reserved for streaming prefill; < 0: default (2 * n_expert_used)
+    int64_t staging_slots;    // expert slots reserved for streaming prefill; < 0: default (n_expert: one layer)
     int64_t reserve_bytes;    // < 0: ST_PLAN_RESERVE_DEFAULT
     const st_profile *profile;  // optional: initial cache contents by count (must match the model's shape)
 } st_plan_params;

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Hybrid expert placement (issue #6, docs/HYBRID.md) on a CUDA machine: makes small and mid-size Qwen3-MoE models,
 # runs them under VRAM budgets that force expert-cache misses, and checks them against the all-in-VRAM path:
-#   1. test_cache_policy            slot split / swap policy (CPU unit test, also a ctest)
+#   1. test_cache_policy            slot split / swap policy (CPU unit test, also a ctest); test_cpu_experts: the CPU
+#                                   miss workers and the miss split rule (also a ctest)
 #   2. hybrid_decode tiny + mid     prefill logits (2 chunks, staging) and 2,100 greedy decode steps bitwise equal to
 #                                   all-in-VRAM, misses > 0, device memory flat over the decode
 #   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load
 #   4. strata logits (CLI)          --gpu-mem vs unlimited: identical JSON (tokens, top logits, 64 greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
 #                                   small (must fail with the minimum named)
-#   5. --bench                      strata bench on the full Qwen3-30B-A3B Q4_K_M at unlimited / 16 / 12 / 8 GiB
-#                                   with hit rate, misses/token and PCIe GB/token (bench/hybrid.sh adds llama.cpp)
+#   5. CPU misses (--pcie-frac)     hybrid_decode on the 8-layer 30B-shape model with F = 0.5 and auto: prefill
+#                                   bitwise, 2,000 teacher-forced decode positions with top-1 agreement >= 99%,
+#                                   CPU misses > 0 (share 1 - F), memory flat; strata logits --pcie-frac 0.5
+#                                   --deterministic == unlimited; a strata bench --pcie-frac auto line
+#   6. --bench                      strata bench on the full Qwen3-30B-A3B Q4_K_M at unlimited / 16 / 12 / 8 GiB
+#                                   with hit rate, misses/token and PCIe GB/token, and 8 GiB with --pcie-frac auto
+#                                   (bench/hybrid.sh adds llama.cpp)
 # Every check prints PASS or FAIL; the last line is the summary; exit status 1 on any failure.
 #   usage: tests/gpu/hybrid.sh [--bench] [--no-build] [--share F]    (F: share of experts in the VRAM cache, 0.25)
 # Environment: STRATA_GPU_BUILD (default build-gpu), OUT (logs; default /tmp/strata-hybrid-test), STRATA_SEED.
@@ -25,7 +31,7 @@ while [ $# -gt 0 ]; do
     --bench) bench=1 ;;
     --no-build) build=0 ;;
     --share) share=$2; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
   esac
   shift
 done
@@ -36,7 +42,7 @@ if [ $build = 1 ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${STRATA_GPU_ARCH:-90}" ${STRATA_DEPS_PREFIX:+-DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr"} \
     -DSTRATA_PYTHON=python3 > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "FAIL: configure"; exit 1; }
-  cmake --build "$BUILD" -j "$(nproc)" --target strata hybrid_decode test_cache_policy > "$out/build.log" 2>&1 ||
+  cmake --build "$BUILD" -j "$(nproc)" --target strata hybrid_decode test_cache_policy test_cpu_experts > "$out/build.log" 2>&1 ||
     { grep -E "error|Error" "$out/build.log" | head -40; echo "FAIL: build"; exit 1; }
   echo "== built in $((SECONDS - t0)) s"
 fi
@@ -66,6 +72,8 @@ print("%.6f" % (b / 2**30 + 1e-6))' "$share" "$4"
 # ---- 1. policy unit test ------------------------------------------------------------------------------------------
 if "$BUILD/bin/test_cache_policy" > "$out/policy.log" 2>&1; then pass "cache policy ($(tail -1 "$out/policy.log"))"
 else cat "$out/policy.log"; fail "cache_policy"; fi
+if "$BUILD/bin/test_cpu_experts" > "$out/cpu_experts.log" 2>&1; then pass "CPU miss workers + split rule ($(tail -1 "$out/cpu_experts.log"))"
+else cat "$out/cpu_experts.log"; fail "cpu_experts"; fi
 
 # ---- models ---------------------------------------------------------------------------------------------------------
 tiny=/tmp/hy-tiny-qwen3moe-q4km.gguf
@@ -124,7 +132,38 @@ if logits small $mid --gpu-mem 0.2; then fail "small-budget: --gpu-mem 0.2 did n
 elif grep -q "too small\|raise --gpu-mem" "$out/small.err"; then pass "small budget refused: $(grep -o 'at least [0-9.]* GiB' "$out/small.err" | head -1)"
 else cat "$out/small.err"; fail "small-budget: unexpected error"; fi
 
-# ---- 5. bench -------------------------------------------------------------------------------------------------------
+# ---- 5. CPU misses ----------------------------------------------------------------------------------------------------
+run_cpumiss() {  # label model E n_prompt n_decode pcie_frac
+  local label=$1 model=$2 E=$3 np=$4 nd=$5 frac=$6
+  local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
+  [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
+  echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd)"
+  if timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
+    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|device memory" "$out/$label.log" | sed 's/^/   /'
+    pass "$label"
+  else
+    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
+    fail "$label"
+  fi
+}
+run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
+run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
+# --deterministic overrides --pcie-frac: bitwise all-in-VRAM again (ref.json from section 4)
+if logits det $mid --gpu-mem "$gmid" --pcie-frac 0.5 --deterministic; then
+  if cmp -s "$out/ref.json" "$out/det.json"; then pass "logits CLI: --pcie-frac 0.5 --deterministic == unlimited"
+  else fail "logits-deterministic: outputs differ"; fi
+else tail -3 "$out/det.err"; fail "logits-deterministic: strata logits failed"; fi
+# the CLI path with CPU misses runs and prints its split
+if logits half $mid --gpu-mem "$gmid" --pcie-frac 0.5; then
+  pass "logits CLI: --pcie-frac 0.5 runs ($(grep -o 'pcie-frac [^:]*: the GPU reads [0-9]*%' "$out/half.err" | head -1))"
+else tail -3 "$out/half.err"; fail "logits-pcie-frac: strata logits --pcie-frac 0.5 failed"; fi
+if timeout 600 "$S" bench -m $mid -p 64 -n 64 -r 2 --gpu-mem "$gmid" --pcie-frac auto > "$out/bench-mid-auto.md" 2> "$out/bench-mid-auto.err"; then
+  grep -E "^\|.*(pp|tg)|^hybrid" "$out/bench-mid-auto.md" | sed 's/^/   /'
+  grep -E "pcie-frac" "$out/bench-mid-auto.err" | sed 's/^/   /'
+  pass "bench --gpu-mem $gmid --pcie-frac auto (8-layer model)"
+else tail -5 "$out/bench-mid-auto.err"; fail "bench-mid-auto"; fi
+
+# ---- 6. bench -------------------------------------------------------------------------------------------------------
 if [ $bench = 1 ]; then
   full=/tmp/q30b-q4km.gguf
   [ -f $full ] || "$S" make-model --preset qwen3-30b-a3b --type Q4_K_M --seed 1 -o $full -q
@@ -136,6 +175,14 @@ if [ $bench = 1 ]; then
       grep -E "hybrid placement:.*device memory" "$out/bench-$g.err" | sed 's/^/   /'
       pass "bench --gpu-mem $g"
     else tail -5 "$out/bench-$g.err"; fail "bench-$g"; fi
+  done
+  for frac in auto 0.5; do
+    echo "== strata bench --gpu-mem 8 --pcie-frac $frac"
+    if timeout 900 "$S" bench -m $full -p 512 -n 128 -r 2 --gpu-mem 8 --pcie-frac $frac > "$out/bench-8-$frac.md" 2> "$out/bench-8-$frac.err"; then
+      grep -E "^\|.*(pp|tg)|^hybrid" "$out/bench-8-$frac.md" | sed 's/^/   /'
+      grep -E "pcie-frac|hybrid placement:.*device memory" "$out/bench-8-$frac.err" | sed 's/^/   /'
+      pass "bench --gpu-mem 8 --pcie-frac $frac"
+    else tail -5 "$out/bench-8-$frac.err"; fail "bench-8-$frac"; fi
   done
 fi
 

@@ -4,7 +4,12 @@
 // logit of every position to be bitwise identical, the greedy tokens to agree, the hybrid engine to have missed
 // (misses > 0, so the test exercised zero-copy reads), and device memory to stay flat over the decode (no growth
 // after warm-up). Prints the hybrid counters. tests/gpu/hybrid.sh runs it.
-//   usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE]]   (STRATA_SEED=N fixes the prompt)
+//
+// With PCIE_FRAC (a share 0..1 or "auto"), the hybrid engine computes a share of the misses on the CPU
+// (--pcie-frac): the prefill logits must still be bitwise identical (prefill does not use the CPU), while the decode
+// is teacher-forced (both engines get the all-in-VRAM engine's greedy token) and must agree on the top-1 token at
+// >= 99% of the positions, with finite logits, CPU misses > 0 and (fixed F) a CPU share of the misses near 1 - F.
+//   usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE [PCIE_FRAC]]]   (STRATA_SEED=N fixes the prompt)
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,8 +20,13 @@
 #include "strata.h"
 #include "util/rng.h"
 
+static int g_cpu_misses;   // PCIE_FRAC given
+static double g_pcie_frac; // its value (-1: auto)
+
 static strata_engine *load(const char *path, double gib, int32_t n_ctx) {
     strata_engine_params p = strata_engine_default_params();
+    p.cpu_misses = gib > 0 && g_cpu_misses;
+    p.pcie_frac = g_pcie_frac;
     p.model_path = path;
     p.device = "cuda";
     p.gpu_mem_gib = gib;
@@ -49,17 +59,22 @@ static int32_t argmax(const float *l, int32_t n) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE]]\n");
+        fprintf(stderr, "usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE [PCIE_FRAC|auto]]]\n");
         return 2;
     }
     const char *path = argv[1];
     const double gib = atof(argv[2]);
     const int32_t n_prompt = argc > 3 ? atoi(argv[3]) : 600, n_decode = argc > 4 ? atoi(argv[4]) : 2100;
+    if (argc > 5) {
+        g_cpu_misses = 1;
+        g_pcie_frac = !strcmp(argv[5], "auto") ? -1.0 : atof(argv[5]);
+    }
     const char *env = getenv("STRATA_SEED");
     const uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
     const int32_t n_ctx = n_prompt + n_decode + 1;
-    printf("hybrid_decode: %s, --gpu-mem %.3f GiB, prompt %d tokens (seed %" PRIu64 "), %d decoded\n", path, gib,
-           n_prompt, seed, n_decode);
+    printf("hybrid_decode: %s, --gpu-mem %.3f GiB, prompt %d tokens (seed %" PRIu64 "), %d decoded%s%s\n", path, gib,
+           n_prompt, seed, n_decode, g_cpu_misses ? ", --pcie-frac " : " (every miss over PCIe)",
+           g_cpu_misses ? argv[5] : "");
     strata_engine *ea = load(path, 0, n_ctx);
     strata_engine *eb = ea ? load(path, gib, n_ctx) : NULL;
     if (!ea || !eb) return 1;
@@ -106,7 +121,7 @@ int main(int argc, char **argv) {
     // Decode.
     int32_t ta = argmax(la + (size_t)(n_prompt - 1) * nv, nv), tb = argmax(lb + (size_t)(n_prompt - 1) * nv, nv);
     size_t used0 = 0, total = 0, used_min = SIZE_MAX, used_max = 0;
-    int64_t first_tok_diff = -1, first_logit_diff = -1;
+    int64_t first_tok_diff = -1, first_logit_diff = -1, agree = 0, nonfinite = 0;
     double worst = 0;
     for (int32_t i = 0; i < n_decode; i++) {
         if (ta != tb && first_tok_diff < 0) first_tok_diff = i;
@@ -116,9 +131,11 @@ int main(int argc, char **argv) {
         }
         int64_t f = compare(la, lb, nv, &maxd);
         if (f >= 0 && first_logit_diff < 0) first_logit_diff = i;
-        if (f >= 0 && maxd > worst) worst = maxd;
+        if (f >= 0 && !(maxd <= worst)) worst = maxd;
+        for (int32_t j = 0; j < nv; j++) nonfinite += !isfinite(lb[j]);
         ta = argmax(la, nv);
         tb = argmax(lb, nv);
+        agree += ta == tb;  // teacher-forced: both engines are fed ta next
         if (i >= 64 && (i % 50 == 0 || i == n_decode - 1)) {  // after warm-up: graphs captured, first swaps done
             size_t used;
             if (strata_device_memory(eb, &used, &total) == 0) {
@@ -128,14 +145,49 @@ int main(int argc, char **argv) {
             }
         }
     }
-    if (first_logit_diff >= 0) {
+    strata_session_hybrid_stats(sb, &hs);
+    if (g_cpu_misses) {  // CPU arithmetic in the result: top-1 agreement, finite logits, the split exercised
+        const double rate = n_decode ? (double)agree / (double)n_decode : 1.0;
+        if (rate >= 0.99 && nonfinite == 0)
+            printf("PASS decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%), max |logit diff| %g\n",
+                   (long long)agree, n_decode, 100.0 * rate, worst);
+        else {
+            printf("FAIL decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%, need 99%%), %lld non-finite "
+                   "logits, max |logit diff| %g\n",
+                   (long long)agree, n_decode, 100.0 * rate, (long long)nonfinite, worst);
+            fails++;
+        }
+        const double share = hs.misses ? (double)hs.cpu_misses / (double)hs.misses : 0.0;
+        printf("decode: --pcie-frac %.3f in use (%d CPU threads): %.1f CPU misses/token, %.1f%% of the misses\n",
+               hs.pcie_frac, hs.cpu_threads, hs.decode_tokens ? (double)hs.cpu_misses / (double)hs.decode_tokens : 0.0,
+               100.0 * share);
+        if (g_pcie_frac >= 0 && g_pcie_frac < 1) {
+            // error diffusion makes the long-run CPU share exact up to one miss per layer
+            const double want = 1.0 - g_pcie_frac;
+            if (hs.cpu_misses > 0 && fabs(share - want) <= 0.02)
+                printf("PASS CPU misses: %" PRIu64 " computed on the CPU, share %.3f (1 - F = %.3f)\n", hs.cpu_misses,
+                       share, want);
+            else {
+                printf("FAIL CPU misses: %" PRIu64 " of %" PRIu64 " misses on the CPU (share %.3f, want %.3f)\n",
+                       hs.cpu_misses, hs.misses, share, want);
+                fails++;
+            }
+        } else if (hs.cpu_threads > 0) {  // auto chose a CPU share
+            if (hs.cpu_misses > 0) printf("PASS CPU misses: %" PRIu64 " computed on the CPU\n", hs.cpu_misses);
+            else {
+                printf("FAIL CPU misses: auto chose F %.3f but the CPU computed none\n", hs.pcie_frac);
+                fails++;
+            }
+        } else {
+            printf("PASS CPU misses: auto chose F = 1 (the CPU would not help on this machine): nothing to check\n");
+        }
+    } else if (first_logit_diff >= 0) {
         printf("FAIL decode logits: first difference at step %lld (max |diff| %g); greedy tokens first differ at %lld\n",
                (long long)first_logit_diff, worst, (long long)first_tok_diff);
         fails++;
     } else {
         printf("PASS decode logits: %d steps bitwise identical (greedy tokens identical)\n", n_decode);
     }
-    strata_session_hybrid_stats(sb, &hs);
     const double dt = hs.decode_tokens ? (double)hs.decode_tokens : 1;
     printf("decode: %" PRIu64 " tokens, hit rate %.2f%%, %.1f misses/token, %.4f GB/token over PCIe, %" PRIu64
            " swaps (%.3f GB)\n",

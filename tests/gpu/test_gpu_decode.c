@@ -400,7 +400,11 @@ static void test_router(void) {
                     for (int e = 0; e < E; e++) {
                         double s = 0, m = 0;
                         for (int i = 0; i < d; i++) {
-                            const double p = (double)Wf[(int64_t)e * d + i] * x[(int64_t)t * d + i];
+                            // F16 routers see activations rounded to half, as the CPU backend (llama.cpp's
+                            // vec_dot_type for F16)
+                            const float xi = wt == ST_TYPE_F16 ? st_f16_to_f32(st_f32_to_f16(x[(int64_t)t * d + i]))
+                                                               : x[(int64_t)t * d + i];
+                            const double p = (double)Wf[(int64_t)e * d + i] * xi;
                             s += p, m += fabs(p);
                         }
                         ref[t * E + e] = (float)s;
