@@ -194,5 +194,7 @@ double st_hy_pick_pcie_frac(double t_pcie, double t_cpu, double t_fixed, double 
     double f = (t_fixed / misses_per_layer + t_cpu) / (t_pcie + t_cpu);
     if (f < 0) f = 0;
     if (f > 0.95) f = 1.0;
+    // The split must save more PCIe time than its fixed cost, or every miss over PCIe is faster.
+    if ((1.0 - f) * misses_per_layer * t_pcie <= t_fixed) f = 1.0;
     return f;
 }

@@ -45,8 +45,8 @@ double st_hy_cpu_time_expert(st_hy_cpu *c, int reps);
 // F * m of them at t_pcie seconds each (on top of the hits it computes anyway); the CPU computes (1 - F) * m at
 // t_cpu each after a fixed t_fixed (host-node round trip, waking the pool). Equal times:
 //   F = (t_fixed / m + t_cpu) / (t_pcie + t_cpu), clamped to [0, 1];
-// above 0.95 the CPU's share is not worth its fixed cost and the result is 1 (every miss over PCIe). Non-positive
-// or non-finite inputs give 1.
+// above 0.95, or when the PCIe time the CPU's share saves ((1 - F) * m * t_pcie) does not exceed t_fixed, the split
+// is not worth it and the result is 1 (every miss over PCIe). Non-positive or non-finite inputs give 1.
 double st_hy_pick_pcie_frac(double t_pcie, double t_cpu, double t_fixed, double misses_per_layer);
 
 #ifdef __cplusplus

@@ -109,6 +109,8 @@ static void test_pick(void) {
     CHECK(st_hy_pick_pcie_frac(tp, 2e-3, 0, 4) == 1.0, "a slow CPU: F 1");
     CHECK(st_hy_pick_pcie_frac(1e-3, 1e-6, 0, 4) < 0.01, "a fast CPU: F near 0");
     CHECK(st_hy_pick_pcie_frac(tp, tc, 1.0, 4) == 1.0, "a huge fixed cost: F 1");
+    CHECK(st_hy_pick_pcie_frac(tp, tc, 80e-6, 2) == 1.0, "a split saving less than its fixed cost: F 1");
+    CHECK(st_hy_pick_pcie_frac(tp, tc, 80e-6, 6) < 1.0, "enough misses to pay for the split: F < 1");
     CHECK(st_hy_pick_pcie_frac(0, tc, tf, 4) == 1.0 && st_hy_pick_pcie_frac(tp, NAN, tf, 4) == 1.0 &&
               st_hy_pick_pcie_frac(tp, tc, tf, 0) == 1.0 && st_hy_pick_pcie_frac(tp, tc, -1, 4) == 1.0,
           "bad inputs: F 1");
