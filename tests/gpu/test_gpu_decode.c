@@ -51,53 +51,11 @@
 static uint64_t g_seed;
 static int g_quick, g_fail_total, g_fail_cur;
 static st_rng g_rng;
+
+#include "gpu_test_cuda.h"
 static st_cuda_ctx g_ctx;
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_),   \
-                    (unsigned long long)g_seed);                                                                   \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
-#define CKL(call)                                                                                                  \
-    do {                                                                                                           \
-        if ((call) != 0) {                                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
-                    (unsigned long long)g_seed);                                                                   \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-        CK(cudaDeviceSynchronize());                                                                               \
-    } while (0)
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
-        exit(2);
-    }
-    return p;
-}
-static void *dalloc(size_t n) {
-    void *p = NULL;
-    CK(cudaMalloc(&p, n ? n : 1));
-    CK(cudaMemset(p, 0xff, n ? n : 1));
-    return p;
-}
-static void *dup_h2d(const void *h, size_t n) {
-    void *p = dalloc(n);
-    CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
-    return p;
-}
-static void d2h(void *h, const void *d, size_t n) { CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
-static void poison(void *d, size_t n) { CK(cudaMemset(d, 0xff, n)); }
-static float *rand_f32(int64_t n, float sd) {
-    float *x = xmalloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) x[i] = st_rng_normal(&g_rng) * sd;
-    return x;
-}
 static uint8_t *rand_weights(int type, int64_t rows, int64_t ne0) {
     const st_type_info *ti = st_type_get(type);
     const size_t bytes = st_row_size(type, ne0) * (size_t)rows;

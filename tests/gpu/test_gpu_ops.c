@@ -29,51 +29,9 @@ static int g_quick, g_fail_total;
 static st_pool *g_pool;
 static st_rng g_rng;
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_),   \
-                    (unsigned long long)g_seed);                                                                   \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
-#define CKL(call)                                                                                                  \
-    do {                                                                                                           \
-        if ((call) != 0) {                                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
-                    (unsigned long long)g_seed);                                                                   \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-        CK(cudaDeviceSynchronize());                                                                               \
-    } while (0)
+#include "gpu_test_cuda.h"
 
-static void *dalloc(size_t n) {
-    void *p = NULL;
-    CK(cudaMalloc(&p, n ? n : 1));
-    CK(cudaMemset(p, 0xff, n ? n : 1));  // poison: 0xffffffff is a NaN as f32, 0xffff a NaN as f16
-    return p;
-}
-static void *dup_h2d(const void *h, size_t n) {
-    void *p = dalloc(n);
-    CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
-    return p;
-}
-static void d2h(void *h, const void *d, size_t n) { CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
-static void poison(void *d, size_t n) { CK(cudaMemset(d, 0xff, n)); }
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
-        exit(2);
-    }
-    return p;
-}
-static float *rand_f32(int64_t n, float sd) {
-    float *x = xmalloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) x[i] = st_rng_normal(&g_rng) * sd;
-    return x;
-}
+
 static int32_t *dpos_new(int32_t v) { return dup_h2d(&v, sizeof v); }
 
 // ---- result bookkeeping -----------------------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+// CUDA helpers shared by the GPU parity tests (header-only). The including test defines, before including it,
+//   static uint64_t g_seed;   // printed with every fatal error, so a failure can be rerun (STRATA_SEED)
+//   static st_rng g_rng;      // fresh random inputs
+// and includes <cuda_runtime_api.h>, util/err.h and util/rng.h.
+#ifndef STRATA_TESTS_GPU_TEST_CUDA_H
+#define STRATA_TESTS_GPU_TEST_CUDA_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// A CUDA runtime call that must succeed.
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_),   \
+                    (unsigned long long)g_seed);                                                                   \
+            exit(2);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+// A Strata launcher that must return 0, then a device synchronisation (so asynchronous errors land here).
+#define CKL(call)                                                                                                  \
+    do {                                                                                                           \
+        if ((call) != 0) {                                                                                         \
+            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
+                    (unsigned long long)g_seed);                                                                   \
+            exit(2);                                                                                               \
+        }                                                                                                          \
+        CK(cudaDeviceSynchronize());                                                                               \
+    } while (0)
+
+static inline void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+// Device memory, poisoned: 0xffffffff is a NaN as f32, 0xffff a NaN as f16, so unwritten outputs fail the checks.
+static inline void *dalloc(size_t n) {
+    void *p = NULL;
+    CK(cudaMalloc(&p, n ? n : 1));
+    CK(cudaMemset(p, 0xff, n ? n : 1));
+    return p;
+}
+static inline void *dup_h2d(const void *h, size_t n) {
+    void *p = dalloc(n);
+    CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+    return p;
+}
+static inline void d2h(void *h, const void *d, size_t n) { CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
+static inline void poison(void *d, size_t n) { CK(cudaMemset(d, 0xff, n)); }
+static inline float *rand_f32(int64_t n, float sd) {
+    float *x = xmalloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = st_rng_normal(&g_rng) * sd;
+    return x;
+}
+
+#endif
