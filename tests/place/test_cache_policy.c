@@ -14,16 +14,7 @@
 #include "util/err.h"
 #include "util/rng.h"
 
-static int failures;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-            failures++;                                          \
-        }                                                        \
-    } while (0)
+#include "place_test.h"
 
 // Staging the layout would need for n_cache slots assigned evenly (reference for maximality).
 static uint64_t even_need(uint32_t L, uint32_t E, uint64_t n_cache, uint32_t bufs) {

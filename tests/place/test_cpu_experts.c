@@ -29,17 +29,8 @@
 #include "util/log.h"
 #include "util/rng.h"
 
-static int failures;
 static uint64_t g_seed;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-            failures++;                                          \
-        }                                                        \
-    } while (0)
+#include "place_test.h"
 
 static void test_split(st_rng *r) {
     CHECK(st_hy_cpu_q16(1.0) == 0 && st_hy_cpu_q16(2.0) == 0 && st_hy_cpu_q16(NAN) == 0, "F >= 1 / NaN: no CPU share");

@@ -23,17 +23,8 @@
 #include "util/pool.h"
 #include "util/rng.h"
 
-static int failures;
 static uint64_t g_seed;
-#define CHECK(cond, ...)                                    \
-    do {                                                    \
-        if (!(cond)) {                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                   \
-            fprintf(stderr, "\n");                          \
-            failures++;                                     \
-        }                                                   \
-    } while (0)
+#include "place_test.h"
 #define CHECK_ERR(cond, needle, what)                                                                         \
     do {                                                                                                      \
         bool c_ = (cond);                                                                                     \
