@@ -351,6 +351,26 @@ void st_softmax(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+void st_route_topk(const float *prob, int64_t E, int64_t K, int norm, int32_t *sel, float *wt) {
+    for (int64_t k = 0; k < K; k++) {  // K is small (8): selection by repeated max, ties to the lower id
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int64_t j = 0; j < k; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || prob[e] > prob[best])) best = e;
+        }
+        sel[k] = best;
+        wt[k] = prob[best];
+    }
+    if (norm) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; k++) sum += (double)wt[k];
+        float fs = (float)sum;
+        if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
+        for (int64_t k = 0; k < K; k++) wt[k] /= fs;
+    }
+}
+
 typedef struct {
     float *out;
     const float *q;

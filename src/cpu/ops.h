@@ -26,6 +26,10 @@ void st_swiglu(float *y, const float *g, const float *u, int64_t n);
 
 // Softmax in place (ggml's soft_max: vector exp per 16-chunk, double sum).
 void st_softmax(float *x, int64_t n);
+// MoE routing after the softmax: the K most probable of E experts by repeated max (descending; ties to the lower id,
+// as the reference's insertion sort of a short row leaves them) into sel[K] / wt[K]; with norm, the K weights are
+// divided by their sum as llama.cpp does it (summed in double, clamped below at 2^-14).
+void st_route_topk(const float *prob, int64_t E, int64_t K, int norm, int32_t *sel, float *wt);
 
 // Causal grouped-query attention for a batch of tokens over a KV cache.
 //   q:    [n_tok][n_head * head_dim] float32 (already roped)

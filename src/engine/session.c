@@ -160,34 +160,14 @@ static int dense_ffn(st_session *s, const st_layer *L, int64_t n) {
     return 0;
 }
 
-// Router: softmax over experts, top-k by probability (descending; ties to the lower id, as the reference's insertion
-// sort of a short row leaves them), optional renormalisation of the k weights (qwen3moe): llama.cpp sums them in
-// double (ggml_sum_rows), clamps the sum below at 2^-14 and divides.
+// Router: softmax over experts, then the top-k and their optional renormalisation (qwen3moe), as llama.cpp's graph.
 static void route(st_session *s, int64_t n) {
     const st_hparams *hp = &s->model->hp;
     int64_t E = hp->n_expert, K = hp->n_expert_used;
     for (int64_t t = 0; t < n; t++) {
         float *p = s->router + t * E;
         st_softmax(p, E);
-        int32_t *sel = s->sel_expert + t * K;
-        float *wt = s->sel_weight + t * K;
-        for (int64_t k = 0; k < K; k++) {  // K is small (8): selection by repeated max, ties to the lower id
-            int32_t best = -1;
-            for (int32_t e = 0; e < E; e++) {
-                int taken = 0;
-                for (int64_t j = 0; j < k; j++) taken |= sel[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[k] = best;
-            wt[k] = p[best];
-        }
-        if (hp->expert_weights_norm) {
-            double sum = 0;
-            for (int64_t k = 0; k < K; k++) sum += (double)wt[k];
-            float fs = (float)sum;
-            if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
-            for (int64_t k = 0; k < K; k++) wt[k] /= fs;
-        }
+        st_route_topk(p, E, K, hp->expert_weights_norm, s->sel_expert + t * K, s->sel_weight + t * K);
     }
 }
 

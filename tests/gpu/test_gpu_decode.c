@@ -308,23 +308,7 @@ static void test_mmvq_multi(void) {
 static void cpu_route(const float *logits, int E, int K, int norm, int32_t *ids, float *w, float *prob) {
     memcpy(prob, logits, sizeof(float) * E);
     st_softmax(prob, E);
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int j = 0; j < k; j++) taken |= ids[j] == e;
-            if (!taken && (best < 0 || prob[e] > prob[best])) best = e;
-        }
-        ids[k] = best;
-        w[k] = prob[best];
-    }
-    if (norm) {
-        double s = 0;
-        for (int k = 0; k < K; k++) s += w[k];
-        float fs = (float)s;
-        if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
-        for (int k = 0; k < K; k++) w[k] /= fs;
-    }
+    st_route_topk(prob, E, K, norm, ids, w);
 }
 
 static void test_router(void) {
