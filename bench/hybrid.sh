@@ -33,44 +33,29 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ -x scripts/gpu-deps.sh ] && eval "$(scripts/gpu-deps.sh)"
+. bench/lib.sh
 export PATH="$PATH:/usr/local/cuda/bin"
 t0=$SECONDS
 llama=""
 if [ $llama_on = 1 ]; then
   if [ -d .carry/llama.cpp ]; then
-    (cmake -S bench/peer -B build-peer -G Ninja -DLLAMA_SRC="$PWD/.carry/llama.cpp" -DGGML_CUDA=ON -DGGML_NATIVE=OFF \
-       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release && cmake --build build-peer -j 14 --target llama-bench) \
-      > "$out/peer-build.log" 2>&1 &
-    peer_pid=$!
+    build_llama_bench
   else
     echo "== no .carry/llama.cpp (bench/prepare-peer.sh puts it there): Strata only"
     llama_on=0
   fi
 fi
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  ${STRATA_DEPS_PREFIX:+-DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr"} > "$out/strata-build.log" 2>&1 &&
-  cmake --build build-gpu -j 4 --target strata >> "$out/strata-build.log" 2>&1 || { tail -20 "$out/strata-build.log"; exit 1; }
+build_strata || exit 1
 tag=$preset-$mix; [ "$skew" != 0 ] && tag=$tag-skew$skew
 model=/tmp/$tag.gguf
 [ -f "$model" ] || build-gpu/bin/strata make-model --preset "$preset" --type "$mix" --router-skew "$skew" --seed 1 \
   -o "$model" 2>&1 | tail -1
 if [ $llama_on = 1 ]; then
   wait $peer_pid || { tail -30 "$out/peer-build.log"; exit 1; }
-  llama=build-peer/bin/llama-bench
-  [ -x $llama ] || llama=$(find build-peer -name llama-bench -type f | head -1)
+  llama=$(llama_bench_path)
 fi
 echo "== builds and model ready in $((SECONDS - t0)) s: $model ($(du -h "$model" | cut -f1))"
 
-vram() {  # vram NAME CMD...: runs CMD while sampling memory.used; peak MiB into $out/NAME.vram
-  local name=$1; shift
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.vram.log" &
-  local smi=$!
-  "$@"
-  local rc=$?
-  kill $smi 2>/dev/null; wait $smi 2>/dev/null
-  sort -n "$out/$name.vram.log" | tail -1 > "$out/$name.vram"
-  return $rc
-}
 base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
 echo "$base" > "$out/idle.vram"
 

@@ -1,0 +1,33 @@
+# Shared by bench/peer.sh and bench/hybrid.sh (sourced; expects $out, the results folder).
+
+# build_llama_bench: starts the CUDA build of llama-bench from .carry/llama.cpp (bench/prepare-peer.sh) in the
+# background; its pid goes to $peer_pid, the log to $out/peer-build.log. llama_bench_path prints the binary after.
+build_llama_bench() {
+  (cmake -S bench/peer -B build-peer -G Ninja -DLLAMA_SRC="$PWD/.carry/llama.cpp" -DGGML_CUDA=ON -DGGML_NATIVE=OFF \
+     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release && cmake --build build-peer -j 14 --target llama-bench) \
+    > "$out/peer-build.log" 2>&1 &
+  peer_pid=$!
+}
+llama_bench_path() {
+  if [ -x build-peer/bin/llama-bench ]; then echo build-peer/bin/llama-bench
+  else find build-peer -name llama-bench -type f | head -1; fi
+}
+
+# build_strata: configures and builds build-gpu/bin/strata (CUDA, sm_90); on failure prints the log's tail.
+build_strata() {
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    ${STRATA_DEPS_PREFIX:+-DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr"} > "$out/strata-build.log" 2>&1 &&
+    cmake --build build-gpu -j 4 --target strata >> "$out/strata-build.log" 2>&1 || { tail -20 "$out/strata-build.log"; return 1; }
+}
+
+# vram NAME CMD...: runs CMD while sampling memory.used; peak MiB into $out/NAME.vram
+vram() {
+  local name=$1; shift
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.vram.log" &
+  local smi=$!
+  "$@"
+  local rc=$?
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  sort -n "$out/$name.vram.log" | tail -1 > "$out/$name.vram"
+  return $rc
+}
