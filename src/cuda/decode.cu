@@ -17,13 +17,14 @@
 
 #include "cuda/decode_common.cuh"  // groups, CPU-format quantizers, PDL
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
+#include "cuda/decode_rows.cuh"     // row dots, router loads, route_group
 
 #define DEC_GROUPS 8                           // groups per block
 #define DEC_THREADS (DEC_GROUPS * G32)
 #define NORM_MAX_N 12288                       // rmsnorm_act stages the row in shared memory (48 KiB)
-#define ROUTER_MAX_PER_LANE 16                 // n_expert <= 16 * 32
 #define DOWN_R 4                               // output rows per block of the down projection
 #define DOWN_MAX_USED 32
+#define ROUTER_GROUPS 2                        // groups (logits) per router block
 #define ROUTER_PRE 16                          // router weights (float4 per lane) loaded before the PDL wait
 
 // ---- PDL switch -------------------------------------------------------------------------------------------------
@@ -48,19 +49,6 @@ int st_dec_pdl_enabled(void) {
 
 // ---- RMSNorm + residual + quantization ---------------------------------------------------------------------------
 
-// Deterministic block sum of doubles (fixed order over the groups); every thread gets the result.
-__device__ double block_sum_d(double v) {
-    __shared__ double part[1024 / G32];
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
-    v = g32_sum_d(v);
-    __syncthreads();
-    if (lane == 0) part[g] = v;
-    __syncthreads();
-    double s = 0;
-    for (int i = 0; i < ng; i++) s += part[i];
-    return s;
-}
-
 __global__ void __launch_bounds__(DEC_THREADS)
     k_rmsnorm_act(float *__restrict__ y, uint8_t *__restrict__ yq, int fmt, float *__restrict__ x,
                   const float *__restrict__ res, const float *__restrict__ w, int n, float eps, long long qstride) {
@@ -70,26 +58,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
         for (int i = threadIdx.x * 32; i < n; i += blockDim.x * 32) st_prefetch_l2(w + i);
     st_pdl_wait();
     st_pdl_trigger();
-    float *xr = x + r * n;
-    double ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i];
-        if (res) {
-            v = __fadd_rn(v, res[r * n + i]);
-            xr[i] = v;
-        }
-        sv[i] = v;
-        ss += (double)__fmul_rn(v, v);  // the square rounded to float, summed in double (st_rmsnorm)
-    }
-    ss = block_sum_d(ss);
+    double ss = norm_load_sumsq(sv, x + r * n, res ? res + r * n : NULL, n, true);
     const float mean = (float)(ss / (double)n);
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {  // each thread rewrites only its own elements
-        float v = __fmul_rn(sv[i], scale);
-        if (w) v = __fmul_rn(v, w[i]);
-        sv[i] = v;
-        if (y) y[r * n + i] = v;
-    }
+    norm_scale(sv, w, scale, y ? y + r * n : NULL, n);
     if (!yq) return;  // uniform across the block
     __syncthreads();
     block_quant<false>(fmt, sv, yq + r * qstride, n / 32, 0, n / 32);
@@ -112,86 +84,12 @@ extern "C" int st_cuda_rmsnorm_act(float *y, void *yq, int act_format, float *x,
 
 // ---- matrix-vector rows ----------------------------------------------------------------------------------------
 
-#define DEC_TYPES(X)                                                                                               \
-    X(ST_TYPE_Q4_0) X(ST_TYPE_Q4_1) X(ST_TYPE_Q5_0) X(ST_TYPE_Q5_1) X(ST_TYPE_Q8_0) X(ST_TYPE_Q2_K) X(ST_TYPE_Q3_K) \
-        X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K)
-
 extern "C" int st_cuda_dec_supported(int t) {
 #define X(T) \
     if (t == T) return 1;
     DEC_TYPES(X)
 #undef X
     return 0;
-}
-
-// Activation block `it` of a planar q8_1 row: quants as 8 ints, (d, s) pair.
-__device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8], float2 &ds) {
-    const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
-    const uint4 v0 = qp[0], v1 = qp[1];
-    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
-    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
-    ds = ((const float2 *)xds)[it];
-}
-
-// dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
-template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
-    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
-    const uint8_t *xds = xq + (size_t)nitems * 32;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (int it = lane; it < nitems; it += G32) {  // unrolled: both items' loads in flight together
-        int32_t q[8];
-        float2 ds;
-        load_act(xq, xds, it, q, ds);
-        st_qb_w w;
-        st_qb_unpack(TYPE, row + (size_t)(it / IPB) * TS, it % IPB, &w);
-        acc += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
-    }
-    return g32_sum_f(acc);
-}
-
-// Two rows (gate, up) against the same activations in one pass.
-template <int TYPE>
-__device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems, int lane,
-                                         float &a, float &b) {
-    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
-    const uint8_t *xds = xq + (size_t)nitems * 32;
-    float acc_a = 0.0f, acc_b = 0.0f;
-#pragma unroll 2
-    for (int it = lane; it < nitems; it += G32) {
-        int32_t q[8];
-        float2 ds;
-        load_act(xq, xds, it, q, ds);
-        const size_t off = (size_t)(it / IPB) * TS;
-        st_qb_w w;
-        st_qb_unpack(TYPE, ra + off, it % IPB, &w);
-        acc_a += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
-        st_qb_unpack(TYPE, rb + off, it % IPB, &w);
-        acc_b += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
-    }
-    a = g32_sum_f(acc_a);
-    b = g32_sum_f(acc_b);
-}
-
-// Runtime type dispatch (uniform per group).
-__device__ __noinline__ float row_dot_any(int type, const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
-    switch (type) {
-#define X(T) \
-    case T: return row_dot<T>(row, xq, nitems, lane);
-        DEC_TYPES(X)
-#undef X
-    default: return f_nan();
-    }
-}
-__device__ __noinline__ void row_dot2_any(int type, const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems,
-                                          int lane, float *a, float *b) {
-    switch (type) {
-#define X(T) \
-    case T: row_dot2<T>(ra, rb, xq, nitems, lane, *a, *b); return;
-        DEC_TYPES(X)
-#undef X
-    default: *a = *b = f_nan();
-    }
 }
 
 // ---- Q/K/V in one launch ---------------------------------------------------------------------------------------
@@ -268,88 +166,6 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
 
 // ---- router: float matvec + softmax + top-k ---------------------------------------------------------------------
 
-template <typename T> __device__ __forceinline__ float4 ld4(const T *w, int64_t i4);
-template <> __device__ __forceinline__ float4 ld4<float>(const float *w, int64_t i4) {
-    return ((const float4 *)w)[i4];
-}
-template <> __device__ __forceinline__ float4 ld4<__half>(const __half *w, int64_t i4) {
-    const uint2 u = ((const uint2 *)w)[i4];
-    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
-    return make_float4(a.x, a.y, b.x, b.y);
-}
-template <> __device__ __forceinline__ float4 ld4<__nv_bfloat16>(const __nv_bfloat16 *w, int64_t i4) {
-    const uint2 u = ((const uint2 *)w)[i4];
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                       __uint_as_float(u.y & 0xffff0000u));
-}
-
-// The router's input as the CPU sees it: rounded to half for F16 weights (llama.cpp's vec_dot_type), else float.
-template <typename T> __device__ __forceinline__ float4 ldx4(const float *x, int64_t i4) { return ((const float4 *)x)[i4]; }
-template <> __device__ __forceinline__ float4 ldx4<__half>(const float *x, int64_t i4) {
-    const float4 v = ((const float4 *)x)[i4];
-    return make_float4(__half2float(__float2half_rn(v.x)), __half2float(__float2half_rn(v.y)),
-                       __half2float(__float2half_rn(v.z)), __half2float(__float2half_rn(v.w)));
-}
-
-// The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
-__device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
-    const int lane = threadIdx.x % G32;
-    float p[ROUTER_MAX_PER_LANE];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
-        const int e = lane + j * G32;
-        p[j] = e < E ? __ldcg(l + e) : -INFINITY;
-        mx = fmaxf(mx, p[j]);
-    }
-    mx = g32_max(mx);
-    double sum = 0;
-#pragma unroll
-    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
-        const int e = lane + j * G32;
-        p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
-        sum += p[j];
-    }
-    sum = g32_sum_d(sum);
-    const float inv = (float)(1.0 / sum);
-#pragma unroll
-    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
-        const int e = lane + j * G32;
-        p[j] = e < E ? __fmul_rn(p[j], inv) : -1.0f;  // -1: no expert / taken (probabilities are >= 0)
-    }
-    float my_w = 0.0f;  // lane k keeps the k-th pick
-    int32_t my_id = 0;
-    double wsum = 0;
-    for (int k = 0; k < K; k++) {
-        float bv = -1.0f;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
-            if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
-            const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-        }
-#pragma unroll
-        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
-            if (lane + j * G32 == bi) p[j] = -1.0f;
-        if (lane == k) my_w = bv, my_id = bi;
-        wsum += (double)bv;  // k ascending, in double, as the CPU
-    }
-    if (lane < K) {
-        float w = my_w;
-        if (norm) {
-            float fs = (float)wsum;
-            if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
-            w = __fdiv_rn(my_w, fs);
-        }
-        ids[lane] = my_id;
-        weights[lane] = w;
-    }
-}
-
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
@@ -412,10 +228,10 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
                       "(<= 32), %d tokens", (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used, n_tok);
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits || !ids || !weights || !counters)
         return st_err("st_cuda_router_topk: W and x must be 16-byte aligned; outputs and counters non-NULL");
-    const int per_block = DEC_THREADS / G32;
+    const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
 #define RT_GO(T)                                                                                                   \
-    st_dec_launch(k_router<T>, dim3(grid), dim3(DEC_THREADS), 0, stream, (const T *)W, (int)ne0, n_expert, x, n_tok,  \
+    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, x, n_tok,  \
                   n_used, norm, logits, ids, weights, counters)
     if (w_type == ST_TYPE_F32) RT_GO(float);
     else if (w_type == ST_TYPE_F16) RT_GO(__half);
@@ -570,43 +386,6 @@ extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int
 // and every block quantizes the K activation rows of its token into shared memory itself (K * n_ff / 256 Q8_K
 // blocks: 24 for the Qwen3-30B-A3B shape, 3 per group; the rows come from L2). Each group then runs its DOWN_R * K
 // / 8 row dots together (row_dotN: their weight loads in flight at once, not one row after the other).
-
-// N rows against N activation rows in one pass (rows[n] NULL: skipped, out[n] NaN); same per-row arithmetic and
-// order as row_dot.
-template <int TYPE, int N>
-__device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8_t *const *xqs, int nitems, int lane,
-                                         float *out) {
-    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
-    float acc[N];
-#pragma unroll
-    for (int n = 0; n < N; n++) acc[n] = 0.0f;
-    for (int it = lane; it < nitems; it += G32) {
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-            if (!rows[n]) continue;
-            int32_t q[8];
-            float2 ds;
-            load_act(xqs[n], xqs[n] + (size_t)nitems * 32, it, q, ds);
-            st_qb_w w;
-            st_qb_unpack(TYPE, rows[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
-            acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
-        }
-    }
-#pragma unroll
-    for (int n = 0; n < N; n++) out[n] = rows[n] ? g32_sum_f(acc[n]) : f_nan();
-}
-#define DOWN_N 4  // row dots per group pass
-__device__ __noinline__ void row_dot4_any(int type, const uint8_t *const *rows, const uint8_t *const *xqs, int nitems,
-                                          int lane, float *out) {
-    switch (type) {
-#define X(T) \
-    case T: row_dotN<T, DOWN_N>(rows, xqs, nitems, lane, out); return;
-        DEC_TYPES(X)
-#undef X
-    default:
-        for (int n = 0; n < DOWN_N; n++) out[n] = f_nan();
-    }
-}
 
 // grid (ceil(n_embd / DOWN_R), n_tok); dynamic shared memory: K planar rows of n_ff (stride aq_stride).
 __global__ void __launch_bounds__(DEC_THREADS)

@@ -108,6 +108,106 @@ __device__ __forceinline__ double g32_sum_d(double v) {
 
 __device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
 
+// Deterministic block sum of doubles (fixed order over the groups); every thread gets the result.
+static __device__ double block_sum_d(double v) {
+    __shared__ double part[1024 / G32];
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    v = g32_sum_d(v);
+    __syncthreads();
+    if (lane == 0) part[g] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < ng; i++) s += part[i];
+    return s;
+}
+
+// ---- RMSNorm stages with every load of a thread in flight at once ---------------------------------------------
+//
+// Element i belongs to thread i % blockDim.x (ascending i per thread: the order of the double sum of squares, as
+// st_rmsnorm's). The loads go in batches of NORM_U per thread, issued before any store, so a row costs one memory
+// latency per batch instead of one per element (the compiler does not move loads above stores that may alias).
+#define NORM_U 8
+
+// sv[i] = x[i] (+ res[i], written back to x when write_back); returns the block's sum of the squares (each rounded
+// to float, summed in double). Every thread of the block calls it.
+static __device__ double norm_load_sumsq(float *sv, float *x, const float *res, int n, bool write_back) {
+    double ss = 0;
+    for (int i0 = threadIdx.x; i0 < n; i0 += blockDim.x * NORM_U) {
+        float v[NORM_U], r[NORM_U];
+#pragma unroll
+        for (int u = 0; u < NORM_U; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+            v[u] = i < n ? x[i] : 0.0f;
+            r[u] = res && i < n ? res[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NORM_U; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+            if (i >= n) break;
+            float t = v[u];
+            if (res) {
+                t = __fadd_rn(t, r[u]);
+                if (write_back) x[i] = t;
+            }
+            sv[i] = t;
+            ss += (double)__fmul_rn(t, t);
+        }
+    }
+    return block_sum_d(ss);
+}
+
+// sv[i] = sv[i] * scale (* w[i] when w), also to y[i] when y; each thread touches only its own elements.
+static __device__ void norm_scale(float *sv, const float *w, float scale, float *y, int n) {
+    for (int i0 = threadIdx.x; i0 < n; i0 += blockDim.x * NORM_U) {
+        float wv[NORM_U];
+#pragma unroll
+        for (int u = 0; u < NORM_U; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+            wv[u] = w && i < n ? w[i] : 1.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NORM_U; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+            if (i >= n) break;
+            float v = __fmul_rn(sv[i], scale);
+            if (w) v = __fmul_rn(v, wv[u]);
+            sv[i] = v;
+            if (y) y[i] = v;
+        }
+    }
+}
+
+// ---- grid-wide barrier -------------------------------------------------------------------------------------------
+//
+// For kernels whose blocks are all resident at once (grid no larger than the occupancy allows, launched cooperatively
+// where the driver can): *bar is one word, zeroed once, used by one kernel at a time. Every block adds 1, block 0
+// adds 2^31 - (gridDim.x - 1), so the word's top bit flips exactly when the last block arrives and the low bits come
+// back to where they were: no reset between barriers or between graph replays. Writes before the barrier are
+// visible after it (fence before the add, acquire loads while spinning); data other blocks wrote must still be read
+// with loads that bypass L1 (__ldcg) when this SM may hold an older copy.
+__device__ __forceinline__ unsigned int st_ld_acquire(const unsigned int *p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+#else
+    const unsigned int v = *(const volatile unsigned int *)p;
+    __threadfence();
+    return v;
+#endif
+}
+__device__ __forceinline__ void st_grid_sync(unsigned int *bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+        __threadfence();
+        const unsigned int old = atomicAdd(bar, add);
+        while (((old ^ st_ld_acquire(bar)) & 0x80000000u) == 0) {
+        }
+    }
+    __syncthreads();
+}
+
 // ---- activation quantization in the CPU's formats (quantize_act.h), IEEE-rounded ---------------------------
 //
 // Every division is __fdiv_rn: under --use_fast_math a plain '/' is approximate and would move a quant or a scale

@@ -84,7 +84,11 @@ struct st_gpu_session {
     int32_t *dec_counters;      // zeroed counters of the fused decode kernels [st_cuda_dec_counters_bytes]
     int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
     int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
-    int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V1=1: moe_glu_q + moe_down_sum)
+    int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
+                                // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
+    int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
+                                // (STRATA_MOE_ONE=1; STRATA_FFN_BPS=N: N blocks per SM): 239 vs 327 tok/s so far
+    void *moe_ffn_ws;           // its barrier word and chunk counters [st_cuda_dec_moe_ws_bytes], zeroed once
     void *attn_ws2;             // st_cuda_attn_dec workspace (zeroed once: its counters)
     int n_split2;               // st_cuda_attn_dec grid
     float *logits;              // [logits_rows][n_vocab]
@@ -452,7 +456,14 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     if (!fail && st_cuda_memset(&g->ctx, s->dec_counters, 0, cnt_bytes, NULL)) fail = 1;
     s->fused = getenv("STRATA_NO_FUSED") == NULL;
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
-    s->moe_v2 = getenv("STRATA_MOE_V1") == NULL;
+    s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
+    if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
+        const char *bps = getenv("STRATA_FFN_BPS");
+        s->moe_ffn_grid = st_cuda_dec_moe_grid((int64_t)d, bps ? atoi(bps) : 0);
+        const size_t wsb = st_cuda_dec_moe_ws_bytes((int64_t)ff, (int)K);
+        s->moe_ffn_ws = dalloc(s, wsb, "decode counters", &fail);
+        if (!fail && st_cuda_memset(&g->ctx, s->moe_ffn_ws, 0, wsb, NULL)) fail = 1;
+    }
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     s->n_split2 = st_cuda_attn_dec_splits((int)hp->n_head_kv, g->ctx.sm_count);
     const size_t ws2 = st_cuda_attn_dec_ws_bytes((int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_k, s->n_split2);
@@ -499,7 +510,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
                     s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters, s->attn_ws2};
+                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -610,6 +621,15 @@ static int fused_moe(const st_gpu_session *s, const glayer *L, int n) {
            (dfmt != ST_TYPE_Q8_K || F % 256 == 0);
 }
 
+// Whether layer L's one-token MoE FFN (fused_moe) takes the one-launch kernel: not with CPU miss workers (they need
+// the router output on the host between the router and the experts), router F32/F16/BF16, n_embd within its limit.
+static int moe_ffn_one(const st_gpu_session *s, const glayer *L) {
+    const st_hparams *hp = &s->g->m->hp;
+    const int rt = L->router.type;
+    return s->moe_ffn_grid > 0 && !(s->g->hy && st_hybrid_cpu_split(s->g->hy)) &&
+           (rt == ST_TYPE_F32 || rt == ST_TYPE_F16 || rt == ST_TYPE_BF16) && hp->n_embd <= ST_MOE_FFN_MAX_EMBD;
+}
+
 // Whether layer L's one-token attention takes st_cuda_attn_dec with the O projection's input quantized in it, O
 // then by st_cuda_mmvq_multi (both PDL launches).
 static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
@@ -669,6 +689,16 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // x += attention output; xn = ffn_norm(x) (f32 for the router, quantized for gate/up); then
             // x += sum_k w_k down_k(GLU_k(xn)), the down input quantized by the GLU kernel.
             const int F = (int)hp->n_ff_exp, E = (int)hp->n_expert;
+            if (n == 1 && moe_ffn_one(s, L)) {
+                // The whole FFN in one launch (decode.h: st_cuda_dec_moe), x += attention output first.
+                const st_cuda_dec_moe_args a = {s->x, s->ffn_out, L->ffn_norm, hp->rms_eps, d, L->router.type,
+                                                L->router.d, E, K, hp->expert_weights_norm, L->gate_exps.type,
+                                                L->down_exps.type, (const void *const *)L->experts, F, s->router,
+                                                s->ffn_a, s->xq2, s->d_ids, s->d_wts, s->moe_ffn_ws, s->moe_ffn_grid,
+                                                NULL};
+                if (st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st))) return -1;
+                continue;
+            }
             if (st_cuda_rmsnorm_act(s->xn, s->xq, st_cuda_act_format(L->gate_exps.type), s->x, s->ffn_out,
                                     L->ffn_norm, n, d, hp->rms_eps, st) ||
                 st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,

@@ -16,14 +16,10 @@ for a in "$@"; do
     --only-bench) bench=1; tests=0 ;;
   esac
 done
+t0=$SECONDS
+OUT=$out tests/gpu/build.sh || exit 1
 eval "$(scripts/gpu-deps.sh)"
 export PATH="$PATH:/usr/local/cuda/bin"
-t0=$SECONDS
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${STRATA_GPU_ARCH:-90}" -DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr" \
-  -DSTRATA_PYTHON=python3 > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
-echo "== built in $((SECONDS - t0)) s"
 rc=0
 if [ $tests = 1 ]; then
   OUT=$out tests/gpu/run.sh --no-build $sanitize > /dev/null 2>&1 || rc=1

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Kernel-by-kernel profile of Strata's one-token decode step with Nsight Compute (GPU machine, after a build-gpu
+# build): runs `strata bench -p 0 -n N` on a Qwen3-30B-A3B-shaped Q4_K_M model cut to a few layers (same layer
+# shapes and types, so per-layer kernels are representative), skips the first decode steps and records one
+# step's kernels (graph nodes profiled one by one: durations exclude launch gaps). Prints per kernel: duration,
+# DRAM bytes read, DRAM throughput (% of peak), achieved occupancy, grid, registers; then the sum per layer.
+#   usage: bench/profile_decode.sh [--layers N] [--depth D] [--detail KERNEL_REGEX]
+#   --detail: also a full-section report (warp stall reasons, memory chart) of the first launch of each kernel
+#             whose name matches, written to $OUT/ncu-detail.txt.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+layers=4; depth=0; detail=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --layers) layers=$2; shift ;;
+    --depth) depth=$2; shift ;;
+    --detail) detail=$2; shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "profile_decode.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+out=${OUT:-/tmp/strata-profile}
+eval "$(scripts/gpu-deps.sh)"  # the build links libmicrohttpd from the carried packages
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "profile_decode.sh: ncu not found" >&2; exit 1; }
+bin=build-gpu/bin/strata
+m=/tmp/q30b-${layers}l.gguf
+[ -f "$m" ] || $bin make-model --preset qwen3-30b-a3b --n-layer "$layers" --type Q4_K_M --seed 1 -o "$m" > /dev/null
+# Kernels per decode step: ~9 per layer + embedding + head + sampling; skip 3 steps' worth, take a bit over one.
+per_step=$((layers * 9 + 8))
+metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+metrics=$metrics,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread
+"$NCU" --clock-control none --graph-profiling node --launch-skip $((per_step * 3 + 40)) --launch-count $((per_step + 4)) \
+  --metrics "$metrics" --csv $bin bench -m "$m" -p 0 -n 12 -d "$depth" -r 1 > "$out/ncu-decode.csv" 2> "$out/ncu.err"
+python3 - "$out/ncu-decode.csv" "$layers" <<'EOF'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr, rows = rows[0], rows[1:]
+ix = {h: i for i, h in enumerate(hdr)}
+k = collections.OrderedDict()
+for r in rows:
+    key = (r[ix["ID"]], r[ix["Kernel Name"]].split("(")[0][:40])
+    k.setdefault(key, {})[r[ix["Metric Name"]]] = r[ix["Metric Value"]].replace(",", "")
+tot = 0.0
+print(f"{'kernel':40s} {'us':>8s} {'MB read':>8s} {'dram%':>6s} {'occ%':>6s} {'grid':>6s} {'regs':>5s}")
+per = collections.defaultdict(float)
+for (i, name), m in k.items():
+    us = float(m.get("gpu__time_duration.sum", 0)) / 1e3
+    mb = float(m.get("dram__bytes_read.sum", 0)) / 1e6
+    tot += us
+    per[name] += us
+    print(f"{name:40s} {us:8.2f} {mb:8.2f} {float(m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed', 0)):6.1f} "
+          f"{float(m.get('sm__warps_active.avg.pct_of_peak_sustained_active', 0)):6.1f} {m.get('launch__grid_size', '?'):>6s} "
+          f"{m.get('launch__registers_per_thread', '?'):>5s}")
+print(f"sum of kernel durations: {tot:.1f} us over {len(k)} launches")
+for n, us in sorted(per.items(), key=lambda a: -a[1]):
+    print(f"  {n:40s} {us:8.2f} us")
+EOF
+if [ -n "$detail" ]; then
+  "$NCU" --clock-control none --graph-profiling node --launch-skip $((per_step * 3 + 40)) -k "regex:$detail" \
+    --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section LaunchStats --section Occupancy $bin bench -m "$m" -p 0 -n 12 -d "$depth" -r 1 > "$out/ncu-detail.txt" 2>&1
+  grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Stall|Warp Cycles|Registers|Theoretical Occ|L2 Hit|Block Limit" \
+    "$out/ncu-detail.txt" | head -120
+fi

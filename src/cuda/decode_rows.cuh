@@ -1,0 +1,260 @@
+// Device helpers of the fused decode kernels that work on matrix rows (decode.cu, decode_moe.cu): the weight types
+// they take, one 32-lane group's dot products of quantized rows with planar q8_1 activation rows (cuda/qblock.h
+// unpack + dp4a, then a butterfly sum: the same arithmetic and order as st_k_mmvq with one warp per row), float
+// row loads for the router, and the CPU's MoE route of one token. CUDA C++ only; every function is static or a
+// template, so each translation unit gets its own copy.
+#ifndef STRATA_CUDA_DECODE_ROWS_CUH
+#define STRATA_CUDA_DECODE_ROWS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "cuda/decode_common.cuh"  // groups, reductions
+#include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
+
+#define ROUTER_MAX_PER_LANE 16  // n_expert <= 16 * 32
+
+#define DEC_TYPES(X)                                                                                               \
+    X(ST_TYPE_Q4_0) X(ST_TYPE_Q4_1) X(ST_TYPE_Q5_0) X(ST_TYPE_Q5_1) X(ST_TYPE_Q8_0) X(ST_TYPE_Q2_K) X(ST_TYPE_Q3_K) \
+        X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K)
+
+// Activation block `it` of a planar q8_1 row: quants as 8 ints, (d, s) pair.
+static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8], float2 &ds) {
+    const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
+    const uint4 v0 = qp[0], v1 = qp[1];
+    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
+    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
+    ds = ((const float2 *)xds)[it];
+}
+
+// dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
+template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    const uint8_t *xds = xq + (size_t)nitems * 32;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (int it = lane; it < nitems; it += G32) {  // unrolled: both items' loads in flight together
+        int32_t q[8];
+        float2 ds;
+        load_act(xq, xds, it, q, ds);
+        st_qb_w w;
+        st_qb_unpack(TYPE, row + (size_t)(it / IPB) * TS, it % IPB, &w);
+        acc += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+    }
+    return g32_sum_f(acc);
+}
+
+// Two rows (gate, up) against the same activations in one pass.
+template <int TYPE>
+__device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems, int lane,
+                                         float &a, float &b) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    const uint8_t *xds = xq + (size_t)nitems * 32;
+    float acc_a = 0.0f, acc_b = 0.0f;
+#pragma unroll 2
+    for (int it = lane; it < nitems; it += G32) {
+        int32_t q[8];
+        float2 ds;
+        load_act(xq, xds, it, q, ds);
+        const size_t off = (size_t)(it / IPB) * TS;
+        st_qb_w w;
+        st_qb_unpack(TYPE, ra + off, it % IPB, &w);
+        acc_a += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+        st_qb_unpack(TYPE, rb + off, it % IPB, &w);
+        acc_b += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+    }
+    a = g32_sum_f(acc_a);
+    b = g32_sum_f(acc_b);
+}
+
+// Runtime type dispatch (uniform per group).
+static __device__ __noinline__ float row_dot_any(int type, const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
+    switch (type) {
+#define X(T) \
+    case T: return row_dot<T>(row, xq, nitems, lane);
+        DEC_TYPES(X)
+#undef X
+    default: return f_nan();
+    }
+}
+static __device__ __noinline__ void row_dot2_any(int type, const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems,
+                                          int lane, float *a, float *b) {
+    switch (type) {
+#define X(T) \
+    case T: row_dot2<T>(ra, rb, xq, nitems, lane, *a, *b); return;
+        DEC_TYPES(X)
+#undef X
+    default: *a = *b = f_nan();
+    }
+}
+
+template <typename T> __device__ __forceinline__ float4 ld4(const T *w, int64_t i4);
+template <> __device__ __forceinline__ float4 ld4<float>(const float *w, int64_t i4) {
+    return ((const float4 *)w)[i4];
+}
+template <> __device__ __forceinline__ float4 ld4<__half>(const __half *w, int64_t i4) {
+    const uint2 u = ((const uint2 *)w)[i4];
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+template <> __device__ __forceinline__ float4 ld4<__nv_bfloat16>(const __nv_bfloat16 *w, int64_t i4) {
+    const uint2 u = ((const uint2 *)w)[i4];
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+
+// The router's input as the CPU sees it: rounded to half for F16 weights (llama.cpp's vec_dot_type), else float.
+template <typename T> __device__ __forceinline__ float4 ldx4(const float *x, int64_t i4) { return ((const float4 *)x)[i4]; }
+template <> __device__ __forceinline__ float4 ldx4<__half>(const float *x, int64_t i4) {
+    const float4 v = ((const float4 *)x)[i4];
+    return make_float4(__half2float(__float2half_rn(v.x)), __half2float(__float2half_rn(v.y)),
+                       __half2float(__float2half_rn(v.z)), __half2float(__float2half_rn(v.w)));
+}
+
+// The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
+static __device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
+    const int lane = threadIdx.x % G32;
+    float p[ROUTER_MAX_PER_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+        const int e = lane + j * G32;
+        p[j] = e < E ? __ldcg(l + e) : -INFINITY;
+        mx = fmaxf(mx, p[j]);
+    }
+    mx = g32_max(mx);
+    double sum = 0;
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+        const int e = lane + j * G32;
+        p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
+        sum += p[j];
+    }
+    sum = g32_sum_d(sum);
+    const float inv = (float)(1.0 / sum);
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+        const int e = lane + j * G32;
+        p[j] = e < E ? __fmul_rn(p[j], inv) : -1.0f;  // -1: no expert / taken (probabilities are >= 0)
+    }
+    float my_w = 0.0f;  // lane k keeps the k-th pick
+    int32_t my_id = 0;
+    double wsum = 0;
+    for (int k = 0; k < K; k++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
+            if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
+        // Two warp reductions (one instruction each) instead of five shuffle rounds: the largest value (p >= 0: its
+        // float bits order like the values; +1 keeps 0.0 above "none"), then the lowest id holding it.
+        const unsigned key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
+        const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == mk ? (unsigned)bi : 0x7fffffffu);
+        bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
+#else
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
+            const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+#endif
+#pragma unroll
+        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
+            if (lane + j * G32 == bi) p[j] = -1.0f;
+        if (lane == k) my_w = bv, my_id = bi;
+        wsum += (double)bv;  // k ascending, in double, as the CPU
+    }
+    if (lane < K) {
+        float w = my_w;
+        if (norm) {
+            float fs = (float)wsum;
+            if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
+            w = __fdiv_rn(my_w, fs);
+        }
+        ids[lane] = my_id;
+        weights[lane] = w;
+    }
+}
+
+// N rows against N activation rows in one pass (rows[n] NULL: skipped, out[n] NaN); same per-row arithmetic and
+// order as row_dot.
+template <int TYPE, int N>
+__device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8_t *const *xqs, int nitems, int lane,
+                                         float *out) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    float acc[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n] = 0.0f;
+    for (int it = lane; it < nitems; it += G32) {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            if (!rows[n]) continue;
+            int32_t q[8];
+            float2 ds;
+            load_act(xqs[n], xqs[n] + (size_t)nitems * 32, it, q, ds);
+            st_qb_w w;
+            st_qb_unpack(TYPE, rows[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) out[n] = rows[n] ? g32_sum_f(acc[n]) : f_nan();
+}
+#define DOWN_N 4  // row dots per group pass
+static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const *rows, const uint8_t *const *xqs, int nitems,
+                                          int lane, float *out) {
+    switch (type) {
+#define X(T) \
+    case T: row_dotN<T, DOWN_N>(rows, xqs, nitems, lane, out); return;
+        DEC_TYPES(X)
+#undef X
+    default:
+        for (int n = 0; n < DOWN_N; n++) out[n] = f_nan();
+    }
+}
+
+
+// N rows against one activation row (the MoE GLU's gate and up rows of several outputs): the activation block is
+// loaded once per item; per-row arithmetic and order as row_dot (rows[n] NULL: skipped, out[n] NaN).
+template <int TYPE, int N>
+__device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uint8_t *xq, int nitems, int lane,
+                                           float *out) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    const uint8_t *xds = xq + (size_t)nitems * 32;
+    float acc[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n] = 0.0f;
+#pragma unroll 2
+    for (int it = lane; it < nitems; it += G32) {
+        int32_t q[8];
+        float2 ds;
+        load_act(xq, xds, it, q, ds);
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            if (!rows[n]) continue;
+            st_qb_w w;
+            st_qb_unpack(TYPE, rows[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) out[n] = rows[n] ? g32_sum_f(acc[n]) : f_nan();
+}
+#define ROWS_X_N 4  // rows per rows_dot_x4_any pass
+static __device__ __noinline__ void rows_dot_x4_any(int type, const uint8_t *const *rows, const uint8_t *xq, int nitems,
+                                                    int lane, float *out) {
+    switch (type) {
+#define X(T) \
+    case T: rows_dot_x<T, ROWS_X_N>(rows, xq, nitems, lane, out); return;
+        DEC_TYPES(X)
+#undef X
+    default:
+        for (int n = 0; n < ROWS_X_N; n++) out[n] = f_nan();
+    }
+}
+
+#endif
