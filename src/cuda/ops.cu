@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 extern "C" {  // C headers without their own extern "C" (included here first so qblock.h's includes are no-ops)
 #include "quant/blocks.h"
@@ -20,6 +21,7 @@ extern "C" {  // C headers without their own extern "C" (included here first so 
 #include "util/err.h"
 }
 #include "cuda/common.cuh"  // warp reductions (warp_sum, warp_max), launch_check
+#include "cuda/decode_common.cuh"  // PDL launch and wait (the decode step's Q/K norm + RoPE kernel)
 #include "cuda/qblock.h"      // planar q8_1 layout, per-type item unpacking (shared with mmvq)
 
 // ---- reductions -------------------------------------------------------------------------------------------------
@@ -161,10 +163,31 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     const int per_tok = n_head + 2 * n_head_kv;
     const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / ST_WARP_SIZE;
     const int lane = threadIdx.x % ST_WARP_SIZE;
-    if (wid >= (int64_t)n_tok * per_tok) return;  // whole warps leave together
+    if (wid >= (int64_t)n_tok * per_tok) {  // whole warps leave together
+        st_pdl_wait();
+        st_pdl_trigger();
+        return;
+    }
     const int t = (int)(wid / per_tok), j = (int)(wid % per_tok);
-    const int64_t pos = (int64_t)*d_pos + t;
+    const int64_t pos = (int64_t)*d_pos + t;  // (the position is no kernel's output: readable before the wait)
     const int64_t kv_row = (int64_t)n_head_kv * hd;
+    const int half = n_rot / 2;
+    // The rotation of this lane's pairs before the dependency wait (PDL): it depends on the position only, so its
+    // double-precision sincos overlaps the Q/K/V kernel's tail.
+    float rc[8], rs[8];
+    if (j < n_head + n_head_kv) {
+        int m = 0;
+        for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
+            // theta_i = pos * freq_scale * theta_scale^i by repeated products, exactly as the CPU reference.
+            float theta = (float)pos * freq_scale;
+            for (int r = 0; r < i; r++) theta *= theta_scale;
+            double sd, cd;
+            sincos((double)theta, &sd, &cd);
+            rc[m] = (float)cd, rs[m] = (float)sd;
+        }
+    }
+    st_pdl_wait();  // q, k, v: the previous kernel's output
+    st_pdl_trigger();
 
     if (j >= n_head + n_head_kv) {  // V: store only
         const int h = j - n_head - n_head_kv;
@@ -195,7 +218,6 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
         else if (kv_f16) ((uint16_t *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = f2h(x);
         else ((float *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = x;
     };
-    const int half = n_rot / 2;
     // Gather this lane's values first (at most hd/32 pairs + tail per lane), then write: in place for Q.
     float a_[8], b_[8], c_[8];
     int n_mine = 0;
@@ -209,12 +231,7 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     __syncwarp(ST_WARP_MASK);
     int m = 0;
     for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
-        // theta_i = pos * freq_scale * theta_scale^i by repeated products, exactly as the CPU reference.
-        float theta = (float)pos * freq_scale;
-        for (int r = 0; r < i; r++) theta *= theta_scale;
-        double sd, cd;
-        sincos((double)theta, &sd, &cd);
-        const float c = (float)cd, s = (float)sd;
+        const float c = rc[m], s = rs[m];
         const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
         const float x0 = a_[m], x1 = b_[m];
         put(ea, x0 * c - x1 * s);
@@ -240,9 +257,14 @@ extern "C" int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v,
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     const int64_t warps = (int64_t)n_tok * (n_head + 2 * n_head_kv);
     const int threads = 128, wpb = threads / ST_WARP_SIZE;
-    k_qk_norm_rope_kv<<<(unsigned)((warps + wpb - 1) / wpb), threads, 0, stream>>>(
-        q, k, v, q_norm, k_norm, k_cache, v_cache, kv_f16, d_pos, n_tok, n_head, n_head_kv, head_dim, n_rot, eps,
-        theta_scale, freq_scale, neox);
+    if (getenv("STRATA_ROPE_PLAIN"))  // A/B: a plain launch (no PDL overlap)
+        k_qk_norm_rope_kv<<<(unsigned)((warps + wpb - 1) / wpb), threads, 0, stream>>>(
+            q, k, v, q_norm, k_norm, k_cache, v_cache, kv_f16, d_pos, n_tok, n_head, n_head_kv, head_dim, n_rot, eps,
+            theta_scale, freq_scale, neox);
+    else
+        st_dec_launch(k_qk_norm_rope_kv, dim3((unsigned)((warps + wpb - 1) / wpb)), dim3(threads), 0, stream, q, k,
+                      v, q_norm, k_norm, k_cache, v_cache, kv_f16, d_pos, n_tok, n_head, n_head_kv, head_dim, n_rot,
+                      eps, theta_scale, freq_scale, neox);
     return launch_check("qk_norm_rope_kv");
 }
 
