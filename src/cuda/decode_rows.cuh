@@ -113,12 +113,13 @@ template <> __device__ __forceinline__ float4 ldx4<__half>(const float *x, int64
 }
 
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
-static __device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
+template <int PL>
+static __device__ void route_group_t(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
     const int lane = threadIdx.x % G32;
-    float p[ROUTER_MAX_PER_LANE];
+    float p[PL];
     float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+    for (int j = 0; j < PL; j++) {
         const int e = lane + j * G32;
         p[j] = e < E ? __ldcg(l + e) : -INFINITY;
         mx = fmaxf(mx, p[j]);
@@ -126,7 +127,7 @@ static __device__ void route_group(const float *l, int E, int K, int norm, int32
     mx = g32_max(mx);
     double sum = 0;
 #pragma unroll
-    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+    for (int j = 0; j < PL; j++) {
         const int e = lane + j * G32;
         p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
         sum += p[j];
@@ -134,7 +135,7 @@ static __device__ void route_group(const float *l, int E, int K, int norm, int32
     sum = g32_sum_d(sum);
     const float inv = (float)(1.0 / sum);
 #pragma unroll
-    for (int j = 0; j < ROUTER_MAX_PER_LANE; j++) {
+    for (int j = 0; j < PL; j++) {
         const int e = lane + j * G32;
         p[j] = e < E ? __fmul_rn(p[j], inv) : -1.0f;  // -1: no expert / taken (probabilities are >= 0)
     }
@@ -145,7 +146,7 @@ static __device__ void route_group(const float *l, int E, int K, int norm, int32
         float bv = -1.0f;
         int bi = 0x7fffffff;
 #pragma unroll
-        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
+        for (int j = 0; j < PL; j++)
             if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
         // Two warp reductions (one instruction each) instead of five shuffle rounds: the largest value (p >= 0: its
@@ -163,7 +164,7 @@ static __device__ void route_group(const float *l, int E, int K, int norm, int32
         }
 #endif
 #pragma unroll
-        for (int j = 0; j < ROUTER_MAX_PER_LANE; j++)
+        for (int j = 0; j < PL; j++)
             if (lane + j * G32 == bi) p[j] = -1.0f;
         if (lane == k) my_w = bv, my_id = bi;
         wsum += (double)bv;  // k ascending, in double, as the CPU
@@ -178,6 +179,12 @@ static __device__ void route_group(const float *l, int E, int K, int norm, int32
         ids[lane] = my_id;
         weights[lane] = w;
     }
+}
+// PL: experts per lane the code is unrolled for (E <= 32 PL); the common E <= 128 gets a 4x smaller body (this runs
+// once per token per layer, so its instructions come cold from L2: code size is latency here).
+static __device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
+    if (E <= 4 * G32) route_group_t<4>(l, E, K, norm, ids, weights);
+    else route_group_t<ROUTER_MAX_PER_LANE>(l, E, K, norm, ids, weights);
 }
 
 // N rows against N activation rows in one pass (rows[n] NULL: skipped, out[n] NaN); same per-row arithmetic and
