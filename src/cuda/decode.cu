@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "cuda/decode_common.cuh"  // groups, CPU-format quantizers, PDL
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
@@ -26,6 +27,34 @@
 #define DOWN_MAX_USED 32
 #define ROUTER_GROUPS 2                        // groups (logits) per router block
 #define ROUTER_PRE 16                          // router weights (float4 per lane) loaded before the PDL wait
+
+// ---- weight-type instances ----------------------------------------------------------------------------------
+//
+// The matrix-vector kernels are templates on the weight type: instance T inlines that type's row dots (no per-row
+// type switch, no out-of-line call with its row pointers in local memory, and only that type's code on a path that
+// runs once per launch, whose instructions come cold from L2). Instance 0 keeps the runtime switch: it takes mixed
+// types (Q/K/V of different types in one launch) and STRATA_DEC_SWITCH=1 forces it everywhere (A/B).
+static int dec_switch_forced(void) {
+    static int v = -1;
+    if (v < 0) v = getenv("STRATA_DEC_SWITCH") != NULL;
+    return v;
+}
+// fn = KERNEL<t>, or KERNEL<0> for other types / when forced.
+#define DEC_PICK(fn, KERNEL, t)                                                                                    \
+    do {                                                                                                           \
+        fn = KERNEL<0>;                                                                                            \
+        if (!dec_switch_forced()) switch (t) {                                                                     \
+            DEC_TYPES(DEC_PICK_CASE_##KERNEL)                                                                      \
+            default: break;                                                                                        \
+            }                                                                                                      \
+    } while (0)
+
+#define DEC_PICK_CASE_k_mmvq_multi(T) \
+    case T: fn = k_mmvq_multi<T>; break;
+#define DEC_PICK_CASE_k_moe_glu(T) \
+    case T: fn = k_moe_glu<T>; break;
+#define DEC_PICK_CASE_k_moe_down(T) \
+    case T: fn = k_moe_down<T>; break;
 
 // ---- PDL switch -------------------------------------------------------------------------------------------------
 
@@ -105,7 +134,7 @@ struct multi_args {
     const uint8_t *xq;
 };
 
-__global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) {
+template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -128,7 +157,9 @@ __global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) 
     for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
-    const float v = row_dot_any(type, wr, a.xq, a.nitems, lane);
+    float v;
+    if constexpr (TYPE == 0) v = row_dot_any(type, wr, a.xq, a.nitems, lane);
+    else v = row_dot<TYPE>(wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = v;
 }
 
@@ -160,7 +191,11 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
     a.nitems = (int)(ne0 / 32);
     a.xq = (const uint8_t *)xq;
     const int per_block = DEC_THREADS / G32;
-    st_dec_launch(k_mmvq_multi, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
+    int same = 1;
+    for (int i = 1; i < n_mat; i++) same &= mats[i].type == mats[0].type;
+    void (*fn)(const multi_args) = k_mmvq_multi<0>;
+    if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
+    st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
     return launch_check("mmvq_multi");
 }
 
@@ -250,6 +285,7 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
 }
 
 // grid (n_ff / DEC_GROUPS, n_pairs): group g of block (bx, p) computes row bx * DEC_GROUPS + g of pair p.
+template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
@@ -264,8 +300,12 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (e >= 0 && e < E) {
         const uint8_t *gate = tbl[3 * e], *up = tbl[3 * e + 1];
         float a, b;
-        row_dot2_any(type, gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes,
-                     xq + (size_t)t * (size_t)xq_stride, nitems, lane, &a, &b);
+        if constexpr (TYPE == 0)
+            row_dot2_any(type, gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes,
+                         xq + (size_t)t * (size_t)xq_stride, nitems, lane, &a, &b);
+        else
+            row_dot2<TYPE>(gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes,
+                           xq + (size_t)t * (size_t)xq_stride, nitems, lane, a, b);
         v = a / (1.0f + __expf(-a)) * b;  // as st_k_mmvq's GLU epilogue
     }
     float *arow = act + (size_t)p * (size_t)n_ff;
@@ -306,7 +346,9 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
         return st_err("st_cuda_moe_glu_q: NULL or misaligned device pointer");
     const int chunk_rows = n_ff % 256 == 0 ? 256 : 32;
     const dim3 grid((unsigned)(n_ff / DEC_GROUPS), (unsigned)(n_tok * n_used));
-    st_dec_launch(k_moe_glu, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
+    decltype(&k_moe_glu<0>) fn;
+    DEC_PICK(fn, k_moe_glu, gu_type);
+    st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
                   (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,
                   (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters ? counters + 1 : counters);
@@ -331,6 +373,7 @@ extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expe
 
 // grid (ceil(n_embd / DOWN_R), n_tok): the block computes rows r0 .. r0 + DOWN_R - 1 of every selected expert of
 // token t (group tasks (k, row)), then combines them in rank order.
+template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
                const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
@@ -344,9 +387,12 @@ __global__ void __launch_bounds__(DEC_THREADS)
         const int k = task / DOWN_R, rr = task % DOWN_R, r = r0 + rr, p = t * K + k;
         const int e = ids[p];
         float v = f_nan();
-        if (r < d && e >= 0 && e < E)
-            v = row_dot_any(type, tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes, actq + (size_t)p * (size_t)aq_stride,
-                            nitems, lane);
+        if (r < d && e >= 0 && e < E) {
+            const uint8_t *row = tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes;
+            const uint8_t *xr = actq + (size_t)p * (size_t)aq_stride;
+            if constexpr (TYPE == 0) v = row_dot_any(type, row, xr, nitems, lane);
+            else v = row_dot<TYPE>(row, xr, nitems, lane);
+        }
         if (lane == 0) ys[k][rr] = v;
     }
     __syncthreads();
@@ -374,7 +420,9 @@ extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int
     if (!table || !actq || !ids || !weights || !out || ((uintptr_t)actq & 15))
         return st_err("st_cuda_moe_down_sum: NULL or misaligned device pointer");
     const dim3 grid((unsigned)((n_embd + DOWN_R - 1) / DOWN_R), (unsigned)n_tok);
-    st_dec_launch(k_moe_down, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
+    decltype(&k_moe_down<0>) fn;
+    DEC_PICK(fn, k_moe_down, down_type);
+    st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, (const uint8_t *)actq,
                   (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add);
     return launch_check("moe_down_sum");
