@@ -19,6 +19,14 @@
     X(ST_TYPE_Q4_0) X(ST_TYPE_Q4_1) X(ST_TYPE_Q5_0) X(ST_TYPE_Q5_1) X(ST_TYPE_Q8_0) X(ST_TYPE_Q2_K) X(ST_TYPE_Q3_K) \
         X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K)
 
+// switch (type) over DEC_TYPES: CASE(T) for each (it returns), else FALLBACK. The *_any functions below are the
+// runtime-type entry points of the row dots (one out-of-line copy each).
+#define DEC_TYPE_SWITCH(type, CASE, FALLBACK) \
+    switch (type) {                           \
+        DEC_TYPES(CASE)                       \
+    default: FALLBACK;                        \
+    }
+
 // Activation block `it` of a planar q8_1 row: quants as 8 ints, (d, s) pair.
 static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8], float2 &ds) {
     const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
@@ -70,23 +78,17 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
 
 // Runtime type dispatch (uniform per group).
 static __device__ __noinline__ float row_dot_any(int type, const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
-    switch (type) {
-#define X(T) \
+#define RD1(T) \
     case T: return row_dot<T>(row, xq, nitems, lane);
-        DEC_TYPES(X)
-#undef X
-    default: return f_nan();
-    }
+    DEC_TYPE_SWITCH(type, RD1, return f_nan())
+#undef RD1
 }
-static __device__ __noinline__ void row_dot2_any(int type, const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems,
-                                          int lane, float *a, float *b) {
-    switch (type) {
-#define X(T) \
+static __device__ __noinline__ void row_dot2_any(int type, const uint8_t *ra, const uint8_t *rb, const uint8_t *xq,
+                                                 int nitems, int lane, float *a, float *b) {
+#define RD2(T) \
     case T: row_dot2<T>(ra, rb, xq, nitems, lane, *a, *b); return;
-        DEC_TYPES(X)
-#undef X
-    default: *a = *b = f_nan();
-    }
+    DEC_TYPE_SWITCH(type, RD2, *a = *b = f_nan())
+#undef RD2
 }
 
 template <typename T> __device__ __forceinline__ float4 ld4(const T *w, int64_t i4);
@@ -212,16 +214,12 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
     for (int n = 0; n < N; n++) out[n] = rows[n] ? g32_sum_f(acc[n]) : f_nan();
 }
 #define DOWN_N 4  // row dots per group pass
-static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const *rows, const uint8_t *const *xqs, int nitems,
-                                          int lane, float *out) {
-    switch (type) {
-#define X(T) \
+static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const *rows, const uint8_t *const *xqs,
+                                                 int nitems, int lane, float *out) {
+#define RD4(T) \
     case T: row_dotN<T, DOWN_N>(rows, xqs, nitems, lane, out); return;
-        DEC_TYPES(X)
-#undef X
-    default:
-        for (int n = 0; n < DOWN_N; n++) out[n] = f_nan();
-    }
+    DEC_TYPE_SWITCH(type, RD4, for (int n = 0; n < DOWN_N; n++) out[n] = f_nan())
+#undef RD4
 }
 
 
@@ -254,14 +252,10 @@ __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uin
 #define ROWS_X_N 4  // rows per rows_dot_x4_any pass
 static __device__ __noinline__ void rows_dot_x4_any(int type, const uint8_t *const *rows, const uint8_t *xq, int nitems,
                                                     int lane, float *out) {
-    switch (type) {
-#define X(T) \
+#define RDX(T) \
     case T: rows_dot_x<T, ROWS_X_N>(rows, xq, nitems, lane, out); return;
-        DEC_TYPES(X)
-#undef X
-    default:
-        for (int n = 0; n < ROWS_X_N; n++) out[n] = f_nan();
-    }
+    DEC_TYPE_SWITCH(type, RDX, for (int n = 0; n < ROWS_X_N; n++) out[n] = f_nan())
+#undef RDX
 }
 
 #endif

@@ -22,6 +22,7 @@ extern "C" {  // C headers without their own extern "C" (included here first so 
 }
 #include "cuda/common.cuh"  // warp reductions (warp_sum, warp_max), launch_check
 #include "cuda/decode_common.cuh"  // PDL launch and wait (the decode step's Q/K norm + RoPE kernel)
+#include "cuda/decode_rows.cuh"    // route_group (the MoE route)
 #include "cuda/qblock.h"      // planar q8_1 layout, per-type item unpacking (shared with mmvq)
 
 // ---- reductions -------------------------------------------------------------------------------------------------
@@ -438,79 +439,23 @@ extern "C" int st_cuda_get_rows(float *y, const void *table, int type, size_t ro
 
 // ---- MoE router and weighted sum --------------------------------------------------------------------------------
 
-#define ROUTE_MAX_PER_LANE 16
-
+// The CPU's route (engine/session.c: softmax with a double sum, top n_used by probability with ties to the lower
+// id, renormalised in double when norm), one 32-lane group per token: route_group of the fused decode kernels.
 __global__ void k_moe_route(int32_t *__restrict__ ids, float *__restrict__ weights, const float *__restrict__ logits,
                             int n_tok, int E, int K, int norm) {
-    const int t = (blockIdx.x * blockDim.x + threadIdx.x) / ST_WARP_SIZE, lane = threadIdx.x % ST_WARP_SIZE;
-    if (t >= n_tok) return;
-    const float *l = logits + (int64_t)t * E;
-    float p[ROUTE_MAX_PER_LANE];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < ROUTE_MAX_PER_LANE; j++) {
-        const int e = lane + j * ST_WARP_SIZE;
-        p[j] = e < E ? l[e] : -INFINITY;
-        mx = fmaxf(mx, p[j]);
-    }
-    mx = warp_max(mx);
-    double sum = 0;  // double as the CPU softmax
-#pragma unroll
-    for (int j = 0; j < ROUTE_MAX_PER_LANE; j++) {
-        const int e = lane + j * ST_WARP_SIZE;
-        p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // not the fast-math __expf: weights feed the sum
-        sum += p[j];
-    }
-    sum = warp_sum(sum);
-    const float inv = (float)(1.0 / sum);
-#pragma unroll
-    for (int j = 0; j < ROUTE_MAX_PER_LANE; j++) {
-        const int e = lane + j * ST_WARP_SIZE;
-        p[j] = e < E ? p[j] * inv : -1.0f;  // -1: not an expert / already taken (probabilities are >= 0)
-    }
-    float my_w = 0.0f;  // lane k keeps the k-th pick
-    int32_t my_id = 0;
-    float wsum = 0.0f;
-    for (int k = 0; k < K; k++) {
-        float bv = -1.0f;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int j = 0; j < ROUTE_MAX_PER_LANE; j++)
-            if (p[j] > bv) {  // strict: the lower expert id (lower j) wins ties within a lane
-                bv = p[j];
-                bi = lane + j * ST_WARP_SIZE;
-            }
-        for (int o = ST_WARP_SIZE / 2; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
-            const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < ROUTE_MAX_PER_LANE; j++)
-            if (lane + j * ST_WARP_SIZE == bi) p[j] = -1.0f;
-        if (lane == k) {
-            my_w = bv;
-            my_id = bi;
-        }
-        wsum += bv;  // same order of additions as the CPU (k ascending)
-    }
-    if (lane < K) {
-        ids[(int64_t)t * K + lane] = my_id;
-        weights[(int64_t)t * K + lane] = norm ? __fdiv_rn(my_w, wsum) : my_w;
-    }
+    const int t = (int)((blockIdx.x * blockDim.x + threadIdx.x) / G32);
+    if (t >= n_tok) return;  // whole groups leave together
+    route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
 }
 
 extern "C" int st_cuda_moe_route(int32_t *ids, float *weights, const float *logits, int n_tok, int n_expert,
                                  int n_used, int norm, cudaStream_t stream) {
-    if (n_expert > ROUTE_MAX_PER_LANE * ST_WARP_SIZE || n_used > ST_WARP_SIZE || n_used > n_expert || n_used <= 0)
+    if (n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 || n_used > G32 || n_used > n_expert || n_used <= 0)
         return st_err("st_cuda_moe_route: unsupported n_expert %d / n_used %d (n_expert <= %d, n_used <= %d)",
-                      n_expert, n_used, ROUTE_MAX_PER_LANE * ST_WARP_SIZE, ST_WARP_SIZE);
+                      n_expert, n_used, ROUTER_MAX_PER_LANE * G32, G32);
     if (n_tok <= 0) return 0;
-    const int threads = 128, wpb = threads / ST_WARP_SIZE;
-    k_moe_route<<<(n_tok + wpb - 1) / wpb, threads, 0, stream>>>(ids, weights, logits, n_tok, n_expert, n_used, norm);
+    const int threads = 128, gpb = threads / G32;
+    k_moe_route<<<(n_tok + gpb - 1) / gpb, threads, 0, stream>>>(ids, weights, logits, n_tok, n_expert, n_used, norm);
     return launch_check("moe_route");
 }
 
