@@ -276,8 +276,18 @@ static int copy_records(st_hybrid *h, uint32_t l, const uint32_t *experts, int n
         const uint8_t *src = h->arena->rec[(uint64_t)l * h->E + experts[i]];
         while (i + run < n && h->arena->rec[(uint64_t)l * h->E + experts[i + run]] == src + (uint64_t)run * spitch)
             run++;
-        HY_CHECK(cudaMemcpy2DAsync((void *)slot_ptr(h, slot0 + i), h->stride, src, spitch, w, (size_t)run,
-                                   cudaMemcpyHostToDevice, st));
+        cudaError_t e = cudaMemcpy2DAsync((void *)slot_ptr(h, slot0 + i), h->stride, src, spitch, w, (size_t)run,
+                                          cudaMemcpyHostToDevice, st);
+        if (e == cudaErrorInvalidValue) {
+            // Seen with the read-only mapped pack (--arena-mmap) on the H200 host: the driver refuses the 2D copy
+            // from that mapping; copy the records one by one instead.
+            cudaGetLastError();
+            for (int j = 0; j < run; j++)
+                HY_CHECK(cudaMemcpyAsync((void *)slot_ptr(h, slot0 + i + j), src + (uint64_t)j * spitch, w,
+                                         cudaMemcpyHostToDevice, st));
+        } else {
+            HY_CHECK(e);
+        }
         *bytes += (uint64_t)w * run;
         i += run;
     }
