@@ -27,6 +27,21 @@
     default: FALLBACK;                        \
     }
 
+// The items (32-weight blocks) one lane takes in a row of nitems, in its summation order. Default: l, l + 32, ...
+// ST_DEC_PAIRS=1 (experiment, for an A/B build: -DST_DEC_PAIRS=1): adjacent pairs 2l, 2l + 1, 2l + 64, ..., so the
+// two items of a pair share their block's header and, for Q4_K/Q5_K, their quant bytes (same addresses: the
+// compiler loads them once). Every row dot below uses this order, so they stay bit-identical to each other.
+#ifndef ST_DEC_PAIRS
+#define ST_DEC_PAIRS 0
+#endif
+#if ST_DEC_PAIRS
+#define DEC_FOR_ITEMS(it, nitems, lane)                                        \
+    for (int it##_0 = 2 * (lane); it##_0 < (nitems); it##_0 += 2 * G32)       \
+        _Pragma("unroll") for (int it = it##_0; it < it##_0 + 2; it++) if (it < (nitems))
+#else
+#define DEC_FOR_ITEMS(it, nitems, lane) for (int it = (lane); it < (nitems); it += G32)
+#endif
+
 // Activation block `it` of a planar q8_1 row: quants as 8 ints, (d, s) pair.
 static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8], float2 &ds) {
     const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
@@ -42,7 +57,7 @@ template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row,
     const uint8_t *xds = xq + (size_t)nitems * 32;
     float acc = 0.0f;
 #pragma unroll 2
-    for (int it = lane; it < nitems; it += G32) {  // unrolled: both items' loads in flight together
+    DEC_FOR_ITEMS(it, nitems, lane) {  // unrolled: both items' loads in flight together
         int32_t q[8];
         float2 ds;
         load_act(xq, xds, it, q, ds);
@@ -61,7 +76,7 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
     const uint8_t *xds = xq + (size_t)nitems * 32;
     float acc_a = 0.0f, acc_b = 0.0f;
 #pragma unroll 2
-    for (int it = lane; it < nitems; it += G32) {
+    DEC_FOR_ITEMS(it, nitems, lane) {
         int32_t q[8];
         float2 ds;
         load_act(xq, xds, it, q, ds);
@@ -198,7 +213,7 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
     float acc[N];
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.0f;
-    for (int it = lane; it < nitems; it += G32) {
+    DEC_FOR_ITEMS(it, nitems, lane) {
 #pragma unroll
         for (int n = 0; n < N; n++) {
             if (!rows[n]) continue;
@@ -234,7 +249,7 @@ __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uin
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.0f;
 #pragma unroll 2
-    for (int it = lane; it < nitems; it += G32) {
+    DEC_FOR_ITEMS(it, nitems, lane) {
         int32_t q[8];
         float2 ds;
         load_act(xq, xds, it, q, ds);

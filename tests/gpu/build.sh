@@ -2,6 +2,9 @@
 # Configures (first time) and builds build-gpu on a GPU machine like the H200 hosts (nvcc, no -dev packages, no
 # registry: the carried Debian packages are unpacked by scripts/gpu-deps.sh). Quiet; logs in $OUT (or /tmp).
 # Prints the build time, or the first errors and exits 1.  Usage: tests/gpu/build.sh
+#   STRATA_GPU_BUILD       build directory (default build-gpu); a second one holds an A/B variant, e.g.
+#   STRATA_GPU_CMAKE_ARGS  extra configure arguments (first configure only), e.g.
+#                          STRATA_GPU_BUILD=build-gpu-pairs STRATA_GPU_CMAKE_ARGS=-DCMAKE_CUDA_FLAGS=-DST_DEC_PAIRS=1
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/strata-gpu-out}
@@ -9,10 +12,12 @@ mkdir -p "$out"
 eval "$(scripts/gpu-deps.sh)"
 export PATH="$PATH:/usr/local/cuda/bin"
 t0=$SECONDS
-if [ ! -f build-gpu/build.ninja ]; then
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
+b=${STRATA_GPU_BUILD:-build-gpu}
+if [ ! -f "$b/build.ninja" ]; then
+  # shellcheck disable=SC2086
+  cmake -S . -B "$b" -G Ninja ${STRATA_GPU_CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${STRATA_GPU_ARCH:-90}" -DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr" \
     -DSTRATA_PYTHON=python3 > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 fi
-cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
+cmake --build "$b" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
 echo "== built in $((SECONDS - t0)) s"
