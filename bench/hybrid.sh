@@ -6,15 +6,17 @@
 # table shows whether each run kept to its budget. Builds like bench/peer.sh (llama-bench from .carry/llama.cpp).
 # Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
 #   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
-#          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto]
+#          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto] [--agent]
 #   --pcie-frac: passed to Strata's budget runs (a share of the misses computed by CPU threads; default: none, every
 #   miss over PCIe); the table then shows CPU misses per token and the F in use
+#   --agent: also the long agent prompt of issue #6 at every budget, both engines: a 16,384-token prefill
+#   (pp16384) and 256 tokens decoded after 16,384 in the KV cache (tg256 @ d16384), in a second table
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-hybrid}
 mkdir -p "$out"
 preset=qwen3-30b-a3b; mix=Q4_K_M; skew=0; pp=512; tg=128; reps=3; threads=16; llama_on=1
-budgets="16 12 8"; ncmoe="12 24 36"; pcie=()
+budgets="16 12 8"; ncmoe="12 24 36"; pcie=(); agent=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift ;;
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
     --budgets) budgets=$2; shift ;;
     --ncmoe) ncmoe=$2; shift ;;
     --pcie-frac) pcie=(--pcie-frac "$2"); shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --agent) agent=1 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
   esac
   shift
 done
@@ -74,6 +77,28 @@ if [ $llama_on = 1 ]; then
     vram "llama-$n" "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -ncmoe "$n" -p "$pp" -n "$tg" -r "$reps" -o json \
       > "$out/llama-$n.json" 2> "$out/llama-$n.err" || { echo "llama-bench -ncmoe $n failed"; tail -5 "$out/llama-$n.err"; rc=1; }
   done
+fi
+if [ $agent = 1 ]; then  # the long agent prompt: 16K of prefill, then 256 decoded at that depth
+  reps_a=$(( reps < 2 ? reps : 2 ))
+  for g in all $budgets; do
+    gm=(); [ "$g" != all ] && gm=(--gpu-mem "$g")
+    for t in "pp:-p 16384 -n 0" "tg:-p 0 -n 256 -d 16384"; do
+      # shellcheck disable=SC2086
+      build-gpu/bin/strata bench -m "$model" ${t#*:} -r "$reps_a" ${gm[@]+"${gm[@]}"} ${pcie[@]+"${pcie[@]}"} -o json \
+        > "$out/agent-strata-$g-${t%%:*}.json" 2> "$out/agent-strata-$g-${t%%:*}.err" || { echo "strata agent $g ${t%%:*} failed"; rc=1; }
+    done
+  done
+  if [ $llama_on = 1 ]; then
+    set -- all $ncmoe
+    for n in "$@"; do
+      nc=(); [ "$n" != all ] && nc=(-ncmoe "$n")
+      for t in "pp:-p 16384 -n 0" "tg:-p 0 -n 256 -d 16384"; do
+        # shellcheck disable=SC2086
+        "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" ${nc[@]+"${nc[@]}"} ${t#*:} -r "$reps_a" -o json \
+          > "$out/agent-llama-$n-${t%%:*}.json" 2> "$out/agent-llama-$n-${t%%:*}.err" || { echo "llama agent $n ${t%%:*} failed"; rc=1; }
+      done
+    done
+  fi
 fi
 echo "== benches done in $((SECONDS - t0)) s"
 
@@ -133,5 +158,18 @@ for label, sname, lname, n in rows:
           f"{f(hyp.get('staged_gb_per_token'), '%.4f')} |")
 print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), sampled every 100 ms; targets (issue #6): "
       "decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget." % idle)
+def avg(name):
+    j = load(name)
+    return j[0].get("avg_ts") if j else None
+if os.path.exists(os.path.join(out, "agent-strata-all-pp.json")):
+    print("\n## Long agent prompt: 16,384 tokens of prefill, then 256 decoded at depth 16,384\n")
+    print("| budget | Strata pp16384 | llama pp16384 (-ncmoe) | ratio | Strata tg256 @ d16384 | llama tg256 @ d16384 | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for i, g in enumerate(["all"] + budgets):
+        n = "all" if g == "all" else (ncmoe[i - 1] if i - 1 < len(ncmoe) else None)
+        sp, st = avg(f"agent-strata-{g}-pp"), avg(f"agent-strata-{g}-tg")
+        lp, lt = (avg(f"agent-llama-{n}-pp"), avg(f"agent-llama-{n}-tg")) if n else (None, None)
+        print(f"| {'all in VRAM' if g == 'all' else g + ' GiB'} | {f(sp)} | {f(lp)} ({n or '-'}) | "
+              f"{f(sp / lp if sp and lp else None, '%.2fx')} | {f(st)} | {f(lt)} | {f(st / lt if st and lt else None, '%.2fx')} |")
 EOF
 exit $rc
