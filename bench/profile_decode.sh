@@ -60,7 +60,8 @@ for n, us in sorted(per.items(), key=lambda a: -a[1]):
     print(f"  {n:40s} {us:8.2f} us")
 EOF
 if [ -n "$detail" ]; then
-  "$NCU" --clock-control none --graph-profiling node --launch-skip $((per_step * 3 + 40)) -k "regex:$detail" \
+  # (with -k, --launch-skip counts only the matching launches: skip the first 3 steps' worth of them)
+  "$NCU" --clock-control none --graph-profiling node --launch-skip $((layers * 3)) -k "regex:$detail" \
     --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section LaunchStats --section Occupancy $bin bench -m "$m" -p 0 -n 12 -d "$depth" -r 1 > "$out/ncu-detail.txt" 2>&1
   grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Stall|Warp Cycles|Registers|Theoretical Occ|L2 Hit|Block Limit" \
