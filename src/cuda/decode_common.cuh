@@ -214,10 +214,18 @@ __device__ __forceinline__ void st_grid_sync(unsigned int *bar) {
 // by one unit against the CPU's IEEE arithmetic.
 
 // Q8_0 / Q8_1 block b of a planar row of nb blocks; lane j of the group holds element j (value v).
-__device__ __forceinline__ void quant32(uint8_t *row, int nb, int b, int j, float v, bool q81) {
+// The CPU's Q8_0 / Q8_1 rules for one 32-element block, lane j holding element j (value v): returns its quant; d
+// receives the block scale (f32, before the CPU's rounding to half).
+__device__ __forceinline__ int q8_32(float v, float &d) {
     const float amax = g32_max(fabsf(v));
-    const float d = __fdiv_rn(amax, 127.0f), id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const int q = __float2int_rn(__fmul_rn(v, id));  // ties to even, as the CPU's nearbyintf
+    d = __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    return __float2int_rn(__fmul_rn(v, id));  // ties to even, as the CPU's nearbyintf
+}
+
+__device__ __forceinline__ void quant32(uint8_t *row, int nb, int b, int j, float v, bool q81) {
+    float d;
+    const int q = q8_32(v, d);
     const int sum = g32_sum_i(q);
     row[(size_t)b * 32 + j] = (uint8_t)(int8_t)q;
     if (j == 0) {
@@ -227,8 +235,9 @@ __device__ __forceinline__ void quant32(uint8_t *row, int nb, int b, int j, floa
     }
 }
 
-// Q8_K 256-element block kb of a planar row of nb 32-blocks; lane l holds v[j] = element 32 j + l.
-__device__ __forceinline__ void quant256(uint8_t *row, int nb, int kb, int lane, const float v[8]) {
+// The CPU's Q8_K rules for one 256-element block held by a group as v[j] = element 32 j + lane: q[j] the int8
+// quant of v[j]; returns d (0 for an all-zero block, whose quants are 0).
+__device__ __forceinline__ float q8k_block(int lane, const float v[8], int q[8]) {
     // The CPU keeps the first element of strictly larger magnitude (index order).
     float best_abs = -1.0f, best_val = 0.0f;
     int best_idx = 1 << 30;
@@ -244,22 +253,31 @@ __device__ __forceinline__ void quant256(uint8_t *row, int nb, int kb, int lane,
         const int oi = __shfl_xor_sync(ST_WARP_MASK, best_idx, o);
         if (oa > best_abs || (oa == best_abs && oi < best_idx)) best_abs = oa, best_val = ov, best_idx = oi;
     }
-    float2 *ds = (float2 *)(row + (size_t)nb * 32) + (size_t)kb * 8;
-    uint8_t *qs = row + (size_t)kb * 256;
     if (best_abs == 0.0f) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) qs[32 * j + lane] = 0;
-        if (lane < 8) ds[lane] = make_float2(0.0f, 0.0f);
-        return;
+        for (int j = 0; j < 8; j++) q[j] = 0;
+        return 0.0f;
     }
-    const float iscale = __fdiv_rn(-127.0f, best_val), d = __fdiv_rn(1.0f, iscale);
+    const float iscale = __fdiv_rn(-127.0f, best_val);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int t = __float2int_rn(__fmul_rn(iscale, v[j]));
+        q[j] = t > 127 ? 127 : t;
+    }
+    return __fdiv_rn(1.0f, iscale);
+}
+
+// Q8_K 256-element block kb of a planar row of nb 32-blocks; lane l holds v[j] = element 32 j + l.
+__device__ __forceinline__ void quant256(uint8_t *row, int nb, int kb, int lane, const float v[8]) {
+    int q[8];
+    const float d = q8k_block(lane, v, q);
+    float2 *ds = (float2 *)(row + (size_t)nb * 32) + (size_t)kb * 8;
+    uint8_t *qs = row + (size_t)kb * 256;
     int my_sum = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        int q = __float2int_rn(__fmul_rn(iscale, v[j]));
-        q = q > 127 ? 127 : q;
-        qs[32 * j + lane] = (uint8_t)(int8_t)q;
-        const int s = g32_sum_i(q);
+        qs[32 * j + lane] = (uint8_t)(int8_t)q[j];
+        const int s = g32_sum_i(q[j]);
         if (lane == j) my_sum = s;
     }
     if (lane < 8) ds[lane] = make_float2(d, __fmul_rn(d, (float)my_sum));

@@ -9,7 +9,9 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
+#include "cuda/decode_common.cuh"  // the CPU-format quantizers (q8_32, q8k_block)
 #include "cuda/qblock.h"
+#include "cuda/quantize_act.h"
 #include "quant/quant.h"
 #include "util/log.h"
 
@@ -290,6 +292,59 @@ __global__ void __launch_bounds__(256) k_quant_rows(const float *__restrict__ x,
         q[r * ne0 + c] = (int8_t)qi;
         if (lane == 0) d[r * (ne0 / 32) + c / 32] = dd;
         if ((lane & 15) == 0) s[r * (ne0 / 16) + c / 16] = dd * (float)sum;
+    }
+}
+
+// The same rows in the CPU backend's activation format for the weights (st_cuda_act_format; STRATA_MMQ_CPU_ACT=1,
+// towards CPU parity of the prefill products): the CPU's int8 quants and scales, Q8_0 / Q8_1 per 32 elements with
+// the scale rounded to half as the CPU stores it, Q8_K per 256; in the mmq layout, s per 16 = d * the 16 quants'
+// sum, except Q8_1: the CPU's one half-rounded d * sum per 32 in the first 16-slot, 0 in the second (the weights
+// that take Q8_1 have one offset per 32, so b * s32 + b * 0 is the CPU's term). One 32-lane group per block.
+template <int FMT>
+__global__ void __launch_bounds__(256) k_quant_rows_cpu(const float *__restrict__ x, long long ldx,
+                                                        const int32_t *__restrict__ n_rows_dev, long long n_rows,
+                                                        int ne0, int8_t *__restrict__ q, float *__restrict__ d,
+                                                        float *__restrict__ s) {
+    const long long r = blockIdx.x + 65535LL * blockIdx.y;
+    if (r >= n_rows || (n_rows_dev && r >= *n_rows_dev)) return;
+    const float *xr = x + r * ldx;
+    int8_t *qr = q + r * ne0;
+    float *dr = d + r * (ne0 / 32), *sr = s + r * (ne0 / 16);
+    const int lane = threadIdx.x % 32, g = threadIdx.x / 32, ng = blockDim.x / 32;
+    if (FMT == ST_TYPE_Q8_K) {
+        for (int kb = g; kb < ne0 / 256; kb += ng) {
+            float v[8];
+            int qv[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = xr[kb * 256 + 32 * j + lane];
+            const float dd = q8k_block(lane, v, qv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                qr[kb * 256 + 32 * j + lane] = (int8_t)qv[j];
+                int h = qv[j];
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1) h += __shfl_xor_sync(ST_WARP_FULL_MASK, h, o, 32);
+                if ((lane & 15) == 0) sr[kb * 16 + 2 * j + lane / 16] = __fmul_rn(dd, (float)h);
+            }
+            if (lane < 8) dr[kb * 8 + lane] = dd;
+        }
+    } else {
+        for (int b = g; b < ne0 / 32; b += ng) {
+            float dd;
+            const int qi = q8_32(xr[b * 32 + lane], dd);
+            const float d16 = __half2float(__float2half_rn(dd));
+            qr[b * 32 + lane] = (int8_t)qi;
+            int h = qi;
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) h += __shfl_xor_sync(ST_WARP_FULL_MASK, h, o, 32);
+            if (FMT == ST_TYPE_Q8_1) {
+                const int h32 = h + __shfl_xor_sync(ST_WARP_FULL_MASK, h, 16, 32);
+                if (lane == 0) sr[2 * b] = __half2float(__float2half_rn(__fmul_rn((float)h32, dd))), sr[2 * b + 1] = 0.0f;
+            } else if ((lane & 15) == 0) {
+                sr[2 * b + lane / 16] = __fmul_rn(d16, (float)h);
+            }
+            if (lane == 0) dr[b] = d16;
+        }
     }
 }
 
@@ -662,7 +717,19 @@ extern "C" int st_cuda_gemm(st_gemm_ctx *g, int engine, int type, const void *W,
     float *xs = (float *)c.take((size_t)n_tok * (ne0 / 16) * 4);
     if (c.used > scratch_bytes)
         return st_err("st_cuda_gemm: scratch of %zu bytes is too small (%zu needed)", scratch_bytes, c.used);
-    if (quant_rows(g->ctx, 0, X, ne0, NULL, 1, NULL, n_tok, (int)ne0, xq, xd, xs, stream)) return -1;
+    const int cpu_fmt = getenv("STRATA_MMQ_CPU_ACT") ? st_cuda_act_format(type) : -1;  // experiment (see above)
+    if (cpu_fmt >= 0) {
+        const dim3 qg((unsigned)(n_tok < 65535 ? n_tok : 65535), (unsigned)((n_tok + 65534) / 65535));
+        if (cpu_fmt == ST_TYPE_Q8_K)
+            k_quant_rows_cpu<ST_TYPE_Q8_K><<<qg, 256, 0, stream>>>(X, ne0, NULL, n_tok, (int)ne0, xq, xd, xs);
+        else if (cpu_fmt == ST_TYPE_Q8_1)
+            k_quant_rows_cpu<ST_TYPE_Q8_1><<<qg, 256, 0, stream>>>(X, ne0, NULL, n_tok, (int)ne0, xq, xd, xs);
+        else
+            k_quant_rows_cpu<ST_TYPE_Q8_0><<<qg, 256, 0, stream>>>(X, ne0, NULL, n_tok, (int)ne0, xq, xd, xs);
+        if (st_cuda_check_launch(g->ctx, "quant_rows_cpu")) return -1;
+    } else if (quant_rows(g->ctx, 0, X, ne0, NULL, 1, NULL, n_tok, (int)ne0, xq, xd, xs, stream)) {
+        return -1;
+    }
     const int bn = n_tok <= 32 ? 32 : 64;
     mmq_args a;
     memset(&a, 0, sizeof a);

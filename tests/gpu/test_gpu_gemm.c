@@ -2,7 +2,8 @@
 // random weights (st_random_blocks) and activations (seed printed; STRATA_SEED overrides):
 //   dense:  every weight type x shapes (ne0 -> n_out) 2048->4096, 4096->2048, 2048->768, 768->2048 x
 //           N in {1, 7, 64, 512}, every engine (cuBLAS f16, int8 mmq, f16 tensor cores on shared-memory-dequantized
-//           tiles ("tc"), the last two where supported). Outputs are poisoned (NaN)
+//           tiles ("tc"), the last two where supported), and mmq with STRATA_MMQ_CPU_ACT=1 (activations in the CPU's
+//           format: relative RMS error <= 2e-5, only the float order differs). Outputs are poisoned (NaN)
 //           first. Pass: every |gpu - cpu| <= 1e-2 |W_r| |X_t| (row norms of the dequantized weights and of the
 //           activations) and the relative RMS error of the whole product <= 3e-2 (int8/f16 rounding on both
 //           sides gives ~1e-2).
@@ -108,8 +109,21 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
     for (int ni = 0; ni < n_ns; ni++) {
         const int64_t n_tok = ns[ni];
         CHECK(st_cpu_matmul(g_pool, type, w, ne0, n_out, x, n_tok, y_cpu, &cs));
-        for (int eng = ST_GEMM_CUBLAS; eng <= ST_GEMM_TC; eng++) {
-            if (eng == ST_GEMM_MMQ && (!st_cuda_mmq_supported(type) || ne0 % 256)) continue;
+        // Engines; then (cpu_act) mmq once more with STRATA_MMQ_CPU_ACT=1, the activations in the CPU's format:
+        // the same int8 products as the CPU, so only the float order differs (bound 2e-5 relative RMS).
+        for (int eng = ST_GEMM_CUBLAS; eng <= ST_GEMM_TC + 1; eng++) {
+            const int cpu_act = eng == ST_GEMM_TC + 1;
+            if (cpu_act) {
+                eng = ST_GEMM_MMQ;
+                setenv("STRATA_MMQ_CPU_ACT", "1", 1);
+            }
+            if (eng == ST_GEMM_MMQ && (!st_cuda_mmq_supported(type) || ne0 % 256)) {
+                if (cpu_act) {
+                    unsetenv("STRATA_MMQ_CPU_ACT");
+                    break;
+                }
+                continue;
+            }
             if (eng == ST_GEMM_TC && (!st_cuda_tc_supported(type) || ne0 % 256)) continue;
             const size_t sb = st_cuda_gemm_scratch_bytes(eng, type, ne0, n_out, n_tok);
             void *scr = st_cuda_alloc(ctx, sb, "scratch");
@@ -134,13 +148,19 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
                     se += e * e, sr += (double)b * b;
                 }
             const double rel = sqrt(se / (sr + 1e-30));
-            const int ok = !bad && !nonfinite && rel <= 3e-2;
+            const int ok = !bad && !nonfinite && rel <= (cpu_act ? 2e-5 : 3e-2);
             if (!ok || n_tok == max_tok)
                 printf("  %s %-7s %-6s %5lld -> %-5lld N %-4lld rel_rms %.2e  max err/bound %.3f  bad %lld  "
                        "nonfinite %lld\n",
-                       ok ? "ok  " : "FAIL", st_type_name(type), eng == ST_GEMM_MMQ ? "mmq" : eng == ST_GEMM_TC ? "tc" : "cublas", (long long)ne0,
-                       (long long)n_out, (long long)n_tok, rel, worst, (long long)bad, (long long)nonfinite);
+                       ok ? "ok  " : "FAIL", st_type_name(type),
+                       cpu_act ? "mmq-cpuact" : eng == ST_GEMM_MMQ ? "mmq" : eng == ST_GEMM_TC ? "tc" : "cublas",
+                       (long long)ne0, (long long)n_out, (long long)n_tok, rel, worst, (long long)bad,
+                       (long long)nonfinite);
             if (!ok) g_fail = 1;
+            if (cpu_act) {
+                unsetenv("STRATA_MMQ_CPU_ACT");
+                break;
+            }
         }
     }
     st_cpu_scratch_free(&cs);
