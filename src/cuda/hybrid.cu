@@ -65,7 +65,7 @@ extern "C" int st_cuda_hy_set_table(const void **table, const st_hy_update *u, i
 __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, const void *const *__restrict__ table,
                               const uint8_t *lo, const uint8_t *hi, uint32_t cpu_q16, uint32_t *carry,
                               int32_t *__restrict__ ids_gpu, int32_t *meta, const float *__restrict__ x, float *hx,
-                              int d, uint32_t *cpu_count) {
+                              int d, uint32_t *cpu_count, uint32_t *seq, uint32_t *bell, int layer) {
     __shared__ int s_ncpu;
     if (threadIdx.x == 0) {  // K <= 32: serial is cheapest, and the carry needs one writer
         uint8_t miss[32], cls[32];
@@ -99,6 +99,21 @@ __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, con
     if (s_ncpu > 0)
         for (int i = threadIdx.x; i < d; i += blockDim.x) hx[i] = x[i];
     __threadfence_system();  // (kernel completion publishes these too; the host node reads them after it)
+    if (!bell) return;
+    __syncthreads();  // every export is fenced: ring (hybrid.h, doorbell)
+    if (threadIdx.x == 0) {
+        const uint32_t s = *seq + 1;
+        *seq = s;
+        volatile uint32_t *vb = bell;
+        if (s_ncpu > 0) {
+            vb[2] = (uint32_t)layer;
+            __threadfence_system();
+            vb[0] = s;
+        } else {
+            vb[1] = s;
+        }
+        __threadfence_system();
+    }
 }
 
 extern "C" int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, const void *const *table,
@@ -110,21 +125,65 @@ extern "C" int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, cons
     if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx)
         return st_err("st_cuda_hy_classify: NULL pointer");
     k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo, (const uint8_t *)vram_hi,
-                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count);
+                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, NULL, NULL, 0);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
 }
 
+extern "C" int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert, const void *const *table,
+                                        const void *vram_lo, const void *vram_hi, uint32_t cpu_q16, uint32_t *carry,
+                                        int32_t *ids_gpu, int32_t *meta, const float *x, float *hx, int n_embd,
+                                        uint32_t *cpu_count, uint32_t *seq, uint32_t *bell, int layer,
+                                        cudaStream_t stream) {
+    if (K <= 0 || K > 32 || n_expert <= 0 || n_embd <= 0)
+        return st_err("st_cuda_hy_classify_bell: %d experts used of %d (1..32), n_embd %d", K, n_expert, n_embd);
+    if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx || !seq || !bell)
+        return st_err("st_cuda_hy_classify_bell: NULL pointer");
+    k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo, (const uint8_t *)vram_hi,
+                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, seq, bell, layer);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
+}
+
+__device__ __forceinline__ unsigned long long hy_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *__restrict__ w,
                              const float *__restrict__ y_gpu, const float *y_cpu, int K, int d, float *out,
-                             const float *add) {
+                             const float *add, const uint32_t *seq, uint32_t *bell) {
+    __shared__ int s_ok;
+    if (bell) {  // doorbell: wait for the host thread's answer (hybrid.h)
+        if (threadIdx.x == 0) {
+            const uint32_t s = *seq;
+            const volatile uint32_t *vb = bell;
+            const unsigned long long t0 = hy_globaltimer();
+            int ok = 1;
+            while (vb[1] != s) {
+                if (hy_globaltimer() - t0 > ST_HY_BELL_TIMEOUT_NS) {
+                    ok = 0;
+                    ((volatile uint32_t *)bell)[3] = 1;
+                    break;
+                }
+#if __CUDA_ARCH__ >= 700
+                __nanosleep(256);
+#endif
+            }
+            __threadfence_system();
+            s_ok = ok;
+        }
+        __syncthreads();
+    }
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= d) return;
+    const float cpu_nan = bell && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
     float o = 0.0f;
     for (int k = 0; k < K; k++) {
         // CPU rows: written by the host between launches; ld.cv fetches system memory again rather than trusting
         // any cached line
-        const float y = ids_gpu[k] >= 0 ? y_gpu[(size_t)k * d + r] : __ldcv(y_cpu + (size_t)k * d + r);
+        const float y = ids_gpu[k] >= 0 ? y_gpu[(size_t)k * d + r] : __ldcv(y_cpu + (size_t)k * d + r) + cpu_nan;
         const float t = __fmul_rn(y, w[k]);
         o = k == 0 ? t : __fadd_rn(o, t);
     }
@@ -135,7 +194,18 @@ extern "C" int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const 
                                   int K, int n_embd, float *out, const float *add, cudaStream_t stream) {
     if (K <= 0 || K > 32 || n_embd <= 0) return st_err("st_cuda_hy_combine: K %d (1..32), n_embd %d", K, n_embd);
     if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("st_cuda_hy_combine: NULL pointer");
-    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add);
+    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, NULL,
+                                                           NULL);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
+}
+
+extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
+                                       int K, int n_embd, float *out, const float *add, const uint32_t *seq,
+                                       uint32_t *bell, cudaStream_t stream) {
+    if (K <= 0 || K > 32 || n_embd <= 0) return st_err("st_cuda_hy_combine_bell: K %d (1..32), n_embd %d", K, n_embd);
+    if (!ids_gpu || !w || !y_gpu || !y_cpu || !out || !seq || !bell) return st_err("st_cuda_hy_combine_bell: NULL pointer");
+    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
 }

@@ -19,14 +19,19 @@
 //   ids_gpu_d [K] int32, ones_d [K] f32 (1.0), y_d [K][n_embd] f32: the GPU experts' unweighted outputs
 //   meta [ST_HY_META_INTS] int32, xrow [n_embd] f32, ycpu [K][n_embd] f32: page-locked, mapped into the device
 //   carry_d [n_layer] uint32: the split's error-diffusion residues
+// STRATA_HY_DOORBELL=1 (experiment): no host node, fork or join; the classify kernel rings a doorbell in mapped
+// memory that a host thread polls, and the combine kernel polls for its answer (cuda/hybrid.h, doorbell):
+//   bell [4] uint32 page-locked, mapped; bell_seq_d [1] uint32 device
 #include "engine/gpu_hybrid.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -114,6 +119,13 @@ struct st_hybrid {
     hy_job *jobs;                 // [L]
     _Atomic int cpu_failed;       // a host node failed: reported by the next st_hybrid_after_eval
     char cpu_err[256];
+    // doorbell (STRATA_HY_DOORBELL=1): the CPU branch as a polling host thread instead of host nodes
+    int doorbell;
+    uint32_t *bell_h, *bell_dp;   // [4] host / device address (cuda/hybrid.h)
+    uint32_t *bell_seq_d;         // [1] device: the split counter
+    pthread_t bell_thread;
+    int bell_started;
+    _Atomic int bell_stop;
 };
 
 static int env_int(const char *name, int def, int lo, int hi) {
@@ -388,6 +400,8 @@ static int hy_map_alloc(void **host, void **dev, size_t bytes, const char *what)
     return 0;
 }
 
+static int hy_bell_init(st_hybrid *h);
+
 // The CPU miss workers and their buffers; with --pcie-frac auto, the measured split. Leaves pcie_frac = 1 (no CPU
 // work) unless the options ask for CPU misses and the split gives the CPU a share.
 static int hy_cpu_init(st_hybrid *h) {
@@ -461,16 +475,23 @@ static int hy_cpu_init(st_hybrid *h) {
     st_info("hybrid decode: --pcie-frac %s%.3f: the GPU reads %.0f%% of each layer's misses over PCIe, %d CPU threads "
             "compute the rest%s",
             is_auto ? "auto -> " : "", f, 100.0 * f, threads, why);
-    return 0;
+    return getenv("STRATA_HY_DOORBELL") ? hy_bell_init(h) : 0;
 }
 
 int st_hybrid_cpu_split(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0; }
 
 // The host node of layer j->l: the CPU misses the classify kernel exported (mapped memory, complete before this
 // node starts), computed into their rank rows of ycpu. Runs on CUDA's callback thread: no CUDA calls here.
+static void hy_cpu_job(st_hybrid *h, uint32_t l);
 static void CUDART_CB hy_host_node(void *ud) {
     const hy_job *j = ud;
-    st_hybrid *h = j->h;
+    hy_cpu_job(j->h, j->l);
+}
+
+// Layer l's CPU misses as the classify kernel exported them, computed into their rank rows of ycpu (a failure is
+// kept for the next st_hybrid_after_eval and the rows become NaN). No CUDA calls: it runs on CUDA's callback
+// thread (host node) or on the doorbell thread.
+static void hy_cpu_job(st_hybrid *h, uint32_t l) {
     const int n = h->meta_h[0], d = (int)h->m->hp.n_embd;
     if (n <= 0) return;
     float *out[32];
@@ -482,11 +503,54 @@ static void CUDART_CB hy_host_node(void *ud) {
         ok = rank >= 0 && rank < h->K;
         out[i] = h->ycpu_h + (size_t)(ok ? rank : 0) * d;
     }
-    if (ok && st_hy_cpu_experts(h->cpu, j->l, h->xrow_h, n, ids, out) == 0) return;
+    if (ok && st_hy_cpu_experts(h->cpu, l, h->xrow_h, n, ids, out) == 0) return;
     if (!atomic_exchange(&h->cpu_failed, 1))
-        snprintf(h->cpu_err, sizeof h->cpu_err, "layer %u: %s", j->l,
+        snprintf(h->cpu_err, sizeof h->cpu_err, "layer %u: %s", l,
                  ok ? st_errmsg() : "the classify kernel exported a bad CPU-miss list");
     for (int k = 0; k < h->K * d; k++) h->ycpu_h[k] = NAN;  // the step's output shows it too
+}
+
+// The doorbell thread: polls bell[0] (the classify kernel's ring), runs that layer's CPU misses, answers in
+// bell[1]. Spins while splits keep coming; after 2 ms without one it polls every 20 us (an idle engine costs no
+// core; the first split after a pause waits that long).
+static void *hy_bell_main(void *ud) {
+    st_hybrid *h = ud;
+    volatile uint32_t *bell = h->bell_h;
+    uint32_t seen = bell[0];
+    double last = st_now();
+    while (!atomic_load_explicit(&h->bell_stop, memory_order_relaxed)) {
+        const uint32_t s = bell[0];
+        if (s == seen) {
+            if (st_now() - last > 2e-3) {
+                struct timespec ts = {0, 20000};
+                nanosleep(&ts, NULL);
+            } else {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+            }
+            continue;
+        }
+        atomic_thread_fence(memory_order_acquire);  // the exports were written before the ring (system fence)
+        seen = s;
+        hy_cpu_job(h, bell[2]);
+        atomic_thread_fence(memory_order_release);  // the outputs before the answer
+        bell[1] = s;
+        last = st_now();
+    }
+    return NULL;
+}
+
+static int hy_bell_init(st_hybrid *h) {
+    if (hy_map_alloc((void **)&h->bell_h, (void **)&h->bell_dp, sizeof(uint32_t) * 4, "CPU-miss doorbell")) return -1;
+    h->bell_seq_d = st_cuda_alloc(h->ctx, sizeof(uint32_t), "CPU-miss doorbell counter");
+    if (!h->bell_seq_d || st_cuda_memset(h->ctx, h->bell_seq_d, 0, sizeof(uint32_t), NULL)) return -1;
+    atomic_store(&h->bell_stop, 0);
+    if (pthread_create(&h->bell_thread, NULL, hy_bell_main, h)) return st_err("cannot start the CPU-miss doorbell thread");
+    h->bell_started = 1;
+    h->doorbell = 1;
+    st_info("hybrid decode: CPU misses through a doorbell thread (STRATA_HY_DOORBELL)");
+    return 0;
 }
 
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
@@ -495,6 +559,17 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
     const int K = h->K, E = (int)h->E, d = (int)hp->n_embd, F = (int)hp->n_ff_exp;
     const void *const *tab = st_hybrid_layer_table(h, l);
     uint32_t *cpu_cnt = h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l;
+    if (h->doorbell) {  // classify rings, the host thread computes, combine waits for its answer
+        if (st_cuda_hy_classify_bell(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
+                                     h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt,
+                                     h->bell_seq_d, h->bell_dp, (int)l, st) ||
+            st_cuda_moe_glu(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, st) ||
+            st_cuda_moe_down_q(down_type, tab, E, d, F, act, st_cuda_act_format(down_type), h->ids_gpu_d, h->ones_d,
+                               K, 1, h->y_d, NULL, st))
+            return -1;
+        return st_cuda_hy_combine_bell(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, h->bell_seq_d, h->bell_dp,
+                                       st);
+    }
     if (st_cuda_hy_classify(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
                             h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt, st))
         return -1;
@@ -660,6 +735,12 @@ void st_hybrid_free(st_hybrid *h) {
     if (!h) return;
     if (h->copy) cudaStreamSynchronize(h->copy);
     if (h->side) cudaStreamSynchronize(h->side);  // no host node may still use the workers
+    if (h->bell_started) {  // (the compute stream is idle here: no split is waiting for an answer)
+        atomic_store(&h->bell_stop, 1);
+        pthread_join(h->bell_thread, NULL);
+    }
+    if (h->bell_h) cudaFreeHost(h->bell_h);
+    if (h->bell_seq_d && h->ctx) st_cuda_free(h->ctx, h->bell_seq_d);
     st_hy_cpu_free(h->cpu);
     if (h->side) cudaStreamDestroy(h->side);
     if (h->ev_fork) cudaEventDestroy(h->ev_fork);
@@ -842,6 +923,9 @@ static int start_swaps(st_hybrid *h, cudaStream_t st, st_gpu_hybrid_stats *stats
 int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_decode, int64_t n_prefill, int force,
                          cudaStream_t st) {
     if (atomic_load(&h->cpu_failed)) return st_err("%s: CPU miss workers failed: %s", h->m->path, h->cpu_err);
+    if (h->doorbell && ((volatile uint32_t *)h->bell_h)[3])
+        return st_err("%s: the CPU-miss doorbell thread did not answer within %.0f s (its outputs are NaN)",
+                      h->m->path, (double)ST_HY_BELL_TIMEOUT_NS * 1e-9);
     if (stats) {
         stats->decode_tokens += (uint64_t)n_decode;
         stats->prefill_tokens += (uint64_t)n_prefill;
