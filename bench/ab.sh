@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A/B of Strata variants on one GPU machine, alternating runs so that drift hits every variant alike: each variant
+# is the default build with environment variables, or a second build with extra CUDA compiler flags. Prints, per
+# variant, the tok/s of every round and the mean (one `strata bench` test per run).
+#   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] NAME=SPEC...
+#   SPEC: base | env:VAR=VAL[,VAR=VAL...] | cflags:FLAGS[;env:VAR=VAL,...]
+#   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 pairs=cflags:-DST_DEC_PAIRS=1
+# The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
+# the number is tg128. Logs under $OUT (default /tmp/strata-ab).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/strata-ab}
+mkdir -p "$out"
+model=""; pp=0; tg=128; depth=0; reps=3; rounds=2; gpumem=()
+specs=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -m) model=$2; shift ;;
+    -p) pp=$2; shift ;;
+    -n) tg=$2; shift ;;
+    -d) depth=$2; shift ;;
+    -r) reps=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
+    --gpu-mem) gpumem=(--gpu-mem "$2"); shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *=*) specs+=("$1") ;;
+    *) echo "ab.sh: unknown argument $1 (variants are NAME=SPEC)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ ${#specs[@]} -ge 1 ] || { echo "ab.sh: no variants (NAME=SPEC ...)" >&2; exit 2; }
+eval "$(scripts/gpu-deps.sh)"
+
+# Per variant: build directory and environment.
+names=(); dirs=(); envs=()
+for sp in "${specs[@]}"; do
+  name=${sp%%=*}; spec=${sp#*=}
+  dir=build-gpu; env=""
+  case "$spec" in
+    base) ;;
+    env:*) env=${spec#env:} ;;
+    cflags:*)
+      rest=${spec#cflags:}; flags=${rest%%;env:*}
+      [ "$rest" != "$flags" ] && env=${rest#*;env:}
+      dir=build-gpu-$name
+      OUT=$out STRATA_GPU_BUILD=$dir STRATA_GPU_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=$flags" tests/gpu/build.sh ||
+        { echo "ab.sh: build of $name failed" >&2; exit 1; } ;;
+    *) echo "ab.sh: variant $name: unknown spec $spec" >&2; exit 2 ;;
+  esac
+  names+=("$name"); dirs+=("$dir"); envs+=("${env//,/ }")
+done
+OUT=$out tests/gpu/build.sh || exit 1
+if [ -z "$model" ]; then
+  model=/tmp/q30b.gguf
+  [ -f "$model" ] || build-gpu/bin/strata make-model --preset qwen3-30b-a3b --type Q4_K_M --seed 1 -o "$model" \
+    > "$out/make-model.log" 2>&1 || { tail -5 "$out/make-model.log"; exit 1; }
+fi
+
+declare -A results
+for ((round = 1; round <= rounds; round++)); do
+  for i in "${!names[@]}"; do
+    log="$out/${names[$i]}-$round.log"
+    # shellcheck disable=SC2086
+    env ${envs[$i]} "${dirs[$i]}/bin/strata" bench -m "$model" -p "$pp" -n "$tg" -d "$depth" -r "$reps" \
+      ${gpumem[@]+"${gpumem[@]}"} > "$log" 2>&1
+    v=$(grep -E '^\| ' "$log" | grep -vE '^\| (model|---)' | tail -1 | awk -F'|' '{print $7}' | awk '{print $1}')
+    results[$i]="${results[$i]:-} ${v:-fail}"
+  done
+done
+test_name=$(grep -E '^\| ' "$out/${names[0]}-1.log" | grep -vE '^\| (model|---)' | tail -1 | awk -F'|' '{print $6}' | xargs)
+echo "| variant | spec | ${test_name:-test} t/s per round | mean |"
+echo "| --- | --- | --- | ---: |"
+for i in "${!names[@]}"; do
+  mean=$(echo "${results[$i]}" | awk '{s = 0; n = 0; for (k = 1; k <= NF; k++) if ($k != "fail") { s += $k; n++ } printf n ? "%.2f" : "-", n ? s / n : 0}')
+  echo "| ${names[$i]} | ${specs[$i]#*=} | ${results[$i]# } | $mean |"
+done
