@@ -55,6 +55,9 @@ int cmd_serve(int argc, char **argv) {
     c.argc = argc;
     c.argv = argv;
     st_args a = {argc, argv, 1, "serve", false};
+    st_engine_args hy;  // the hybrid placement flags, parsed as every command parses them
+    memset(&hy, 0, sizeof hy);
+    hy.pcie_frac = 1.0;
     for (; a.i < argc && !a.failed; a.i++) {
         if (st_args_is(&a, "-h", "--help")) {
             usage(stdout);
@@ -67,11 +70,7 @@ int cmd_serve(int argc, char **argv) {
         else if (st_args_is(&a, "-c", "--ctx-size")) c.n_ctx = (int)st_args_int(&a, 0, 1 << 30);
         else if (st_args_is(&a, "-t", "--threads")) c.n_threads = (int)st_args_int(&a, 1, 4096);
         else if (st_args_is(&a, "-dev", "--device")) c.device = st_args_str(&a);
-        else if (st_args_is(&a, NULL, "--gpu-mem")) c.gpu_mem_gib = st_args_float(&a, 0, 1 << 20);
-        else if (st_args_is(&a, NULL, "--profile")) c.profile_path = st_args_str(&a);
-        else if (st_args_is(&a, NULL, "--pack")) c.pack_path = st_args_str(&a);
-        else if (st_args_is(&a, NULL, "--arena-mmap")) c.arena_mmap = true;
-        else if (st_args_is(&a, NULL, "--deterministic")) {}  // the only hybrid mode so far
+        else if (st_args_hybrid(&a, &hy)) {}  // --gpu-mem, --profile, --pack, --arena-mmap, --pcie-frac, --deterministic
         else if (st_args_is(&a, NULL, "--no-prefix-cache")) c.prefix_cache = false;
         else if (st_args_is(&a, NULL, "--prompt-checkpoints")) c.prompt_checkpoints = (int)st_args_int(&a, 0, 4096);
         else if (st_args_is(&a, NULL, "--checkpoint-mib")) c.checkpoint_mib = st_args_int(&a, 0, 1ll << 30);
@@ -97,6 +96,14 @@ int cmd_serve(int argc, char **argv) {
         } else st_args_unknown(&a);
     }
     if (a.failed) return 2;
+    c.gpu_mem_gib = hy.gpu_mem_gib;
+    c.profile_path = hy.profile;
+    c.pack_path = hy.pack;
+    c.arena_mmap = hy.arena_mmap;
+    c.cpu_misses = hy.cpu_misses && !hy.deterministic;
+    c.pcie_frac = hy.pcie_frac;
+    if (hy.cpu_misses && hy.deterministic && c.worker_fd < 0)
+        fprintf(stderr, "strata serve: --deterministic: ignoring --pcie-frac (every miss is read over PCIe)\n");
     if (!c.model_path) {
         fprintf(stderr, "strata serve: no model given: pass -m MODEL.gguf (see strata serve --help)\n");
         return 2;

@@ -511,4 +511,5 @@ void st_server_config_defaults(st_server_config *c) {
     c->backoff_min_s = 0.5;
     c->backoff_max_s = 30;
     c->worker_fd = -1;
+    c->pcie_frac = 1.0;
 }

@@ -35,6 +35,8 @@ typedef struct st_server_config {
     const char *profile_path;   // routing profile for the expert cache's initial contents, or NULL
     const char *pack_path;      // pack file for arena_mmap, or NULL
     bool arena_mmap;            // host expert arena = the pack mapped read-only
+    bool cpu_misses;            // --pcie-frac given (hybrid decode: a share of the misses computed by CPU threads)
+    double pcie_frac;           // its F (0..1), or -1 for auto
     bool chatml;                // --chat-format chatml: the built-in ChatML format instead of the model's template
     bool prefix_cache;          // reuse the KV of the longest common prefix with the live session
     int prompt_checkpoints;     // host-RAM snapshots of earlier timelines kept for the prefix cache (0: none)

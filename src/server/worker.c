@@ -616,6 +616,8 @@ int st_worker_main(const st_server_config *c) {
     ep.profile_path = c->profile_path;
     ep.pack_path = c->pack_path;
     ep.arena_mmap = c->arena_mmap;
+    ep.cpu_misses = c->cpu_misses;
+    ep.pcie_frac = c->pcie_frac;
     w.e = strata_engine_load(&ep);
     if (!w.e) {
         st_error("engine worker: %s", strata_last_error());
