@@ -89,5 +89,12 @@ with tempfile.TemporaryDirectory() as d:
                        "--pack", pack)
     check(rc == 1 and "fingerprint" in err, "pack of another model", err)
 
+    # --pcie-frac is parsed alike by every command that loads an engine (serve included)
+    for cmd in ("run", "bench", "serve"):
+        rc, out, err = run(cmd, "-m", moe, "--pcie-frac", "1.5")
+        check(rc == 2 and "--pcie-frac takes a share from 0 to 1 or 'auto'" in err, f"{cmd} --pcie-frac 1.5", err)
+        rc, out, err = run(cmd, "--help")
+        check(rc == 0 and "--pcie-frac F|auto" in out, f"{cmd} --help lists --pcie-frac", out + err)
+
 print("test_place_cli:", "FAIL" if failures else "PASS")
 sys.exit(1 if failures else 0)
