@@ -13,7 +13,8 @@
 //   moe v2:        st_cuda_moe_glu (act only) against the same reference; st_cuda_moe_down_q from that f32 act
 //                  (its own prologue quantization) against the same down reference, in place and not
 //   moe_ffn:       the whole MoE FFN in one launch (grid barriers) against the four-launch path, bit for bit (x,
-//                  ids, weights), at several grids, twice each (barrier word and chunk counters back to their start)
+//                  ids, weights), at several grids, twice each (barrier word and chunk counters back to their start);
+//                  STRATA_FFN_STAMPS=N also prints where its time goes per phase (N blocks per SM; no check)
 //   attn_dec:      split-adaptive decode attention against the CPU's st_attention (f16/f32 caches, head_dim 64/128,
 //                  1..8 query heads per KV head, L from 1 to 16385, several grids, one workspace shared by all
 //                  cases so the counters must come back to zero), and its fused output row byte-exact against the
