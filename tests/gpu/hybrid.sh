@@ -3,8 +3,9 @@
 # runs them under VRAM budgets that force expert-cache misses, and checks them against the all-in-VRAM path:
 #   1. test_cache_policy            slot split / swap policy (CPU unit test, also a ctest); test_cpu_experts: the CPU
 #                                   miss workers and the miss split rule (also a ctest)
-#   2. hybrid_decode tiny + mid     prefill logits (2 chunks, staging) and 2,100 greedy decode steps bitwise equal to
-#                                   all-in-VRAM, misses > 0, device memory flat over the decode
+#   2. hybrid_decode tiny + mid     prefill logits (2 chunks, staging) and 2,100 (tiny: its context is 4,096) / 10,000
+#                                   (mid) greedy decode steps bitwise equal to all-in-VRAM, misses > 0, device memory
+#                                   flat over the decode
 #   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load
 #   4. strata logits (CLI)          --gpu-mem vs unlimited: identical JSON (tokens, top logits, 64 greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
@@ -97,7 +98,7 @@ run_decode() {  # label model E n_prompt n_decode [env...]
   fi
 }
 run_decode tiny-decode $tiny 16 600 2100
-run_decode mid-decode $mid 128 600 2100
+run_decode mid-decode $mid 128 600 10000  # the "no leak or growth over 10,000 decoded tokens"
 run_decode mid-swap-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 STRATA_HYBRID_HALFLIFE=8
 run_decode mid-no-adapt $mid 128 100 200 STRATA_HYBRID_ADAPT=0
 
