@@ -398,9 +398,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if (rr < DOWN_R && r < d) {
-        const float *w = wts + (size_t)t * K;
-        float o = __fmul_rn(ys[0][rr], w[0]);
-        for (int k = 1; k < K; k++) o = __fadd_rn(o, __fmul_rn(ys[k][rr], w[k]));
+        const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
         const size_t at = (size_t)t * d + r;
         out[at] = add ? __fadd_rn(add[at], o) : o;
     }
@@ -490,9 +488,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if (rr < DOWN_R && r < d) {
-        const float *w = wts + (size_t)t * K;
-        float o = __fmul_rn(ys[0][rr], w[0]);
-        for (int k = 1; k < K; k++) o = __fadd_rn(o, __fmul_rn(ys[k][rr], w[k]));
+        const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
         const size_t ix = (size_t)t * d + r;
         out[ix] = add ? __fadd_rn(add[ix], o) : o;
     }

@@ -214,9 +214,7 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
     // (actq was written by other SMs in phase 1; plain loads are safe: no SM reads it before barrier 2 in this
     // launch, so no L1 holds a line of it from this launch, and L1 does not outlive a launch.)
     for (int rr = threadIdx.x; rr < nr; rr += blockDim.x) {
-        float o = __fmul_rn(ys[0][rr], s_w[0]);
-        for (int k = 1; k < K; k++) o = __fadd_rn(o, __fmul_rn(ys[k][rr], s_w[k]));
-        p.x[r0 + rr] = __fadd_rn(x2[r0 + rr], o);
+        p.x[r0 + rr] = __fadd_rn(x2[r0 + rr], rank_sum(&ys[0][0], FFN_MAX_ROWS, rr, s_w, K));
     }
     STAMP(8);
 }
@@ -236,26 +234,20 @@ static int ffn_blocks_per_sm(int64_t d, int *n_sm) {
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     if (dev != cached_dev || d != cached_d) {
         const size_t smem = ffn_smem(d);
-        int occ = 0, sm = 0;
+        int occ = 1 << 30, sm = 0;
         if (cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-        if (smem > 48 * 1024 &&
-            cudaFuncSetAttribute(k_moe_ffn<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-            return 0;
         // The three router instantiations have the same resources but are separate functions: take the minimum.
-        int o1 = 0, o2 = 0, o3 = 0;
-        if (smem > 48 * 1024) {
-            cudaFuncSetAttribute(k_moe_ffn<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            cudaFuncSetAttribute(k_moe_ffn<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        void (*const fns[3])(const ffn_params) = {k_moe_ffn<float>, k_moe_ffn<__half>, k_moe_ffn<__nv_bfloat16>};
+        for (int f = 0; f < 3; f++) {
+            int o = 0;
+            if ((smem > 48 * 1024 && cudaFuncSetAttribute(fns[f], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          (int)smem) != cudaSuccess) ||
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, fns[f], FFN_THREADS, smem) != cudaSuccess) {
+                cudaGetLastError();
+                return 0;
+            }
+            occ = o < occ ? o : occ;
         }
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o1, k_moe_ffn<float>, FFN_THREADS, smem) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o2, k_moe_ffn<__half>, FFN_THREADS, smem) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o3, k_moe_ffn<__nv_bfloat16>, FFN_THREADS, smem) !=
-                cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        occ = o1 < o2 ? o1 : o2;
-        occ = occ < o3 ? occ : o3;
         cached_dev = dev, cached_d = d, cached_sm = sm, cached_occ = occ;
     }
     *n_sm = cached_sm;

@@ -273,4 +273,12 @@ static __device__ __noinline__ void rows_dot_x4_any(int type, const uint8_t *con
 #undef RDX
 }
 
+// The rank-order weighted sum of K expert outputs of one row, the CPU's order with every step IEEE-rounded:
+// o = w[0] y_0; o = o + w[k] y_k. ys: the per-expert outputs, y_k = ys[k * ld + rr].
+static __device__ __forceinline__ float rank_sum(const float *ys, int ld, int rr, const float *w, int K) {
+    float o = __fmul_rn(ys[rr], w[0]);
+    for (int k = 1; k < K; k++) o = __fadd_rn(o, __fmul_rn(ys[k * ld + rr], w[k]));
+    return o;
+}
+
 #endif

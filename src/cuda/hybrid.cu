@@ -116,18 +116,26 @@ __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, con
     }
 }
 
+// Both classify entry points: argument checks, then the kernel (seq, bell NULL: no doorbell).
+static int hy_classify(const char *fn, const int32_t *ids, int K, int n_expert, const void *const *table,
+                       const void *vram_lo, const void *vram_hi, uint32_t cpu_q16, uint32_t *carry, int32_t *ids_gpu,
+                       int32_t *meta, const float *x, float *hx, int n_embd, uint32_t *cpu_count, uint32_t *seq,
+                       uint32_t *bell, int layer, cudaStream_t stream) {
+    if (K <= 0 || K > 32 || n_expert <= 0 || n_embd <= 0)
+        return st_err("%s: %d experts used of %d (1..32), n_embd %d", fn, K, n_expert, n_embd);
+    if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx) return st_err("%s: NULL pointer", fn);
+    k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo, (const uint8_t *)vram_hi,
+                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, seq, bell, layer);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
+}
+
 extern "C" int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, const void *const *table,
                                    const void *vram_lo, const void *vram_hi, uint32_t cpu_q16, uint32_t *carry,
                                    int32_t *ids_gpu, int32_t *meta, const float *x, float *hx, int n_embd,
                                    uint32_t *cpu_count, cudaStream_t stream) {
-    if (K <= 0 || K > 32 || n_expert <= 0 || n_embd <= 0)
-        return st_err("st_cuda_hy_classify: %d experts used of %d (1..32), n_embd %d", K, n_expert, n_embd);
-    if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx)
-        return st_err("st_cuda_hy_classify: NULL pointer");
-    k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo, (const uint8_t *)vram_hi,
-                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, NULL, NULL, 0);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
+    return hy_classify("st_cuda_hy_classify", ids, K, n_expert, table, vram_lo, vram_hi, cpu_q16, carry, ids_gpu, meta,
+                       x, hx, n_embd, cpu_count, NULL, NULL, 0, stream);
 }
 
 extern "C" int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert, const void *const *table,
@@ -135,14 +143,9 @@ extern "C" int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert,
                                         int32_t *ids_gpu, int32_t *meta, const float *x, float *hx, int n_embd,
                                         uint32_t *cpu_count, uint32_t *seq, uint32_t *bell, int layer,
                                         cudaStream_t stream) {
-    if (K <= 0 || K > 32 || n_expert <= 0 || n_embd <= 0)
-        return st_err("st_cuda_hy_classify_bell: %d experts used of %d (1..32), n_embd %d", K, n_expert, n_embd);
-    if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx || !seq || !bell)
-        return st_err("st_cuda_hy_classify_bell: NULL pointer");
-    k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo, (const uint8_t *)vram_hi,
-                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, seq, bell, layer);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
+    if (!seq || !bell) return st_err("st_cuda_hy_classify_bell: NULL doorbell");
+    return hy_classify("st_cuda_hy_classify_bell", ids, K, n_expert, table, vram_lo, vram_hi, cpu_q16, carry, ids_gpu,
+                       meta, x, hx, n_embd, cpu_count, seq, bell, layer, stream);
 }
 
 __device__ __forceinline__ unsigned long long hy_globaltimer() {
@@ -190,22 +193,25 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
     out[r] = add ? __fadd_rn(add[r], o) : o;
 }
 
-extern "C" int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
-                                  int K, int n_embd, float *out, const float *add, cudaStream_t stream) {
-    if (K <= 0 || K > 32 || n_embd <= 0) return st_err("st_cuda_hy_combine: K %d (1..32), n_embd %d", K, n_embd);
-    if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("st_cuda_hy_combine: NULL pointer");
-    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, NULL,
-                                                           NULL);
+// Both combine entry points: argument checks, then the kernel (seq, bell NULL: no doorbell).
+static int hy_combine(const char *fn, const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
+                      int K, int n_embd, float *out, const float *add, const uint32_t *seq, uint32_t *bell,
+                      cudaStream_t stream) {
+    if (K <= 0 || K > 32 || n_embd <= 0) return st_err("%s: K %d (1..32), n_embd %d", fn, K, n_embd);
+    if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("%s: NULL pointer", fn);
+    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
+}
+
+extern "C" int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
+                                  int K, int n_embd, float *out, const float *add, cudaStream_t stream) {
+    return hy_combine("st_cuda_hy_combine", ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, NULL, NULL, stream);
 }
 
 extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
                                        int K, int n_embd, float *out, const float *add, const uint32_t *seq,
                                        uint32_t *bell, cudaStream_t stream) {
-    if (K <= 0 || K > 32 || n_embd <= 0) return st_err("st_cuda_hy_combine_bell: K %d (1..32), n_embd %d", K, n_embd);
-    if (!ids_gpu || !w || !y_gpu || !y_cpu || !out || !seq || !bell) return st_err("st_cuda_hy_combine_bell: NULL pointer");
-    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
+    if (!seq || !bell) return st_err("st_cuda_hy_combine_bell: NULL doorbell");
+    return hy_combine("st_cuda_hy_combine_bell", ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell, stream);
 }

@@ -258,7 +258,9 @@ extern "C" int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v,
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     const int64_t warps = (int64_t)n_tok * (n_head + 2 * n_head_kv);
     const int threads = 128, wpb = threads / ST_WARP_SIZE;
-    if (getenv("STRATA_ROPE_PLAIN"))  // A/B: a plain launch (no PDL overlap)
+    static int plain = -1;  // A/B (STRATA_ROPE_PLAIN=1): a plain launch, no PDL overlap; read once
+    if (plain < 0) plain = getenv("STRATA_ROPE_PLAIN") != NULL;
+    if (plain)
         k_qk_norm_rope_kv<<<(unsigned)((warps + wpb - 1) / wpb), threads, 0, stream>>>(
             q, k, v, q_norm, k_norm, k_cache, v_cache, kv_f16, d_pos, n_tok, n_head, n_head_kv, head_dim, n_rot, eps,
             theta_scale, freq_scale, neox);

@@ -19,14 +19,19 @@
             exit(2);                                                                                               \
         }                                                                                                          \
     } while (0)
-// A Strata launcher that must return 0, then a device synchronisation (so asynchronous errors land here).
-#define CKL(call)                                                                                                  \
+// A Strata call that must return 0.
+#define CKE(call)                                                                                                  \
     do {                                                                                                           \
         if ((call) != 0) {                                                                                         \
             fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
                     (unsigned long long)g_seed);                                                                   \
             exit(2);                                                                                               \
         }                                                                                                          \
+    } while (0)
+// A Strata launcher that must return 0, then a device synchronisation (so asynchronous errors land here).
+#define CKL(call)                                                                                                  \
+    do {                                                                                                           \
+        CKE(call);                                                                                                 \
         CK(cudaDeviceSynchronize());                                                                               \
     } while (0)
 

@@ -821,11 +821,7 @@ static void pc_layer(pchain *c, cudaStream_t st, int sync, int one_ffn) {
     const st_cuda_dec_mat mo = {ST_TYPE_Q4_K, c->wo, D, c->ffn_out};
 #define PCK(call)                                                                                                  \
     do {                                                                                                           \
-        if ((call) != 0) {                                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
-                    (unsigned long long)g_seed);                                                                   \
-            exit(2);                                                                                               \
-        }                                                                                                          \
+        CKE(call);                                                                                                 \
         if (sync) CK(cudaStreamSynchronize(st));                                                                   \
     } while (0)
     PCK(st_cuda_rmsnorm_act(NULL, c->xq, f, c->x, NULL, c->an, 1, D, 1e-6f, st));

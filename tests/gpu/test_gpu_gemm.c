@@ -109,27 +109,20 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
     for (int ni = 0; ni < n_ns; ni++) {
         const int64_t n_tok = ns[ni];
         CHECK(st_cpu_matmul(g_pool, type, w, ne0, n_out, x, n_tok, y_cpu, &cs));
-        // Engines; then (cpu_act) mmq once more with STRATA_MMQ_CPU_ACT=1, the activations in the CPU's format:
+        // Every engine; then (cpu_act) mmq once more with STRATA_MMQ_CPU_ACT=1, the activations in the CPU's format:
         // the same int8 products as the CPU, so only the float order differs (bound 2e-5 relative RMS).
-        for (int eng = ST_GEMM_CUBLAS; eng <= ST_GEMM_TC + 1; eng++) {
-            const int cpu_act = eng == ST_GEMM_TC + 1;
-            if (cpu_act) {
-                eng = ST_GEMM_MMQ;
-                setenv("STRATA_MMQ_CPU_ACT", "1", 1);
-            }
-            if (eng == ST_GEMM_MMQ && (!st_cuda_mmq_supported(type) || ne0 % 256)) {
-                if (cpu_act) {
-                    unsetenv("STRATA_MMQ_CPU_ACT");
-                    break;
-                }
-                continue;
-            }
+        static const int passes[][2] = {{ST_GEMM_CUBLAS, 0}, {ST_GEMM_MMQ, 0}, {ST_GEMM_TC, 0}, {ST_GEMM_MMQ, 1}};
+        for (int pi = 0; pi < 4; pi++) {
+            const int eng = passes[pi][0], cpu_act = passes[pi][1];
+            if (eng == ST_GEMM_MMQ && (!st_cuda_mmq_supported(type) || ne0 % 256)) continue;
             if (eng == ST_GEMM_TC && (!st_cuda_tc_supported(type) || ne0 % 256)) continue;
             const size_t sb = st_cuda_gemm_scratch_bytes(eng, type, ne0, n_out, n_tok);
             void *scr = st_cuda_alloc(ctx, sb, "scratch");
             CHECKP(scr);
             poison(ctx, dY, sizeof(float) * n_out * n_tok);
+            if (cpu_act) setenv("STRATA_MMQ_CPU_ACT", "1", 1);
             CHECK(st_cuda_gemm(g, eng, type, dW, ne0, n_out, dX, n_tok, dY, scr, sb, ctx->streams[0]));
+            if (cpu_act) unsetenv("STRATA_MMQ_CPU_ACT");
             CHECK(st_cuda_sync(ctx, ctx->streams[0]));
             CHECK(st_cuda_memcpy_d2h(ctx, y_gpu, dY, sizeof(float) * n_out * n_tok, NULL));
             st_cuda_free(ctx, scr);
@@ -157,10 +150,6 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
                        (long long)ne0, (long long)n_out, (long long)n_tok, rel, worst, (long long)bad,
                        (long long)nonfinite);
             if (!ok) g_fail = 1;
-            if (cpu_act) {
-                unsetenv("STRATA_MMQ_CPU_ACT");
-                break;
-            }
         }
     }
     st_cpu_scratch_free(&cs);
