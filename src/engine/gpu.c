@@ -88,6 +88,9 @@ struct st_gpu_session {
                                 // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
     int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
                                 // (STRATA_MOE_ONE=1; STRATA_FFN_BPS=N: N blocks per SM): 239 vs 327 tok/s so far
+    unsigned dec_skip;          // timing experiment only (STRATA_DEC_SKIP, bit mask of DEC_SKIP_*): kernel classes
+                                // left out of one-token fused steps, to measure each one's share of the graph; the
+                                // output is wrong
     void *moe_ffn_ws;           // its barrier word and chunk counters [st_cuda_dec_moe_ws_bytes], zeroed once
     void *attn_ws2;             // st_cuda_attn_dec workspace (zeroed once: its counters)
     int n_split2;               // st_cuda_attn_dec grid
@@ -465,6 +468,12 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         if (!fail && st_cuda_memset(&g->ctx, s->moe_ffn_ws, 0, wsb, NULL)) fail = 1;
     }
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
+    const char *skip = getenv("STRATA_DEC_SKIP");
+    if (skip) {
+        s->dec_skip = (unsigned)strtoul(skip, NULL, 0);
+        st_warn("STRATA_DEC_SKIP=0x%x: decode kernels left out for a timing experiment; the output is wrong",
+                s->dec_skip);
+    }
     s->n_split2 = st_cuda_attn_dec_splits((int)hp->n_head_kv, g->ctx.sm_count);
     const size_t ws2 = st_cuda_attn_dec_ws_bytes((int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_k, s->n_split2);
     s->attn_ws2 = dalloc(s, ws2, "attention workspace", &fail);
@@ -640,6 +649,12 @@ static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
            L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
 }
 
+// STRATA_DEC_SKIP bits (timing experiment): the one-token fused step leaves these launches out.
+enum {
+    DEC_SKIP_ATTN_NORM = 1, DEC_SKIP_QKV = 2, DEC_SKIP_ROPE = 4, DEC_SKIP_ATTN = 8, DEC_SKIP_O = 16,
+    DEC_SKIP_FFN_NORM = 32, DEC_SKIP_ROUTER = 64, DEC_SKIP_GLU = 128, DEC_SKIP_DOWN = 256, DEC_SKIP_HEAD = 512
+};
+
 // One step of n <= SMALL_BATCH tokens whose ids are in d_tokens and first position in d_pos. Enqueues only
 // (capturable): no host synchronisation, no allocation. Layers whose types allow it take the fused decode
 // kernels (decode.h: 9 launches per MoE layer instead of 18, most of them PDL launches whose start overlaps the
@@ -651,6 +666,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     cudaStream_t st = s->stream;
     int d = (int)hp->n_embd, hd = (int)hp->head_dim_k, K = (int)hp->n_expert_used;
     float scale = 1.0f / sqrtf((float)hd);
+    const unsigned skip = n == 1 ? s->dec_skip : 0;
+#define SKIPPED(bit) (skip & (bit))
     if (embed_tokens(s, n)) return -1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
@@ -658,9 +675,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q},
                                           {L->wk.type, L->wk.d, L->wk.ne[1], s->k},
                                           {L->wv.type, L->wv.d, L->wv.ne[1], s->v}};
-            if (st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL, L->attn_norm, n, d,
-                                    hp->rms_eps, st) ||
-                st_cuda_mmvq_multi(m, 3, d, s->xq, st))
+            if ((!SKIPPED(DEC_SKIP_ATTN_NORM) &&
+                 st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL, L->attn_norm, n, d,
+                                     hp->rms_eps, st)) ||
+                (!SKIPPED(DEC_SKIP_QKV) && st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
                 return -1;
         } else {
             if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
@@ -668,14 +686,15 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
                 return -1;
         }
-        if (qk_rope_kv(s, L, l, n)) return -1;
+        if (!SKIPPED(DEC_SKIP_ROPE) && qk_rope_kv(s, L, l, n)) return -1;
         if (fused_attn(s, L, n)) {
             // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
             const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], s->ffn_out};
-            if (st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l], s->v_cache[l],
-                                 s->kv_f16, s->d_pos, (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split2,
-                                 s->attn_ws2, st) ||
-                st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st))
+            if ((!SKIPPED(DEC_SKIP_ATTN) &&
+                 st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l], s->v_cache[l],
+                                  s->kv_f16, s->d_pos, (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split2,
+                                  s->attn_ws2, st)) ||
+                (!SKIPPED(DEC_SKIP_O) && st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st)))
                 return -1;
         } else {
             int rc = n == 1 ? st_cuda_attn_decode(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
@@ -699,10 +718,12 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 if (st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st))) return -1;
                 continue;
             }
-            if (st_cuda_rmsnorm_act(s->xn, s->xq, st_cuda_act_format(L->gate_exps.type), s->x, s->ffn_out,
-                                    L->ffn_norm, n, d, hp->rms_eps, st) ||
-                st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
-                                    s->router, s->d_ids, s->d_wts, s->dec_counters, st) ||
+            if ((!SKIPPED(DEC_SKIP_FFN_NORM) &&
+                 st_cuda_rmsnorm_act(s->xn, s->xq, st_cuda_act_format(L->gate_exps.type), s->x, s->ffn_out,
+                                     L->ffn_norm, n, d, hp->rms_eps, st)) ||
+                (!SKIPPED(DEC_SKIP_ROUTER) &&
+                 st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
+                                     s->router, s->d_ids, s->d_wts, s->dec_counters, st)) ||
                 (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)))  // hybrid: hit/miss counters
                 return -1;
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
@@ -722,10 +743,12 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                     return -1;
                 continue;
             }
-            if (st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n, K,
-                                  s->ffn_a, s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st) ||
-                st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2, s->d_ids,
-                                     s->d_wts, n, K, s->x, s->x, st))
+            if ((!SKIPPED(DEC_SKIP_GLU) &&
+                 st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n,
+                                   K, s->ffn_a, s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st)) ||
+                (!SKIPPED(DEC_SKIP_DOWN) &&
+                 st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2, s->d_ids,
+                                      s->d_wts, n, K, s->x, s->x, st)))
                 return -1;
             continue;
         }
@@ -765,7 +788,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             if (rc2 || st_cuda_moe_sum(s->x, s->x, s->ffn_out, s->d_wts, n, K, d, st)) return -1;
         }
     }
-    if (out_rows > 0) {
+#undef SKIPPED
+    if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
         if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
                             st) ||
             mv(s, &g->output, s->xn, out_rows, s->logits, 0))

@@ -9,6 +9,11 @@
 // (--pcie-frac): the prefill logits must still be bitwise identical (prefill does not use the CPU), while the decode
 // is teacher-forced (both engines get the all-in-VRAM engine's greedy token) and must agree on the top-1 token at
 // >= 99% of the positions, with finite logits, CPU misses > 0 and (fixed F) a CPU share of the misses near 1 - F.
+// Control: a third engine, the CPU backend (the arithmetic the CPU misses use), teacher-forced on the same tokens.
+// Any two engines that are not bitwise equal differ by int8 activation rounding, and one flipped rounding spreads
+// through the later layers' quantizations; on a random-weight model with a 151,936-token vocabulary the top-2
+// margins are often below that noise. Where the CPU engine itself agrees with the GPU engine at less than 99.5%, the
+// CPU-miss engine passes if it agrees at least as well as the control minus 0.5 point (both rates printed).
 //   usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE [PCIE_FRAC]]]   (STRATA_SEED=N fixes the prompt)
 #include <inttypes.h>
 #include <math.h>
@@ -23,12 +28,12 @@
 static int g_cpu_misses;   // PCIE_FRAC given
 static double g_pcie_frac; // its value (-1: auto)
 
-static strata_engine *load(const char *path, double gib, int32_t n_ctx) {
+static strata_engine *load(const char *path, double gib, int32_t n_ctx, const char *device) {
     strata_engine_params p = strata_engine_default_params();
     p.cpu_misses = gib > 0 && g_cpu_misses;
     p.pcie_frac = g_pcie_frac;
     p.model_path = path;
-    p.device = "cuda";
+    p.device = device;
     p.gpu_mem_gib = gib;
     p.plan_n_ctx = n_ctx;
     p.plan_kv_f32 = true;
@@ -75,14 +80,16 @@ int main(int argc, char **argv) {
     printf("hybrid_decode: %s, --gpu-mem %.3f GiB, prompt %d tokens (seed %" PRIu64 "), %d decoded%s%s\n", path, gib,
            n_prompt, seed, n_decode, g_cpu_misses ? ", --pcie-frac " : " (every miss over PCIe)",
            g_cpu_misses ? argv[5] : "");
-    strata_engine *ea = load(path, 0, n_ctx);
-    strata_engine *eb = ea ? load(path, gib, n_ctx) : NULL;
-    if (!ea || !eb) return 1;
+    strata_engine *ea = load(path, 0, n_ctx, "cuda");
+    strata_engine *eb = ea ? load(path, gib, n_ctx, "cuda") : NULL;
+    strata_engine *ec = eb && g_cpu_misses ? load(path, 0, n_ctx, "cpu") : NULL;  // the control
+    if (!ea || !eb || (g_cpu_misses && !ec)) return 1;
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = n_ctx;
     sp.kv_f32 = true;
     strata_session *sa = strata_session_new(ea, &sp), *sb = strata_session_new(eb, &sp);
-    if (!sa || !sb) {
+    strata_session *sc = ec ? strata_session_new(ec, &sp) : NULL;
+    if (!sa || !sb || (ec && !sc)) {
         fprintf(stderr, "hybrid_decode: session: %s\n", strata_last_error());
         return 1;
     }
@@ -100,9 +107,11 @@ int main(int argc, char **argv) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
     for (int32_t i = 0; i < n_prompt; i++) toks[i] = (int32_t)st_rng_below(&r, (uint32_t)nv);
     float *la = malloc(sizeof(float) * (size_t)nv * (size_t)n_prompt), *lb = malloc(sizeof(float) * (size_t)nv * (size_t)n_prompt);
+    float *lc = malloc(sizeof(float) * (size_t)nv);
     int fails = 0;
     // Prefill: all positions' logits (chunks of 512 through the grouped MoE GEMM with staging).
-    if (strata_session_eval(sa, toks, n_prompt, la, true) || strata_session_eval(sb, toks, n_prompt, lb, true)) {
+    if (strata_session_eval(sa, toks, n_prompt, la, true) || strata_session_eval(sb, toks, n_prompt, lb, true) ||
+        (sc && strata_session_eval(sc, toks, n_prompt, NULL, false))) {
         fprintf(stderr, "FAIL: prefill: %s\n", strata_last_error());
         return 1;
     }
@@ -121,11 +130,12 @@ int main(int argc, char **argv) {
     // Decode.
     int32_t ta = argmax(la + (size_t)(n_prompt - 1) * nv, nv), tb = argmax(lb + (size_t)(n_prompt - 1) * nv, nv);
     size_t used0 = 0, total = 0, used_min = SIZE_MAX, used_max = 0;
-    int64_t first_tok_diff = -1, first_logit_diff = -1, agree = 0, nonfinite = 0;
-    double worst = 0;
+    int64_t first_tok_diff = -1, first_logit_diff = -1, agree = 0, agree_cpu = 0, nonfinite = 0;
+    double worst = 0, worst_cpu = 0;
     for (int32_t i = 0; i < n_decode; i++) {
         if (ta != tb && first_tok_diff < 0) first_tok_diff = i;
-        if (strata_session_eval(sa, &ta, 1, la, false) || strata_session_eval(sb, &ta, 1, lb, false)) {
+        if (strata_session_eval(sa, &ta, 1, la, false) || strata_session_eval(sb, &ta, 1, lb, false) ||
+            (sc && strata_session_eval(sc, &ta, 1, lc, false))) {
             fprintf(stderr, "FAIL: decode step %d: %s\n", i, strata_last_error());
             return 1;
         }
@@ -133,9 +143,14 @@ int main(int argc, char **argv) {
         if (f >= 0 && first_logit_diff < 0) first_logit_diff = i;
         if (f >= 0 && !(maxd <= worst)) worst = maxd;
         for (int32_t j = 0; j < nv; j++) nonfinite += !isfinite(lb[j]);
+        if (sc) {
+            double dc;
+            if (compare(la, lc, nv, &dc) >= 0 && !(dc <= worst_cpu)) worst_cpu = dc;
+        }
         ta = argmax(la, nv);
         tb = argmax(lb, nv);
         agree += ta == tb;  // teacher-forced: both engines are fed ta next
+        if (sc) agree_cpu += argmax(lc, nv) == ta;
         if (i >= 64 && (i % 50 == 0 || i == n_decode - 1)) {  // after warm-up: graphs captured, first swaps done
             size_t used;
             if (strata_device_memory(eb, &used, &total) == 0) {
@@ -148,13 +163,18 @@ int main(int argc, char **argv) {
     strata_session_hybrid_stats(sb, &hs);
     if (g_cpu_misses) {  // CPU arithmetic in the result: top-1 agreement, finite logits, the split exercised
         const double rate = n_decode ? (double)agree / (double)n_decode : 1.0;
-        if (rate >= 0.99 && nonfinite == 0)
-            printf("PASS decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%), max |logit diff| %g\n",
-                   (long long)agree, n_decode, 100.0 * rate, worst);
+        const double ctrl = n_decode ? (double)agree_cpu / (double)n_decode : 1.0;
+        printf("control: the CPU engine agrees with the all-in-VRAM engine on the top-1 at %lld of %d positions "
+               "(%.2f%%), max |logit diff| %g\n", (long long)agree_cpu, n_decode, 100.0 * ctrl, worst_cpu);
+        const int at_floor = ctrl < 0.995 && rate >= ctrl - 0.005;  // the model's rounding-noise floor (see top)
+        if ((rate >= 0.99 || at_floor) && nonfinite == 0)
+            printf("PASS decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%%s), max |logit diff| %g\n",
+                   (long long)agree, n_decode, 100.0 * rate,
+                   rate >= 0.99 ? "" : "; below 99% but not below the CPU engine's own agreement - 0.5 point", worst);
         else {
-            printf("FAIL decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%, need 99%%), %lld non-finite "
-                   "logits, max |logit diff| %g\n",
-                   (long long)agree, n_decode, 100.0 * rate, (long long)nonfinite, worst);
+            printf("FAIL decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%, need 99%% or the control's "
+                   "%.2f%% - 0.5 point), %lld non-finite logits, max |logit diff| %g\n",
+                   (long long)agree, n_decode, 100.0 * rate, 100.0 * ctrl, (long long)nonfinite, worst);
             fails++;
         }
         const double share = hs.misses ? (double)hs.cpu_misses / (double)hs.misses : 0.0;
@@ -211,8 +231,11 @@ int main(int argc, char **argv) {
     printf("hybrid_decode: %s (seed %" PRIu64 ")\n", fails ? "FAIL" : "PASS", seed);
     strata_session_free(sa);
     strata_session_free(sb);
+    strata_session_free(sc);
     strata_engine_free(ea);
     strata_engine_free(eb);
+    strata_engine_free(ec);
+    free(lc);
     free(toks);
     free(la);
     free(lb);

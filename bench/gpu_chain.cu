@@ -1,0 +1,261 @@
+// Floor cost of a dependent chain of kernels in one CUDA graph, shaped like the decode step (48 layers x 9 kernels,
+// grids {1,640,10,264,256,1,64,768,512}): empty kernels, PDL, the last-block counter, an L2 data dependence.
+// Run: build-gpu/bin/bench_gpu_chain [-n REPLAYS]   (needs sm_90 for PDL; prints a markdown table)
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                                                  \
+    do {                                                                                                       \
+        cudaError_t e_ = (x);                                                                                  \
+        if (e_ != cudaSuccess) {                                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));               \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+enum { M_EMPTY, M_PDL, M_LAST, M_DATA };
+#define DATA_N 2048  // floats: the 8 KiB buffer of M_DATA
+#define WARMUP 20
+#define BATCH 10
+
+// Same two instructions as st_pdl_wait / st_pdl_trigger (src/cuda/decode_common.cuh), copied so this program needs
+// no engine library. Guarded like there: the default fatbin also builds for archs without griddepcontrol.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// One kernel for every variant; the mode is a template argument so each body has only its own code.
+template <int MODE>
+__global__ void k_chain(int *counter, float *flag, const float *in, float *out) {
+    if (MODE == M_EMPTY) return;
+    pdl_wait();  // the engine waits before touching anything an earlier kernel wrote, then triggers at once
+    pdl_trigger();
+    if (MODE == M_LAST) {  // the engine's "last block finishes the job" pattern (decode.cu router, attention)
+        __shared__ int last;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
+            if (last) *counter = 0;  // ready for the next replay
+        }
+        __syncthreads();
+        if (last && threadIdx.x == 0) *flag = 1.0f;
+    }
+    if (MODE == M_DATA) {  // read what the previous kernel wrote (through L2), block 0 writes the next buffer
+        const float v = in[(blockIdx.x * blockDim.x + threadIdx.x) % DATA_N];
+        if (v < 0.0f) *flag = v;  // never true; keeps the load
+        // 8 loads in flight before the stores: in and out may alias for the compiler, so a plain copy loop would
+        // be serialized into one L2 round trip per element (and ld.global.nc via __restrict__ is not what the
+        // engine uses for data a previous kernel wrote).
+        if (blockIdx.x == 0)
+            for (int j0 = threadIdx.x; j0 < DATA_N; j0 += 8 * blockDim.x) {
+                float r[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) r[u] = j0 + u * blockDim.x < DATA_N ? in[j0 + u * blockDim.x] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (j0 + u * blockDim.x < DATA_N) out[j0 + u * blockDim.x] = r[u] + 1.0f;
+            }
+    }
+}
+
+// Spins one thread for ns nanoseconds: holds the stream while the host queues every timed replay, so the events
+// measure the GPU and not the host's enqueue rate.
+__global__ void k_gate(long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while ((long long)(t - t0) < ns);
+}
+
+typedef void (*kfn)(int *, float *, const float *, float *);
+static kfn kernel_for(int mode) {
+    switch (mode) {
+    case M_EMPTY: return k_chain<M_EMPTY>;
+    case M_PDL: return k_chain<M_PDL>;
+    case M_LAST: return k_chain<M_LAST>;
+    default: return k_chain<M_DATA>;
+    }
+}
+
+struct Bufs {
+    int *counters;  // one per kernel of the chain
+    float *flags;   // one per kernel of the chain
+    float *data;    // two DATA_N buffers, alternating between consecutive kernels
+};
+
+// Captures layers x nk kernels into one graph. With pdl, launched like st_dec_launch: cudaLaunchKernelEx with
+// programmatic stream serialization, which capture turns into programmatic edges; without, plain <<<>>>.
+static cudaGraphExec_t build_graph(cudaStream_t s, const int *grids, int nk, int layers, int mode, int pdl,
+                                   const Bufs *b) {
+    kfn k = kernel_for(mode);
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < layers * nk; i++) {
+        const dim3 grid(grids[i % nk]), block(grids[i % nk] == 64 ? 64 : 256);  // the 64-block kernel: 64 threads
+        float *in = b->data + (i & 1) * DATA_N, *out = b->data + ((i + 1) & 1) * DATA_N;
+        if (pdl) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = block;
+            cfg.stream = s;
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = at;
+            cfg.numAttrs = 1;
+            CK(cudaLaunchKernelEx(&cfg, k, b->counters + i, b->flags + i, (const float *)in, out));
+        } else {
+            k<<<grid, block, 0, s>>>(b->counters + i, b->flags + i, in, out);
+            CK(cudaGetLastError());
+        }
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphUpload(ge, s));
+    CK(cudaGraphDestroy(g));
+    return ge;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// Median microseconds per replay over n replays, events around each group of `batch` replays (all queued behind
+// the gate; consecutive groups run back to back, as consecutive decode steps would).
+static double time_graph(cudaGraphExec_t ge, cudaStream_t s, int n, int batch) {
+    for (int i = 0; i < WARMUP; i++) CK(cudaGraphLaunch(ge, s));
+    CK(cudaStreamSynchronize(s));
+    const int ng = n / batch > 0 ? n / batch : 1;
+    cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * 2 * ng);
+    double *us = (double *)malloc(sizeof(double) * ng);
+    if (!ev || !us) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (int i = 0; i < 2 * ng; i++) CK(cudaEventCreate(&ev[i]));
+    k_gate<<<1, 1, 0, s>>>(50 * 1000 * 1000);  // 50 ms; a long run fills the queue and then the host just blocks
+    CK(cudaGetLastError());
+    for (int i = 0; i < ng; i++) {
+        CK(cudaEventRecord(ev[2 * i], s));
+        for (int j = 0; j < batch; j++) CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(ev[2 * i + 1], s));
+    }
+    CK(cudaStreamSynchronize(s));
+    float span, ms;
+    double sum = 0;
+    CK(cudaEventElapsedTime(&span, ev[0], ev[2 * ng - 1]));
+    for (int i = 0; i < ng; i++) {
+        CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+        us[i] = ms * 1e3 / batch;
+        sum += ms;
+    }
+    // Between one group's stop event and the next's start the GPU front end alone needs ~1.3 us (H200); much more
+    // means the host was behind and starts may be late too (no reason with the gate, but say so if it happens).
+    const double gap_us = ng > 1 ? (span - sum) * 1e3 / (ng - 1) : 0;
+    if (gap_us > 5.0) fprintf(stderr, "warning: %.1f us between timed groups on average (host behind?)\n", gap_us);
+    qsort(us, ng, sizeof(double), cmp_d);
+    const double med = ng % 2 ? us[ng / 2] : 0.5 * (us[ng / 2 - 1] + us[ng / 2]);
+    for (int i = 0; i < 2 * ng; i++) CK(cudaEventDestroy(ev[i]));
+    free(ev);
+    free(us);
+    return med;
+}
+
+static void usage(const char *argv0) {
+    printf("Usage: %s [-n REPLAYS]\n"
+           "Times a 48-layer chain of empty/near-empty kernels (the decode step's grids) captured in one CUDA graph.\n"
+           "  -n REPLAYS  timed replays per variant (default 200; %d warm-up replays first)\n"
+           "Columns: median us per replay with events around each replay, per kernel, and the median of\n"
+           "batches of %d back-to-back replays (cross-check; events around each batch).\n",
+           argv0, WARMUP, BATCH);
+}
+
+int main(int argc, char **argv) {
+    int n = 200;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(argv[0]);
+            return 0;
+        } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
+            n = atoi(argv[++i]);
+            if (n < 1) { fprintf(stderr, "-n needs a positive count\n"); return 1; }
+        } else {
+            usage(argv[0]);
+            return 1;
+        }
+    }
+    int dev, drv, rt;
+    cudaDeviceProp p;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&p, dev));
+    CK(cudaDriverGetVersion(&drv));
+    CK(cudaRuntimeGetVersion(&rt));
+    printf("%s (sm_%d%d, %d SMs), driver %d, runtime %d; %d replays (median), %d warm-up\n\n", p.name, p.major,
+           p.minor, p.multiProcessorCount, drv, rt, n, WARMUP);
+    if (p.major < 9) fprintf(stderr, "warning: below sm_90 griddepcontrol is compiled out: PDL rows are plain\n");
+
+    static const int g9[9] = {1, 640, 10, 264, 256, 1, 64, 768, 512};
+    static const int g6[6] = {640, 264, 256, 64, 768, 512};
+    const int L = 48, maxk = 48 * 9;
+    Bufs b;
+    CK(cudaMalloc(&b.counters, sizeof(int) * maxk));
+    CK(cudaMalloc(&b.flags, sizeof(float) * maxk));
+    CK(cudaMalloc(&b.data, sizeof(float) * 2 * DATA_N));
+    CK(cudaMemset(b.counters, 0, sizeof(int) * maxk));
+    CK(cudaMemset(b.flags, 0, sizeof(float) * maxk));
+    CK(cudaMemset(b.data, 0, sizeof(float) * 2 * DATA_N));
+    cudaStream_t s;
+    CK(cudaDeviceSynchronize());  // the memsets, before a stream that does not wait for the legacy one
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    struct {
+        const char *name;
+        const int *grids;
+        int nk, layers, mode, pdl;
+    } v[] = {
+        {"1. empty, plain launches", g9, 9, L, M_EMPTY, 0},
+        {"2. empty, PDL", g9, 9, L, M_PDL, 1},
+        {"3. PDL + last-block counter", g9, 9, L, M_LAST, 1},
+        {"4. PDL + 8 KiB dependence via L2", g9, 9, L, M_DATA, 1},
+        {"5a. PDL, one layer (9 kernels)", g9, 9, 1, M_PDL, 1},
+        {"5b. PDL, 6 kernels per layer", g6, 6, L, M_PDL, 1},
+    };
+    const int nv = (int)(sizeof v / sizeof v[0]);
+    double per[8];
+    printf("| variant | kernels per replay | us per replay | us per kernel | us per replay (batches of %d) |\n", BATCH);
+    printf("|---|---:|---:|---:|---:|\n");
+    for (int i = 0; i < nv; i++) {
+        const int nk = v[i].nk * v[i].layers;
+        cudaGraphExec_t ge = build_graph(s, v[i].grids, v[i].nk, v[i].layers, v[i].mode, v[i].pdl, &b);
+        if (v[i].mode == M_DATA) CK(cudaMemsetAsync(b.data, 0, sizeof(float) * 2 * DATA_N, s));
+        per[i] = time_graph(ge, s, n, 1);
+        const double batched = time_graph(ge, s, n, BATCH);
+        printf("| %s | %d | %.1f | %.3f | %.1f |\n", v[i].name, nk, per[i], per[i] / nk, batched);
+        fflush(stdout);
+        if (v[i].mode == M_DATA) {  // every kernel added 1 (nk even: the result is back in buffer 0)
+            const int ng = n / BATCH > 0 ? n / BATCH : 1;
+            const float want = (float)nk * (2 * WARMUP + n + ng * BATCH);
+            float got;
+            CK(cudaMemcpy(&got, b.data, sizeof got, cudaMemcpyDeviceToHost));
+            if (want < 16777216.0f && got != want)  // (float counts exactly below 2^24)
+                fprintf(stderr, "warning: data chain gave %.0f, expected %.0f (ordering broken?)\n",
+                        (double)got, (double)want);
+        }
+        CK(cudaGraphExecDestroy(ge));
+    }
+    printf("\nRemoving 3 kernels per layer (2 vs 5b): %.1f us per replay, %.3f us per removed kernel\n",
+           per[1] - per[5], (per[1] - per[5]) / (L * 3));
+    CK(cudaStreamDestroy(s));
+    CK(cudaFree(b.counters));
+    CK(cudaFree(b.flags));
+    CK(cudaFree(b.data));
+    return 0;
+}
