@@ -4,7 +4,7 @@
 # variant, the tok/s of every round and the mean (one `strata bench` test per run).
 #   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] NAME=SPEC...
 #   SPEC: base | env:VAR=VAL[,VAR=VAL...] | cflags:FLAGS[;env:VAR=VAL,...]
-#   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 pairs=cflags:-DST_DEC_PAIRS=1
+#   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 mb6=cflags:-DST_DEC_MIN_BLOCKS=6
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
 # the number is tg128. Logs under $OUT (default /tmp/strata-ab).
 set -u -o pipefail

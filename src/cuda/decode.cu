@@ -25,8 +25,20 @@
 #define NORM_MAX_N 12288                       // rmsnorm_act stages the row in shared memory (48 KiB)
 #define DOWN_R 4                               // output rows per block of the down projection
 #define DOWN_MAX_USED 32
-#define ROUTER_GROUPS 2                        // groups (logits) per router block
+#ifndef ROUTER_GROUPS
+#define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
+#endif
 #define ROUTER_PRE 16                          // router weights (float4 per lane) loaded before the PDL wait
+// Resident blocks per SM the matrix-vector kernels are compiled for (__launch_bounds__ minimum): the register cap
+// that lets a whole grid run in one wave (Qwen3-30B-A3B: 768 GLU blocks on 132 SMs need 6 per SM). 0: no cap.
+#ifndef ST_DEC_MIN_BLOCKS
+#define ST_DEC_MIN_BLOCKS 0
+#endif
+#if ST_DEC_MIN_BLOCKS > 0
+#define DEC_BOUNDS __launch_bounds__(DEC_THREADS, ST_DEC_MIN_BLOCKS)
+#else
+#define DEC_BOUNDS __launch_bounds__(DEC_THREADS)
+#endif
 
 // ---- weight-type instances ----------------------------------------------------------------------------------
 //
@@ -134,7 +146,7 @@ struct multi_args {
     const uint8_t *xq;
 };
 
-template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) {
+template <int TYPE> __global__ void DEC_BOUNDS k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -286,7 +298,7 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
 
 // grid (n_ff / DEC_GROUPS, n_pairs): group g of block (bx, p) computes row bx * DEC_GROUPS + g of pair p.
 template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void DEC_BOUNDS
     k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
@@ -374,7 +386,7 @@ extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expe
 // grid (ceil(n_embd / DOWN_R), n_tok): the block computes rows r0 .. r0 + DOWN_R - 1 of every selected expert of
 // token t (group tasks (k, row)), then combines them in rank order.
 template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void DEC_BOUNDS
     k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
                const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
                const float *__restrict__ wts, int K, float *out, const float *add) {

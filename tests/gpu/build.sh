@@ -4,7 +4,7 @@
 # Prints the build time, or the first errors and exits 1.  Usage: tests/gpu/build.sh
 #   STRATA_GPU_BUILD       build directory (default build-gpu); a second one holds an A/B variant, e.g.
 #   STRATA_GPU_CMAKE_ARGS  extra configure arguments (first configure only), e.g.
-#                          STRATA_GPU_BUILD=build-gpu-pairs STRATA_GPU_CMAKE_ARGS=-DCMAKE_CUDA_FLAGS=-DST_DEC_PAIRS=1
+#                          STRATA_GPU_BUILD=build-gpu-mb6 STRATA_GPU_CMAKE_ARGS=-DCMAKE_CUDA_FLAGS=-DST_DEC_MIN_BLOCKS=6
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/strata-gpu-out}

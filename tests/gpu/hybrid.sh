@@ -38,8 +38,8 @@ while [ $# -gt 0 ]; do
 done
 export PATH="$PATH:/usr/local/cuda/bin"
 t0=$SECONDS
+[ -x scripts/gpu-deps.sh ] && eval "$(scripts/gpu-deps.sh)"  # the carried libraries (also for --no-build)
 if [ $build = 1 ]; then
-  [ -x scripts/gpu-deps.sh ] && eval "$(scripts/gpu-deps.sh)"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${STRATA_GPU_ARCH:-90}" ${STRATA_DEPS_PREFIX:+-DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr"} \
     -DSTRATA_PYTHON=python3 > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "FAIL: configure"; exit 1; }
