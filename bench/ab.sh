@@ -2,7 +2,8 @@
 # A/B of Strata variants on one GPU machine, alternating runs so that drift hits every variant alike: each variant
 # is the default build with environment variables, or a second build with extra CUDA compiler flags. Prints, per
 # variant, the tok/s of every round and the mean (one `strata bench` test per run).
-#   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] NAME=SPEC...
+#   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] [-x "ARGS"] NAME=SPEC...
+#   -x: more `strata bench` arguments for every variant (e.g. "--pcie-frac 0.5")
 #   SPEC: base | env:VAR=VAL[,VAR=VAL...] | cflags:FLAGS[;env:VAR=VAL,...]
 #   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 mb6=cflags:-DST_DEC_MIN_BLOCKS=6
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
@@ -11,7 +12,7 @@ set -u -o pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-ab}
 mkdir -p "$out"
-model=""; pp=0; tg=128; depth=0; reps=3; rounds=2; gpumem=()
+model=""; pp=0; tg=128; depth=0; reps=3; rounds=2; gpumem=(); extra=
 specs=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,7 +23,8 @@ while [ $# -gt 0 ]; do
     -r) reps=$2; shift ;;
     --rounds) rounds=$2; shift ;;
     --gpu-mem) gpumem=(--gpu-mem "$2"); shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -x) extra=$2; shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *=*) specs+=("$1") ;;
     *) echo "ab.sh: unknown argument $1 (variants are NAME=SPEC)" >&2; exit 2 ;;
   esac
@@ -62,7 +64,7 @@ for ((round = 1; round <= rounds; round++)); do
     log="$out/${names[$i]}-$round.log"
     # shellcheck disable=SC2086
     env ${envs[$i]} "${dirs[$i]}/bin/strata" bench -m "$model" -p "$pp" -n "$tg" -d "$depth" -r "$reps" \
-      ${gpumem[@]+"${gpumem[@]}"} > "$log" 2>&1
+      ${gpumem[@]+"${gpumem[@]}"} $extra > "$log" 2>&1
     v=$(grep -E '^\| ' "$log" | grep -vE '^\| (model|---)' | tail -1 | awk -F'|' '{print $7}' | awk '{print $1}')
     results[$i]="${results[$i]:-} ${v:-fail}"
   done

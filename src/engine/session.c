@@ -7,6 +7,7 @@
 
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "engine/route_predict.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -57,6 +58,7 @@ st_session *st_session_new(const st_model *m, st_pool *pool, int64_t n_ctx, int 
     s->gx = xalloc(sizeof(float) * B * hp->n_embd, &fail);
     if (hp->n_expert) s->moe_y = xalloc(sizeof(float) * B * ku * hp->n_embd, &fail);
     s->rope_cs = xalloc(sizeof(float) * (hp->n_rot ? hp->n_rot : 1), &fail);
+    s->route_pred = st_route_pred_new(m);  // NULL unless STRATA_ROUTE_PREDICT is set
     if (fail) {
         st_session_free(s);
         char a[32];
@@ -93,6 +95,7 @@ void st_session_free(st_session *s) {
     free(s->moe_y);
     free(s->rope_cs);
     st_cpu_scratch_free(&s->mm_scratch);
+    st_route_pred_free(s->route_pred);  // prints its table first
     free(s);
 }
 
@@ -224,8 +227,10 @@ static int eval_chunk(st_session *s, const int32_t *tokens, int64_t n, float *lo
         const st_layer *L = &m->layers[l];
         if (attention_block(s, L, (int)l, pos0, n)) return -1;
         for (int64_t t = 0; t < n; t++) st_rmsnorm(s->xn + t * d, s->x + t * d, L->ffn_norm, d, hp->rms_eps);
+        if (s->route_pred) st_route_pred_after_attn(s->route_pred, s, l, n);
         if (hp->n_expert ? moe_ffn(s, L, n) : dense_ffn(s, L, n)) return -1;
         for (int64_t i = 0; i < n * d; i++) s->x[i] += s->ffn_out[i];
+        if (s->route_pred) st_route_pred_after_moe(s->route_pred, s, l, n);
     }
     if (logits) {
         int64_t first = all_logits ? 0 : n - 1, cnt = n - first;
