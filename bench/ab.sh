@@ -5,7 +5,7 @@
 #   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] [-x "ARGS"] NAME=SPEC...
 #   -x: more `strata bench` arguments for every variant (e.g. "--pcie-frac 0.5")
 #   SPEC: base | env:VAR=VAL[,VAR=VAL...] | cflags:FLAGS[;env:VAR=VAL,...]
-#   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 mb6=cflags:-DST_DEC_MIN_BLOCKS=6
+#   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 both="cflags:-DST_DOWN_ROWS4=1 -DST_DEC_TBL_SMEM=1"
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
 # the number is tg128. Logs under $OUT (default /tmp/strata-ab).
 set -u -o pipefail
@@ -45,7 +45,7 @@ for sp in "${specs[@]}"; do
       rest=${spec#cflags:}; flags=${rest%%;env:*}
       [ "$rest" != "$flags" ] && env=${rest#*;env:}
       dir=build-gpu-$name
-      OUT=$out STRATA_GPU_BUILD=$dir STRATA_GPU_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=$flags" tests/gpu/build.sh ||
+      OUT=$out STRATA_GPU_BUILD=$dir STRATA_GPU_CUDA_FLAGS="$flags" tests/gpu/build.sh ||
         { echo "ab.sh: build of $name failed" >&2; exit 1; } ;;
     *) echo "ab.sh: variant $name: unknown spec $spec" >&2; exit 2 ;;
   esac

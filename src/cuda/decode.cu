@@ -25,6 +25,17 @@
 #define NORM_MAX_N 12288                       // rmsnorm_act stages the row in shared memory (48 KiB)
 #define DOWN_R 4                               // output rows per block of the down projection
 #define DOWN_MAX_USED 32
+// A/B build flags (default off): ST_DEC_TBL_SMEM=1: the MoE kernels copy the layer's expert table into shared
+// memory before the dependency wait, so the first weight loads after it wait on one L2 round trip (ids) instead of
+// two (ids, then table[3 id + j]). ST_DOWN_ROWS4=1: the down kernel's groups run their DOWN_N (expert, row) tasks
+// with the loads in flight together (row_dotN inlined per weight type) instead of one row dot after the other.
+#ifndef ST_DEC_TBL_SMEM
+#define ST_DEC_TBL_SMEM 0
+#endif
+#ifndef ST_DOWN_ROWS4
+#define ST_DOWN_ROWS4 0
+#endif
+#define DEC_TBL_MAX_E 256                      // experts whose table fits the shared copy (else read from global)
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
@@ -291,6 +302,27 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
 
 // ---- MoE gate/up GLU + quantization of the down projection's input -------------------------------------------
 
+// The layer's expert table [3 E] in shared memory (ST_DEC_TBL_SMEM), loaded BEFORE st_pdl_wait: the table is no
+// output of this step's kernels (hybrid swaps rewrite it between evaluations, on the stream before the step), so
+// it follows the weights' rule. Returns the table to read: the shared copy, or tbl itself when E is too large.
+static __device__ __forceinline__ const uint8_t *const *dec_tbl_stage(const uint8_t *const *tbl, int E,
+                                                                      const uint8_t **stbl) {
+#if ST_DEC_TBL_SMEM
+    if (E <= DEC_TBL_MAX_E) {
+        for (int i = threadIdx.x; i < 3 * E; i += blockDim.x) stbl[i] = tbl[i];
+        __syncthreads();
+        return stbl;
+    }
+#endif
+    (void)E, (void)stbl;
+    return tbl;
+}
+#if ST_DEC_TBL_SMEM
+#define DEC_TBL_SHARED __shared__ const uint8_t *stbl_[3 * DEC_TBL_MAX_E];
+#else
+#define DEC_TBL_SHARED const uint8_t **stbl_ = NULL;
+#endif
+
 extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n_tok) {
     const int64_t chunks = n_ff_exp > 0 ? (n_ff_exp + 31) / 32 : 1;
     return sizeof(int32_t) * (size_t)(1 + (int64_t)(n_used > 0 ? n_used : 1) * (n_tok > 0 ? n_tok : 1) * chunks);
@@ -305,6 +337,8 @@ __global__ void DEC_BOUNDS
               int32_t *counters) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * DEC_GROUPS + g;
+    DEC_TBL_SHARED
+    tbl = dec_tbl_stage(tbl, E, stbl_);
     st_pdl_wait();  // ids, xq: earlier kernels
     st_pdl_trigger();
     const int e = ids[p];
@@ -393,8 +427,35 @@ __global__ void DEC_BOUNDS
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
+    DEC_TBL_SHARED
+    tbl = dec_tbl_stage(tbl, E, stbl_);
     st_pdl_wait();
     st_pdl_trigger();
+#if ST_DOWN_ROWS4
+    if constexpr (TYPE != 0) {
+        for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
+            const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
+#pragma unroll
+            for (int n = 0; n < DOWN_N; n++) {
+                const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
+                rows[n] = NULL;
+                xqs[n] = actq;
+                if (task < K * DOWN_R && r < d) {
+                    const int e = ids[p];
+                    if (e >= 0 && e < E) rows[n] = tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes;
+                    xqs[n] = actq + (size_t)p * (size_t)aq_stride;
+                }
+            }
+            float v[DOWN_N];
+            row_dotN<TYPE, DOWN_N>(rows, xqs, nitems, lane, v);  // NaN for a skipped row, as below
+#pragma unroll
+            for (int n = 0; n < DOWN_N; n++) {
+                const int task = t0 + n * ng;
+                if (task < K * DOWN_R && lane == 0) ys[task / DOWN_R][task % DOWN_R] = v[n];
+            }
+        }
+    } else
+#endif
     for (int task = g; task < K * DOWN_R; task += ng) {
         const int k = task / DOWN_R, rr = task % DOWN_R, r = r0 + rr, p = t * K + k;
         const int e = ids[p];

@@ -3,8 +3,10 @@
 # registry: the carried Debian packages are unpacked by scripts/gpu-deps.sh). Quiet; logs in $OUT (or /tmp).
 # Prints the build time, or the first errors and exits 1.  Usage: tests/gpu/build.sh
 #   STRATA_GPU_BUILD       build directory (default build-gpu); a second one holds an A/B variant, e.g.
-#   STRATA_GPU_CMAKE_ARGS  extra configure arguments (first configure only), e.g.
-#                          STRATA_GPU_BUILD=build-gpu-mb6 STRATA_GPU_CMAKE_ARGS=-DCMAKE_CUDA_FLAGS=-DST_DEC_MIN_BLOCKS=6
+#   STRATA_GPU_CMAKE_ARGS  extra configure arguments (first configure only; split at spaces)
+#   STRATA_GPU_CUDA_FLAGS  CMAKE_CUDA_FLAGS (first configure only; may hold spaces), e.g.
+#                          STRATA_GPU_BUILD=build-gpu-mb6 STRATA_GPU_CUDA_FLAGS="-DST_DEC_MIN_BLOCKS=6"
+#   STRATA_GPU_TARGETS     targets to build (default: all)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/strata-gpu-out}
@@ -15,9 +17,11 @@ t0=$SECONDS
 b=${STRATA_GPU_BUILD:-build-gpu}
 if [ ! -f "$b/build.ninja" ]; then
   # shellcheck disable=SC2086
-  cmake -S . -B "$b" -G Ninja ${STRATA_GPU_CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
+  cmake -S . -B "$b" -G Ninja ${STRATA_GPU_CMAKE_ARGS:-} ${STRATA_GPU_CUDA_FLAGS:+"-DCMAKE_CUDA_FLAGS=$STRATA_GPU_CUDA_FLAGS"} \
+    -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${STRATA_GPU_ARCH:-90}" -DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr" \
     -DSTRATA_PYTHON=python3 > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 fi
-cmake --build "$b" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
+# shellcheck disable=SC2086
+cmake --build "$b" -j "$(nproc)" ${STRATA_GPU_TARGETS:+--target $STRATA_GPU_TARGETS} > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
 echo "== built in $((SECONDS - t0)) s"
