@@ -25,17 +25,13 @@
 #define NORM_MAX_N 12288                       // rmsnorm_act stages the row in shared memory (48 KiB)
 #define DOWN_R 4                               // output rows per block of the down projection
 #define DOWN_MAX_USED 32
-// A/B build flags (default off): ST_DEC_TBL_SMEM=1: the MoE kernels copy the layer's expert table into shared
-// memory before the dependency wait, so the first weight loads after it wait on one L2 round trip (ids) instead of
-// two (ids, then table[3 id + j]). ST_DOWN_ROWS4=1: the down kernel's groups run their DOWN_N (expert, row) tasks
-// with the loads in flight together (row_dotN inlined per weight type) instead of one row dot after the other.
-#ifndef ST_DEC_TBL_SMEM
-#define ST_DEC_TBL_SMEM 0
-#endif
+// ST_DOWN_ROWS4 (default 1; -DST_DOWN_ROWS4=0 for an A/B build): the down kernel's groups run their DOWN_N
+// (expert, row) tasks with the loads in flight together (row_dotN inlined per weight type) instead of one row dot
+// after the other: 365.8 vs 363.1 tok/s (2026-11-30). Staging the expert table in shared memory before the PDL wait
+// measured 355 (dropped).
 #ifndef ST_DOWN_ROWS4
-#define ST_DOWN_ROWS4 0
+#define ST_DOWN_ROWS4 1
 #endif
-#define DEC_TBL_MAX_E 256                      // experts whose table fits the shared copy (else read from global)
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
@@ -302,26 +298,6 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
 
 // ---- MoE gate/up GLU + quantization of the down projection's input -------------------------------------------
 
-// The layer's expert table [3 E] in shared memory (ST_DEC_TBL_SMEM), loaded BEFORE st_pdl_wait: the table is no
-// output of this step's kernels (hybrid swaps rewrite it between evaluations, on the stream before the step), so
-// it follows the weights' rule. Returns the table to read: the shared copy, or tbl itself when E is too large.
-static __device__ __forceinline__ const uint8_t *const *dec_tbl_stage(const uint8_t *const *tbl, int E,
-                                                                      const uint8_t **stbl) {
-#if ST_DEC_TBL_SMEM
-    if (E <= DEC_TBL_MAX_E) {
-        for (int i = threadIdx.x; i < 3 * E; i += blockDim.x) stbl[i] = tbl[i];
-        __syncthreads();
-        return stbl;
-    }
-#endif
-    (void)E, (void)stbl;
-    return tbl;
-}
-#if ST_DEC_TBL_SMEM
-#define DEC_TBL_SHARED __shared__ const uint8_t *stbl_[3 * DEC_TBL_MAX_E];
-#else
-#define DEC_TBL_SHARED const uint8_t **stbl_ = NULL;
-#endif
 
 extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n_tok) {
     const int64_t chunks = n_ff_exp > 0 ? (n_ff_exp + 31) / 32 : 1;
@@ -337,8 +313,6 @@ __global__ void DEC_BOUNDS
               int32_t *counters) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * DEC_GROUPS + g;
-    DEC_TBL_SHARED
-    tbl = dec_tbl_stage(tbl, E, stbl_);
     st_pdl_wait();  // ids, xq: earlier kernels
     st_pdl_trigger();
     const int e = ids[p];
@@ -427,8 +401,6 @@ __global__ void DEC_BOUNDS
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
-    DEC_TBL_SHARED
-    tbl = dec_tbl_stage(tbl, E, stbl_);
     st_pdl_wait();
     st_pdl_trigger();
 #if ST_DOWN_ROWS4
