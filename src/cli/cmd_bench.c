@@ -55,6 +55,10 @@ static strata_hybrid_stats hy_diff(const strata_hybrid_stats *a, const strata_hy
     d.swaps -= a->swaps;
     d.swap_bytes -= a->swap_bytes;
     d.cpu_misses -= a->cpu_misses;
+    d.prefetch_records -= a->prefetch_records;
+    d.prefetch_bytes -= a->prefetch_bytes;
+    d.prefetch_hits -= a->prefetch_hits;
+    d.prefetch_late -= a->prefetch_late;
     return d;
 }
 
@@ -71,6 +75,10 @@ static void hy_add(strata_hybrid_stats *acc, const strata_hybrid_stats *d) {
     acc->swaps += a.swaps;
     acc->swap_bytes += a.swap_bytes;
     acc->cpu_misses += a.cpu_misses;
+    acc->prefetch_records += a.prefetch_records;
+    acc->prefetch_bytes += a.prefetch_bytes;
+    acc->prefetch_hits += a.prefetch_hits;
+    acc->prefetch_late += a.prefetch_late;
 }
 
 // Per-token figures of a hybrid result: hit rate, misses and PCIe bytes per decoded token, staged bytes per
@@ -229,6 +237,13 @@ int cmd_bench(int argc, char **argv) {
                 if (h->decode_tokens && h->cpu_threads)
                     printf("hybrid %s: --pcie-frac %.3f: %.1f CPU misses/token (%d CPU threads)\n", res[i].name,
                            h->pcie_frac, f.cpu_misses_per_tok, h->cpu_threads);
+                if (h->decode_tokens && (h->prefetch_records || h->prefetch_late))
+                    printf("hybrid %s: lookahead prefetch: %.1f experts/token copied ahead (%.4f GB/token), %.1f "
+                           "selections/token served from them, %.1f layers/token too late\n",
+                           res[i].name, (double)h->prefetch_records / (double)h->decode_tokens,
+                           (double)h->prefetch_bytes / (double)h->decode_tokens / 1e9,
+                           (double)h->prefetch_hits / (double)h->decode_tokens,
+                           (double)h->prefetch_late / (double)h->decode_tokens);
                 if (h->prefill_tokens)
                     printf("hybrid %s: %.4f GB staged/token (%.3f GB per %llu-chunk run, %.1f GB/s at %.1f tok/s)\n",
                            res[i].name, f.staged_gb_per_tok, (double)h->staged_bytes / 1e9 / (double)reps,

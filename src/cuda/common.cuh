@@ -37,4 +37,10 @@ template <typename T> __device__ __forceinline__ T warp_max(T v) {
     return v;
 }
 
+// Entry i of an expert address table (decode.h): read through L2, because the hybrid lookahead prefetch
+// (hybrid.h) rewrites entries from a side stream while decode kernels run.
+__device__ __forceinline__ const unsigned char *st_tbl_entry(const void *table, size_t i) {  // table: pointer array
+    return (const unsigned char *)__ldcg((const unsigned long long *)table + i);
+}
+
 #endif

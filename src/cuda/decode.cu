@@ -318,7 +318,7 @@ __global__ void DEC_BOUNDS
     const int e = ids[p];
     float v = f_nan();
     if (e >= 0 && e < E) {
-        const uint8_t *gate = tbl[3 * e], *up = tbl[3 * e + 1];
+        const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
         float a, b;
         if constexpr (TYPE == 0)
             row_dot2_any(type, gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes,
@@ -414,7 +414,7 @@ __global__ void DEC_BOUNDS
                 xqs[n] = actq;
                 if (task < K * DOWN_R && r < d) {
                     const int e = ids[p];
-                    if (e >= 0 && e < E) rows[n] = tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes;
+                    if (e >= 0 && e < E) rows[n] = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
                     xqs[n] = actq + (size_t)p * (size_t)aq_stride;
                 }
             }
@@ -433,7 +433,7 @@ __global__ void DEC_BOUNDS
         const int e = ids[p];
         float v = f_nan();
         if (r < d && e >= 0 && e < E) {
-            const uint8_t *row = tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes;
+            const uint8_t *row = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
             const uint8_t *xr = actq + (size_t)p * (size_t)aq_stride;
             if constexpr (TYPE == 0) v = row_dot_any(type, row, xr, nitems, lane);
             else v = row_dot<TYPE>(row, xr, nitems, lane);
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
             xqs[n] = aq;
             if (task < K * DOWN_R && r < d) {
                 const int e = ids[t * K + k];
-                if (e >= 0 && e < E) rows[n] = tbl[3 * e + 2] + (size_t)r * (size_t)row_bytes;
+                if (e >= 0 && e < E) rows[n] = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
                 xqs[n] = aq + (size_t)k * aq_stride;
             }
         }

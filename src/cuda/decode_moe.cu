@@ -132,7 +132,7 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
         const int lines = (int)((span + 127) / 128);
         for (int i = threadIdx.x; i < K * lines; i += blockDim.x) {
             const int k = i / lines, e = s_ids[k];
-            if (e >= 0 && e < E) st_prefetch_l2(p.tbl[3 * e + 2] + (size_t)r0 * p.dn_row_bytes + (size_t)(i % lines) * 128);
+            if (e >= 0 && e < E) st_prefetch_l2(st_tbl_entry(p.tbl, 3 * e + 2) + (size_t)r0 * p.dn_row_bytes + (size_t)(i % lines) * 128);
         }
     }
     const int np = K * F, nw = nblk * ng, per = (np + nw - 1) / nw;
@@ -145,8 +145,8 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
             const int pp = p0 + n, k = pp / F, r = pp % F;
             const int e = pp < p_end ? s_ids[k] : -1;
             const bool ok = e >= 0 && e < E;
-            rows[2 * n] = ok ? p.tbl[3 * e] + (size_t)r * p.gu_row_bytes : NULL;
-            rows[2 * n + 1] = ok ? p.tbl[3 * e + 1] + (size_t)r * p.gu_row_bytes : NULL;
+            rows[2 * n] = ok ? st_tbl_entry(p.tbl, 3 * e) + (size_t)r * p.gu_row_bytes : NULL;
+            rows[2 * n + 1] = ok ? st_tbl_entry(p.tbl, 3 * e + 1) + (size_t)r * p.gu_row_bytes : NULL;
         }
         float v[ROWS_X_N];
         rows_dot_x4_any(p.gu_type, rows, xq, nitems, lane, v);
@@ -198,7 +198,7 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
             xqs[n] = p.actq;
             if (task < K * R && rr < nr) {
                 const int e = s_ids[k];
-                if (e >= 0 && e < E) rows[n] = p.tbl[3 * e + 2] + (size_t)(r0 + rr) * p.dn_row_bytes;
+                if (e >= 0 && e < E) rows[n] = st_tbl_entry(p.tbl, 3 * e + 2) + (size_t)(r0 + rr) * p.dn_row_bytes;
                 xqs[n] = p.actq + (size_t)k * p.aq_stride;
             }
         }

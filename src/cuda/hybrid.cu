@@ -3,33 +3,41 @@
 
 #include <string.h>
 
+#include "cuda/common.cuh"  // st_tbl_entry, ST_WARP_SIZE
+
 __global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, int n_expert,
                            const void *const *__restrict__ table, const uint8_t *lo, const uint8_t *hi,
-                           uint32_t *__restrict__ counts, uint32_t *__restrict__ sel_miss) {
-    unsigned misses = 0;
+                           uint32_t *__restrict__ counts, uint32_t *__restrict__ sel_miss, const st_hy_count_pf pf) {
+    if (pf.progress && threadIdx.x == 0) atomicExch(pf.progress, pf.layer);  // before any MoE kernel of the layer
+    unsigned misses = 0, pf_hits = 0;
     for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int e = ids[p];
         if (e < 0 || e >= n_expert) continue;
         atomicAdd(&counts[e], 1u);
         if (sel_miss) {
-            const uint8_t *a = (const uint8_t *)table[3 * e];
+            const uint8_t *a = st_tbl_entry(table, 3 * (size_t)e);
             misses += (a < lo || a >= hi) ? 1u : 0u;
+            pf_hits += (a >= (const uint8_t *)pf.lo && a < (const uint8_t *)pf.hi) ? 1u : 0u;
         }
     }
     if (sel_miss) {
         if (misses) atomicAdd(&sel_miss[1], misses);
         if (threadIdx.x == 0) atomicAdd(&sel_miss[0], (unsigned)n_pairs);
+        if (pf_hits && pf.hits) atomicAdd(pf.hits, (unsigned long long)pf_hits);
     }
 }
 
 extern "C" int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, const void *const *table,
                                 const void *vram_lo, const void *vram_hi, uint32_t *counts, uint32_t *sel_miss,
-                                cudaStream_t stream) {
+                                const st_hy_count_pf *pf, cudaStream_t stream) {
     if (n_pairs <= 0) return 0;
     if (sel_miss && !table) return st_err("st_cuda_hy_count: miss counting needs the layer's address table");
+    st_hy_count_pf p;
+    memset(&p, 0, sizeof p);
+    if (pf) p = *pf;
     const int threads = n_pairs < 256 ? ((n_pairs + ST_WARP_SIZE - 1) / ST_WARP_SIZE) * ST_WARP_SIZE : 256;
     k_hy_count<<<1, threads, 0, stream>>>(ids, n_pairs, n_expert, table, (const uint8_t *)vram_lo,
-                                          (const uint8_t *)vram_hi, counts, sel_miss);
+                                          (const uint8_t *)vram_hi, counts, sel_miss, p);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_count<<<>>>", __FILE__, __LINE__);
 }
@@ -73,7 +81,7 @@ __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, con
         for (int k = 0; k < K; k++) {
             const int e = ids[k];
             // an id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild read)
-            const uint8_t *a = (e >= 0 && e < E) ? (const uint8_t *)table[3 * e] : lo;
+            const uint8_t *a = (e >= 0 && e < E) ? st_tbl_entry(table, 3 * (size_t)e) : lo;
             miss[k] = (a < lo || a >= hi) ? 1 : 0;
             n_miss += miss[k];
         }
@@ -214,4 +222,134 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
                                        uint32_t *bell, cudaStream_t stream) {
     if (!seq || !bell) return st_err("st_cuda_hy_combine_bell: NULL doorbell");
     return hy_combine("st_cuda_hy_combine_bell", ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell, stream);
+}
+
+// ---- lookahead prefetch (hybrid.h) ------------------------------------------------------------------------------
+
+#define PF_CHUNK (64 << 10)  // bytes of a record one block copies at a time
+#define PF_UNROLL 8          // 16-byte loads in flight per thread (PCIe latency: many loads outstanding)
+
+__global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P) {
+    if (threadIdx.x != 0) return;  // P, per_set <= 32: serial is cheap (and this runs off the critical path)
+    const int E = pf.E, set = m % pf.n_sets;
+    int32_t *own = pf.owner + (size_t)set * pf.per_set;
+    bool keep[32];
+    int need[32], n_need = 0;
+    for (int j = 0; j < pf.per_set; j++) keep[j] = false;
+    for (int i = 0; i < P; i++) {
+        const int e = pred[i];
+        if (e < 0 || e >= E) continue;
+        const int idx = m * E + e;
+        const uint8_t *home = st_tbl_entry(pf.home, 3 * (size_t)idx);
+        if (home >= (const uint8_t *)pf.cache_lo && home < (const uint8_t *)pf.cache_hi) continue;  // resident
+        int found = -1;
+        for (int j = 0; j < pf.per_set; j++)
+            if (own[j] == idx) found = j;
+        if (found >= 0) keep[found] = true;  // copied for an earlier token, still in place
+        else if (n_need < pf.per_set) need[n_need++] = e;
+    }
+    // Free slots in index order; a reassigned slot's owner goes back home first.
+    int slot[32], n = 0;
+    for (int j = 0; j < pf.per_set && n < n_need; j++) {
+        if (keep[j]) continue;
+        const int o = own[j];
+        if (o >= 0)
+            for (int k = 0; k < 3; k++) pf.table[3 * (size_t)o + k] = st_tbl_entry(pf.home, 3 * (size_t)o + k);
+        own[j] = -1;
+        slot[n++] = j;
+    }
+    __threadfence();  // the restores are visible before the progress word is read (hybrid.h, rule 1)
+    const int progress = atomicAdd(pf.progress, 0);
+    if (progress >= m) {  // layer m's MoE may be running: leave its slots unowned, copy nothing
+        n = 0;
+        atomicAdd(&pf.stats[1], 1ull);
+    } else {
+        atomicAdd(&pf.stats[0], 1ull);
+    }
+    for (int i = 0; i < n; i++) {
+        own[slot[i]] = m * E + need[i];
+        pf.work[1 + 2 * i] = slot[i];
+        pf.work[2 + 2 * i] = need[i];
+    }
+    pf.work[0] = n;
+}
+
+extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {
+    if (!pf || !pred || P <= 0 || P > 32 || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 || m < 0)
+        return st_err("st_cuda_hy_pf_plan: layer %d, %d predictions (1..32), %d slots per set (1..32), %d sets (>= 3)",
+                      m, P, pf ? pf->per_set : 0, pf ? pf->n_sets : 0);
+    k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, pred, P);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>>", __FILE__, __LINE__);
+}
+
+__global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
+    const int n = *(volatile const int32_t *)pf.work;
+    if (n <= 0) return;
+    const long long bytes = pf.layer_meta[4 * (size_t)m];
+    const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets;
+    __shared__ int s_last;
+    for (int c = blockIdx.x; c < n * per_rec; c += gridDim.x) {
+        const int i = c / per_rec, part = c % per_rec;
+        const int j = pf.work[1 + 2 * i], e = pf.work[2 + 2 * i];
+        const long long off = (long long)part * PF_CHUNK, len = min((long long)PF_CHUNK, bytes - off);
+        const uint4 *src = (const uint4 *)(pf.rec[(size_t)m * pf.E + e] + off);
+        uint8_t *slot = pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
+        uint4 *dst = (uint4 *)(slot + off);
+        const int n16 = (int)(len / 16);
+        for (int i0 = threadIdx.x; i0 < n16; i0 += blockDim.x * PF_UNROLL) {
+            uint4 v[PF_UNROLL];
+#pragma unroll
+            for (int u = 0; u < PF_UNROLL; u++) {
+                const int k = i0 + u * (int)blockDim.x;
+                if (k < n16) v[u] = __ldcs(src + k);  // streamed once: do not keep the host bytes in L2
+            }
+#pragma unroll
+            for (int u = 0; u < PF_UNROLL; u++) {
+                const int k = i0 + u * (int)blockDim.x;
+                if (k < n16) dst[k] = v[u];
+            }
+        }
+        for (long long k = (long long)n16 * 16 + threadIdx.x; k < len; k += blockDim.x)  // a tail under 16 bytes
+            ((uint8_t *)dst)[k] = ((const uint8_t *)src)[k];
+        __threadfence();  // this thread's part of the record is visible device-wide (hybrid.h, rule 3)
+        __syncthreads();
+        if (threadIdx.x == 0) s_last = atomicAdd(&pf.done[i], 1u) == (unsigned)per_rec - 1;
+        __syncthreads();
+        if (s_last && threadIdx.x < 3) {  // every part is in place: publish the record's entry
+            if (threadIdx.x == 0) pf.done[i] = 0;
+            const size_t idx = (size_t)m * pf.E + e;
+            __threadfence();
+            pf.table[3 * idx + threadIdx.x] = slot + pf.layer_meta[4 * (size_t)m + 1 + threadIdx.x];
+            if (threadIdx.x == 0) {
+                atomicAdd(&pf.stats[2], 1ull);
+                atomicAdd(&pf.stats[3], (unsigned long long)bytes);
+            }
+        }
+        __syncthreads();  // s_last is reused by the next chunk
+    }
+}
+
+extern "C" int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream) {
+    if (!pf || m < 0 || n_blocks <= 0 || ((uintptr_t)pf->pf_slots & 15) || pf->stride % 16)
+        return st_err("st_cuda_hy_pf_copy: layer %d, %d blocks, slots must be 16-byte aligned", m, n_blocks);
+    k_hy_pf_copy<<<n_blocks, 256, 0, stream>>>(*pf, m);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_copy<<<>>>", __FILE__, __LINE__);
+}
+
+__global__ void k_hy_pf_reset(const st_hy_pf pf) {
+    for (int j = threadIdx.x; j < pf.n_sets * pf.per_set; j += blockDim.x) {
+        const int o = pf.owner[j];
+        if (o >= 0)
+            for (int k = 0; k < 3; k++) pf.table[3 * (size_t)o + k] = pf.home[3 * (size_t)o + k];
+        pf.owner[j] = -1;
+    }
+}
+
+extern "C" int st_cuda_hy_pf_reset(const st_hy_pf *pf, cudaStream_t stream) {
+    if (!pf) return st_err("st_cuda_hy_pf_reset: NULL");
+    k_hy_pf_reset<<<1, 128, 0, stream>>>(*pf);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_reset<<<>>>", __FILE__, __LINE__);
 }

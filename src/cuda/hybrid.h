@@ -21,8 +21,18 @@ extern "C" {
 //   over PCIe from the host arena.
 //   ids: device int32 [n_pairs] (valid ids in [0, n_expert)); counts: device uint32 [n_expert] of this layer;
 //   sel_miss: device uint32 [2] of this layer or NULL. Integer atomics only (order-independent).
+//   pf (may be NULL; decode with the lookahead prefetch): first pf->progress = layer (the MoE kernels of `layer`
+//   read the table only after this kernel), then pf->hits += the pairs whose gate address lies in the prefetch
+//   slots [pf->lo, pf->hi).
+typedef struct st_hy_count_pf {
+    int32_t *progress;             // device: the main chain's progress word (st_hy_pf)
+    int layer;
+    const void *lo, *hi;           // the prefetch slots
+    unsigned long long *hits;      // device counter
+} st_hy_count_pf;
 int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, const void *const *table, const void *vram_lo,
-                     const void *vram_hi, uint32_t *counts, uint32_t *sel_miss, cudaStream_t stream);
+                     const void *vram_hi, uint32_t *counts, uint32_t *sel_miss, const st_hy_count_pf *pf,
+                     cudaStream_t stream);
 
 // Up to ST_HY_MAX_UPDATES table entries written in one launch (the values travel as kernel arguments, so the host
 // needs no buffer that outlives the call): table[u.index * 3 + k] = u.ptr[k] for k < 3.
@@ -75,6 +85,43 @@ int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert, const void
 int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu, int K,
                             int n_embd, float *out, const float *add, const uint32_t *seq, uint32_t *bell,
                             cudaStream_t stream);
+
+// ---- lookahead prefetch (decode; STRATA_HY_PREFETCH=P in the engine, docs/HYBRID.md) ---------------------------
+//
+// While layer m-1 computes, layer m's likely experts (its router on layer m-1's MoE input, top P: the engine runs
+// st_cuda_router_topk on a side stream) are copied from the host arena into VRAM slots, and their decode-table
+// entries are pointed at the copies once complete. Both addresses hold the same bytes, so the decode output does not
+// depend on when, or whether, a copy lands: bitwise equal to all-in-VRAM.
+//
+// Slots: n_sets sets of per_set slots; layer m uses set m % n_sets; owner[set * per_set + j] = m * E + e of the
+// record slot j holds, or -1. Reuse is safe because (1) the plan kernel points the old owner's entry back home,
+// fences, and only then reads the main chain's progress word (the layer whose st_cuda_hy_count ran last this token,
+// -1 at the token's start); it lets the copy run only when progress < m: layer m's MoE kernels read the table after
+// that count, so they see the restored or the new entries, never a slot being overwritten; (2) the side branch of
+// layer m is forked after layer m-1's FFN norm, so every layer <= m - 2 has finished its MoE, and layers that share
+// a set (m - n_sets, ...) with n_sets >= 3 are among them; (3) the copy kernel publishes an entry only after every
+// block's part of the record is written and fenced. The decode kernels read the table through L2 (__ldcg).
+typedef struct st_hy_pf {
+    const void **table;             // device [L][E][3]: the decode kernels' table
+    const void *const *home;        // device [L][E][3]: the entries without prefetch (cache slot or arena record)
+    const uint8_t *const *rec;      // device [L][E]: arena record addresses (device-accessible host memory)
+    const long long *layer_meta;    // device [L][4]: slot bytes (multiple of 16), offsets of gate, up, down
+    const void *cache_lo, *cache_hi;  // the expert-cache slots: a home in this range is resident (not prefetched)
+    uint8_t *pf_slots;              // device: n_sets * per_set slots of `stride` bytes (16-byte aligned)
+    long long stride;
+    int32_t *owner;                 // device [n_sets * per_set], -1 initially
+    int32_t *work;                  // device [1 + 2 * per_set]: the plan's list for the copy kernel: n, (slot, expert)...
+    uint32_t *done;                 // device [per_set], zero: per-record completion counters (reset by their publisher)
+    int32_t *progress;              // device: the main chain's progress word (see above)
+    unsigned long long *stats;      // device [4]: plans run, plans skipped (late), records copied, bytes copied
+    int n_sets, per_set, E;         // per_set <= 32
+} st_hy_pf;
+// Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One block.
+int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
+// Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.
+int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream);
+// Points every owned entry back home and clears the owners (before prefill, whose staging reuses the slots).
+int st_cuda_hy_pf_reset(const st_hy_pf *pf, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

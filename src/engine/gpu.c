@@ -635,7 +635,7 @@ static int fused_moe(const st_gpu_session *s, const glayer *L, int n) {
 static int moe_ffn_one(const st_gpu_session *s, const glayer *L) {
     const st_hparams *hp = &s->g->m->hp;
     const int rt = L->router.type;
-    return s->moe_ffn_grid > 0 && !(s->g->hy && st_hybrid_cpu_split(s->g->hy)) &&
+    return s->moe_ffn_grid > 0 && !(s->g->hy && (st_hybrid_cpu_split(s->g->hy) || st_hybrid_prefetch_on(s->g->hy))) &&
            (rt == ST_TYPE_F32 || rt == ST_TYPE_F16 || rt == ST_TYPE_BF16) && hp->n_embd <= ST_MOE_FFN_MAX_EMBD;
 }
 
@@ -647,6 +647,17 @@ static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
            st_cuda_attn_dec_supported((int)hp->head_dim_k, (int)hp->n_head, (int)hp->n_head_kv,
                                       st_cuda_act_format(L->wo.type)) &&
            L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
+}
+
+// Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer l+1's likely
+// experts into VRAM (l+1 must be an MoE layer with a float router).
+static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
+    const st_gpu_model *g = s->g;
+    if (!st_hybrid_prefetch_on(g->hy) || l + 1 >= g->m->hp.n_layer) return 0;
+    const glayer *N = &g->layers[l + 1];
+    const int rt = N->router.type;
+    if (!N->experts || !(rt == ST_TYPE_F32 || rt == ST_TYPE_F16 || rt == ST_TYPE_BF16)) return 0;
+    return st_hybrid_prefetch(g->hy, l, rt, N->router.d, s->xn, st);
 }
 
 // STRATA_DEC_SKIP bits (timing experiment): the one-token fused step leaves these launches out.
@@ -668,7 +679,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     float scale = 1.0f / sqrtf((float)hd);
     const unsigned skip = n == 1 ? s->dec_skip : 0;
 #define SKIPPED(bit) (skip & (bit))
-    if (embed_tokens(s, n)) return -1;
+    if (embed_tokens(s, n) || (n == 1 && g->hy && st_hybrid_step_begin(g->hy, st))) return -1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (fused_qkv(s, L, n)) {
@@ -721,6 +732,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             if ((!SKIPPED(DEC_SKIP_FFN_NORM) &&
                  st_cuda_rmsnorm_act(s->xn, s->xq, st_cuda_act_format(L->gate_exps.type), s->x, s->ffn_out,
                                      L->ffn_norm, n, d, hp->rms_eps, st)) ||
+                (n == 1 && g->hy && prefetch_next(s, l, st)) ||
                 (!SKIPPED(DEC_SKIP_ROUTER) &&
                  st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
                                      s->router, s->d_ids, s->d_wts, s->dec_counters, st)) ||
@@ -789,6 +801,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
         }
     }
 #undef SKIPPED
+    if (n == 1 && g->hy && st_hybrid_step_end(g->hy, st)) return -1;
     if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
         if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
                             st) ||

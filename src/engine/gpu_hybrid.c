@@ -19,6 +19,12 @@
 //   ids_gpu_d [K] int32, ones_d [K] f32 (1.0), y_d [K][n_embd] f32: the GPU experts' unweighted outputs
 //   meta [ST_HY_META_INTS] int32, xrow [n_embd] f32, ycpu [K][n_embd] f32: page-locked, mapped into the device
 //   carry_d [n_layer] uint32: the split's error-diffusion residues
+// Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h): on a side stream forked after each layer's FFN norm,
+// the next layer's router picks P experts, the missing ones are copied into prefetch slots (3 sets of P, the
+// first 3 P prefill staging slots: a prefill resets them) and their table entries flipped to the copies; joined
+// before the LM head. Bitwise equal to all-in-VRAM (the same bytes at either address). Buffers:
+//   home_d [L][E][3]: tab_h's copy (the entries without prefetch); rec_d [L][E]: rec_dev; pf_meta_d [L][4]
+//   (slot bytes, part offsets); owner/work/done/progress/stats (hybrid.h st_hy_pf); pred_* : the prediction
 // STRATA_HY_DOORBELL=1 (experiment): no host node, fork or join; the classify kernel rings a doorbell in mapped
 // memory that a host thread polls, and the combine kernel polls for its answer (cuda/hybrid.h, doorbell):
 //   bell [4] uint32 page-locked, mapped; bell_seq_d [1] uint32 device
@@ -126,6 +132,22 @@ struct st_hybrid {
     pthread_t bell_thread;
     int bell_started;
     _Atomic int bell_stop;
+    // lookahead prefetch (see the top of this file)
+    int pf_on;                    // prefetching in one-token decode steps
+    int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
+    st_hy_pf pf;                  // the kernels' view (device pointers)
+    const void **home_d;
+    const uint8_t **rec_d;
+    long long *pf_meta_d;
+    int32_t *pf_owner_d, *pf_work_d, *pf_progress_d;
+    uint32_t *pf_done_d;
+    unsigned long long *pf_stats_d;  // [5]: st_hy_pf stats [4], then hits (st_hy_count_pf)
+    unsigned long long pf_stats_h[5];
+    float *pred_logits_d, *pred_w_d;  // [E], [32]
+    int32_t *pred_ids_d, *pred_cnt_d;  // [32], [1] (the router kernel's completion counter)
+    cudaStream_t pf_side;
+    cudaEvent_t pf_fork, pf_join;
+    int pf_forked;                // this step started a side branch (joined by st_hybrid_step_end)
 };
 
 static int env_int(const char *name, int def, int lo, int hi) {
@@ -401,6 +423,7 @@ static int hy_map_alloc(void **host, void **dev, size_t bytes, const char *what)
 }
 
 static int hy_bell_init(st_hybrid *h);
+static int hy_pf_init(st_hybrid *h);
 
 // The CPU miss workers and their buffers; with --pcie-frac auto, the measured split. Leaves pcie_frac = 1 (no CPU
 // work) unless the options ask for CPU misses and the split gives the CPU a share.
@@ -713,7 +736,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         for (uint64_t i = 0; i < n_rec; i++)
             h->freq[i] = h->prof.n_tokens ? (float)((double)h->prof.counts[i] * half / (double)h->prof.n_tokens) : 0;
 
-    if (hy_cpu_init(h)) return -1;
+    if (hy_cpu_init(h) || hy_pf_init(h)) return -1;
 
     size_t fr = 0, tot = 0;
     st_cuda_mem_info(ctx, &fr, &tot);
@@ -766,6 +789,19 @@ void st_hybrid_free(st_hybrid *h) {
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i]) cudaEventDestroy(evs[i]);
     if (h->copy) cudaStreamDestroy(h->copy);
+    if (h->pf_side) {
+        cudaStreamSynchronize(h->pf_side);
+        cudaStreamDestroy(h->pf_side);
+    }
+    if (h->pf_fork) cudaEventDestroy(h->pf_fork);
+    if (h->pf_join) cudaEventDestroy(h->pf_join);
+    if (ctx) {
+        void *pb[] = {(void *)h->home_d, (void *)h->rec_d, h->pf_meta_d, h->pf_owner_d, h->pf_work_d,
+                      h->pf_progress_d, h->pf_done_d, h->pf_stats_d, h->pred_logits_d, h->pred_w_d, h->pred_ids_d,
+                      h->pred_cnt_d};
+        for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++)
+            if (pb[i]) st_cuda_free(ctx, pb[i]);
+    }
     st_arena_free(h->arena);  // unregisters its chunks first
     st_hycache_layout_free(&h->lay);
     free(h->rec_dev);
@@ -797,8 +833,124 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
 
 int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st) {
     uint32_t *sel = decode ? h->cnt_d + (uint64_t)h->L * h->E + 2ull * l : NULL;
+    st_hy_count_pf pf = {0};
+    if (decode && h->pf_on) {
+        pf.progress = h->pf_progress_d;
+        pf.layer = (int)l;
+        pf.lo = h->pf.pf_slots;
+        pf.hi = h->pf.pf_slots + 3ull * (uint64_t)h->pf_P * h->stride;
+        pf.hits = h->pf_stats_d + 4;
+    }
     return st_cuda_hy_count(ids, n_pairs, (int)h->E, st_hybrid_layer_table(h, l), h->slots,
-                            h->slots + h->n_slots_alloc * h->stride, h->cnt_d + (uint64_t)l * h->E, sel, st);
+                            h->slots + h->n_slots_alloc * h->stride, h->cnt_d + (uint64_t)l * h->E, sel,
+                            h->pf_on ? &pf : NULL, st);
+}
+
+// ---- lookahead prefetch ----------------------------------------------------------------------------------------
+
+int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
+
+// Sets up the prefetch when STRATA_HY_PREFETCH=P (1..32) asks for it, the staging slots hold 3 P and no CPU split
+// runs (its classify kernel and the prefetch would both rewrite the view of a miss). After the tables exist.
+static int hy_pf_init(st_hybrid *h) {
+    h->pf_P = env_int("STRATA_HY_PREFETCH", 0, 0, 32);
+    if (h->pf_P <= 0) return 0;
+    const uint64_t n_stage = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf, n_rec = (uint64_t)h->L * h->E;
+    if (n_stage < 3ull * (uint64_t)h->pf_P || st_hybrid_cpu_split(h) || h->L < 2) {
+        st_warn("hybrid: STRATA_HY_PREFETCH=%d ignored (%s)", h->pf_P,
+                st_hybrid_cpu_split(h) ? "CPU misses are on" : "too few staging slots or layers");
+        return 0;
+    }
+    h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 16, 1, 1024);
+    st_cuda_ctx *ctx = h->ctx;
+    h->home_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec * 3, "prefetch home table");
+    h->rec_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec, "prefetch record table");
+    h->pf_meta_d = st_cuda_alloc(ctx, sizeof(long long) * 4 * h->L, "prefetch layer sizes");
+    h->pf_owner_d = st_cuda_alloc(ctx, sizeof(int32_t) * 3 * (size_t)h->pf_P, "prefetch owners");
+    h->pf_work_d = st_cuda_alloc(ctx, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), "prefetch work list");
+    h->pf_progress_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch progress");
+    h->pf_done_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (size_t)h->pf_P, "prefetch counters");
+    h->pf_stats_d = st_cuda_alloc(ctx, sizeof(unsigned long long) * 5, "prefetch statistics");
+    h->pred_logits_d = st_cuda_alloc(ctx, sizeof(float) * h->E, "prefetch router logits");
+    h->pred_w_d = st_cuda_alloc(ctx, sizeof(float) * 32, "prefetch router weights");
+    h->pred_ids_d = st_cuda_alloc(ctx, sizeof(int32_t) * 32, "prefetch router picks");
+    h->pred_cnt_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch router counter");
+    if (!h->home_d || !h->rec_d || !h->pf_meta_d || !h->pf_owner_d || !h->pf_work_d || !h->pf_progress_d ||
+        !h->pf_done_d || !h->pf_stats_d || !h->pred_logits_d || !h->pred_w_d || !h->pred_ids_d || !h->pred_cnt_d)
+        return -1;
+    long long *meta = malloc(sizeof *meta * 4 * h->L);
+    if (!meta) return st_err("out of memory");
+    for (uint32_t l = 0; l < h->L; l++) {
+        const st_xlayer *x = &h->arena->layers[l].x;
+        meta[4 * l] = (long long)x->slot_bytes;
+        for (int k = 0; k < 3; k++) meta[4 * l + 1 + k] = (long long)x->off[k];
+    }
+    int rc = st_cuda_memcpy_h2d(ctx, h->pf_meta_d, meta, sizeof *meta * 4 * h->L, NULL) ||
+             st_cuda_memcpy_h2d(ctx, (void *)h->home_d, h->tab_h, sizeof(void *) * n_rec * 3, NULL) ||
+             st_cuda_memcpy_h2d(ctx, (void *)h->rec_d, h->rec_dev, sizeof(void *) * n_rec, NULL) ||
+             st_cuda_memset(ctx, h->pf_owner_d, 0xff, sizeof(int32_t) * 3 * (size_t)h->pf_P, NULL) ||
+             st_cuda_memset(ctx, h->pf_done_d, 0, sizeof(uint32_t) * (size_t)h->pf_P, NULL) ||
+             st_cuda_memset(ctx, h->pf_stats_d, 0, sizeof(unsigned long long) * 5, NULL) ||
+             st_cuda_memset(ctx, h->pred_cnt_d, 0, sizeof(int32_t), NULL) ||
+             st_cuda_memset(ctx, h->pf_progress_d, 0xff, sizeof(int32_t), NULL);
+    free(meta);
+    if (rc) return -1;
+    HY_CHECK(cudaStreamCreateWithFlags(&h->pf_side, cudaStreamNonBlocking));
+    HY_CHECK(cudaEventCreateWithFlags(&h->pf_fork, cudaEventDisableTiming));
+    HY_CHECK(cudaEventCreateWithFlags(&h->pf_join, cudaEventDisableTiming));
+    st_hy_pf *pf = &h->pf;
+    pf->table = h->tab_d;
+    pf->home = h->home_d;
+    pf->rec = h->rec_d;
+    pf->layer_meta = h->pf_meta_d;
+    pf->cache_lo = h->slots;
+    pf->cache_hi = h->slots + h->lay.n_cache * h->stride;
+    pf->pf_slots = h->slots + h->lay.n_cache * h->stride;  // the first staging slots
+    pf->stride = (long long)h->stride;
+    pf->owner = h->pf_owner_d;
+    pf->work = h->pf_work_d;
+    pf->done = h->pf_done_d;
+    pf->progress = h->pf_progress_d;
+    pf->stats = h->pf_stats_d;
+    pf->n_sets = 3;
+    pf->per_set = h->pf_P;
+    pf->E = (int)h->E;
+    h->pf_on = 1;
+    st_info("hybrid: lookahead prefetch of %d experts per layer (3 x %d slots, %d copy blocks)", h->pf_P, h->pf_P,
+            h->pf_blocks);
+    return 0;
+}
+
+int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
+    if (!h->pf_on) return 0;
+    HY_CHECK(cudaMemsetAsync(h->pf_progress_d, 0xff, sizeof(int32_t), st));  // progress -1: no layer counted yet
+    h->pf_forked = 0;
+    return 0;
+}
+
+int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
+                       cudaStream_t st) {
+    if (!h->pf_on || l + 1 >= h->L) return 0;
+    const st_hparams *hp = &h->m->hp;
+    HY_CHECK(cudaEventRecord(h->pf_fork, st));
+    HY_CHECK(cudaStreamWaitEvent(h->pf_side, h->pf_fork, 0));
+    h->pf_forked = 1;
+    // xn is the main chain's buffer: if this branch runs late, the next layer's norm may have replaced it, which
+    // changes only which experts are copied (the prediction), never the output.
+    if (st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
+                            h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side) ||
+        st_cuda_hy_pf_plan(&h->pf, (int)l + 1, h->pred_ids_d, h->pf_P, h->pf_side) ||
+        st_cuda_hy_pf_copy(&h->pf, (int)l + 1, h->pf_blocks, h->pf_side))
+        return -1;
+    return 0;
+}
+
+int st_hybrid_step_end(st_hybrid *h, cudaStream_t st) {
+    if (!h->pf_on || !h->pf_forked) return 0;
+    HY_CHECK(cudaEventRecord(h->pf_join, h->pf_side));
+    HY_CHECK(cudaStreamWaitEvent(st, h->pf_join, 0));
+    h->pf_forked = 0;
+    return 0;
 }
 
 // Flips the table entries of the swaps in flight to their new slots (their copies are complete).
@@ -816,7 +968,7 @@ static int flip_pending(st_hybrid *h, cudaStream_t st) {
     const int n = h->n_pend;
     h->n_pend = 0;
     h->pmap_dirty = 1;
-    return st_cuda_hy_set_table(h->tab_d, u, n, st);
+    return st_cuda_hy_set_table(h->tab_d, u, n, st) || (h->pf_on && st_cuda_hy_set_table(h->home_d, u, n, st));
 }
 
 int st_hybrid_before_eval(st_hybrid *h, cudaStream_t st) {
@@ -853,6 +1005,8 @@ int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream
         HY_CHECK(cudaMemcpyAsync(h->pmap_d, h->pmap_h, sizeof(int32_t) * h->L * h->E, cudaMemcpyHostToDevice, st));
         h->pmap_dirty = 0;
     }
+    // The prefetch slots are the first staging slots: every prefetched entry points home again first.
+    if (h->pf_on && st_cuda_hy_pf_reset(&h->pf, st)) return -1;
     // Staging may reuse the buffers only after the previous chunk's (and the flips') work on `st`.
     HY_CHECK(cudaEventRecord(h->ev_start, st));
     const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
@@ -898,7 +1052,8 @@ static int start_swaps(st_hybrid *h, cudaStream_t st, st_gpu_hybrid_stats *stats
         u[i].index = (int64_t)out;
         memcpy(u[i].ptr, &h->tab_h[out * 3], sizeof u[i].ptr);
     }
-    if (st_cuda_hy_set_table(h->tab_d, u, n, st)) return -1;
+    if (st_cuda_hy_set_table(h->tab_d, u, n, st) || (h->pf_on && st_cuda_hy_set_table(h->home_d, u, n, st)))
+        return -1;
     HY_CHECK(cudaEventRecord(h->ev_victims, st));
     HY_CHECK(cudaStreamWaitEvent(h->copy, h->ev_victims, 0));
     uint64_t bytes = 0;
@@ -938,7 +1093,17 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
     const uint64_t n_rec = (uint64_t)h->L * h->E, n_cnt = n_rec + 3ull * h->L;
     HY_CHECK(cudaMemcpyAsync(h->cnt_h, h->cnt_d, sizeof(uint32_t) * n_cnt, cudaMemcpyDeviceToHost, st));
     HY_CHECK(cudaMemsetAsync(h->cnt_d, 0, sizeof(uint32_t) * n_cnt, st));
+    if (h->pf_on) {
+        HY_CHECK(cudaMemcpyAsync(h->pf_stats_h, h->pf_stats_d, sizeof h->pf_stats_h, cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaMemsetAsync(h->pf_stats_d, 0, sizeof h->pf_stats_h, st));
+    }
     HY_CHECK(cudaStreamSynchronize(st));
+    if (stats && h->pf_on) {
+        stats->pf_late += h->pf_stats_h[1];
+        stats->pf_records += h->pf_stats_h[2];
+        stats->pf_bytes += h->pf_stats_h[3];
+        stats->pf_hits += h->pf_stats_h[4];
+    }
     if (stats)
         for (uint32_t l = 0; l < h->L; l++) {
             const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];

@@ -57,6 +57,15 @@ int st_hybrid_cpu_split(const st_hybrid *h);
 //   f32 [K][n_ff_exp]; x: device f32 [n_embd], the residual stream (updated).
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
                          const int32_t *ids, const float *wts, float *act, float *x, cudaStream_t st);
+// Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h), one-token decode steps only, all capturable:
+// st_hybrid_step_begin at the step's start (progress word reset), st_hybrid_prefetch after layer l's FFN norm
+// (forks a side branch: layer l+1's router on xn picks P experts, the missing ones are copied and published),
+// st_hybrid_step_end before the LM head (joins the branch). No-ops when the prefetch is off.
+int st_hybrid_prefetch_on(const st_hybrid *h);
+int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st);
+int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
+                       cudaStream_t st);
+int st_hybrid_step_end(st_hybrid *h, cudaStream_t st);
 // Fills the model-level fields of stats (active, slots, sizes).
 void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *stats);
 

@@ -7,6 +7,8 @@
 #                                   (mid) greedy decode steps bitwise equal to all-in-VRAM, misses > 0, device memory
 #                                   flat over the decode
 #   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load
+#      and with the lookahead prefetch (STRATA_HY_PREFETCH=8, and 12 under a swap storm): bitwise, a prefill
+#      after the decode (the prefetch slots reset), copies and selections served from them > 0
 #   4. strata logits (CLI)          --gpu-mem vs unlimited: identical JSON (tokens, top logits, 64 greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
 #                                   small (must fail with the minimum named)
@@ -92,7 +94,7 @@ run_decode() {  # label model E n_prompt n_decode [env...]
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB ($model, prompt $np, decode $nd) $*"
   if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" > "$out/$label.log" 2>&1; then
-    grep -E "^(PASS|FAIL)|placement|prefill:|decode:|device memory" "$out/$label.log" | sed 's/^/   /'
+    grep -E "^(PASS|FAIL)|placement|prefill:|decode:|prefetch:|device memory" "$out/$label.log" | sed 's/^/   /'
     pass "$label"
   else
     grep -E "^(PASS|FAIL)|placement|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
@@ -103,6 +105,10 @@ run_decode tiny-decode $tiny 16 600 2100
 run_decode mid-decode $mid 128 600 10000  # the "no leak or growth over 10,000 decoded tokens"
 run_decode mid-swap-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 STRATA_HYBRID_HALFLIFE=8
 run_decode mid-no-adapt $mid 128 100 200 STRATA_HYBRID_ADAPT=0
+# lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
+run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8
+run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 \
+  STRATA_HYBRID_HALFLIFE=8
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")

@@ -14,6 +14,9 @@
 // through the later layers' quantizations; on a random-weight model with a 151,936-token vocabulary the top-2
 // margins are often below that noise. Where the CPU engine itself agrees with the GPU engine at less than 99.5%, the
 // CPU-miss engine passes if it agrees at least as well as the control minus 0.5 point (both rates printed).
+// Without PCIE_FRAC, a second phase follows the decode: another prompt chunk (prefill path, all logits bitwise) and
+// 50 more greedy decode steps (bitwise): a prefill after decode resets the lookahead prefetch's slots
+// (STRATA_HY_PREFETCH), and the prefetch counters must then show copies and selections served from them.
 //   usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE [PCIE_FRAC]]]   (STRATA_SEED=N fixes the prompt)
 #include <inttypes.h>
 #include <math.h>
@@ -76,7 +79,8 @@ int main(int argc, char **argv) {
     }
     const char *env = getenv("STRATA_SEED");
     const uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    const int32_t n_ctx = n_prompt + n_decode + 1;
+    enum { N_PROMPT2 = 100, N_DECODE2 = 50 };  // the second phase (bitwise runs only)
+    const int32_t n_ctx = n_prompt + n_decode + 1 + (g_cpu_misses ? 0 : N_PROMPT2 + N_DECODE2);
     printf("hybrid_decode: %s, --gpu-mem %.3f GiB, prompt %d tokens (seed %" PRIu64 "), %d decoded%s%s\n", path, gib,
            n_prompt, seed, n_decode, g_cpu_misses ? ", --pcie-frac " : " (every miss over PCIe)",
            g_cpu_misses ? argv[5] : "");
@@ -207,6 +211,52 @@ int main(int argc, char **argv) {
         fails++;
     } else {
         printf("PASS decode logits: %d steps bitwise identical (greedy tokens identical)\n", n_decode);
+    }
+    if (!g_cpu_misses) {
+        // Second phase: prefill after decode, then decode again; both bitwise.
+        int32_t toks2[N_PROMPT2];
+        for (int i = 0; i < N_PROMPT2; i++) toks2[i] = (int32_t)st_rng_below(&r, (uint32_t)nv);
+        float *la2 = malloc(sizeof(float) * (size_t)nv * N_PROMPT2), *lb2 = malloc(sizeof(float) * (size_t)nv * N_PROMPT2);
+        if (strata_session_eval(sa, toks2, N_PROMPT2, la2, true) || strata_session_eval(sb, toks2, N_PROMPT2, lb2, true)) {
+            fprintf(stderr, "FAIL: second prefill: %s\n", strata_last_error());
+            return 1;
+        }
+        int64_t f2 = compare(la2, lb2, (int64_t)nv * N_PROMPT2, &maxd);
+        int32_t t2 = argmax(la2 + (size_t)(N_PROMPT2 - 1) * nv, nv);
+        int64_t step_diff = -1;
+        for (int i = 0; i < N_DECODE2 && f2 < 0 && step_diff < 0; i++) {
+            if (strata_session_eval(sa, &t2, 1, la, false) || strata_session_eval(sb, &t2, 1, lb, false)) {
+                fprintf(stderr, "FAIL: second decode step %d: %s\n", i, strata_last_error());
+                return 1;
+            }
+            if (compare(la, lb, nv, &maxd) >= 0) step_diff = i;
+            t2 = argmax(la, nv);
+        }
+        if (f2 >= 0 || step_diff >= 0) {
+            printf("FAIL prefill after decode: %s differ (%s %lld)\n", f2 >= 0 ? "prefill logits" : "decode logits",
+                   f2 >= 0 ? "element" : "step", (long long)(f2 >= 0 ? f2 : step_diff));
+            fails++;
+        } else {
+            printf("PASS prefill after decode: %d positions, then %d decode steps, bitwise identical\n", N_PROMPT2,
+                   N_DECODE2);
+        }
+        free(la2);
+        free(lb2);
+        strata_session_hybrid_stats(sb, &hs);
+    }
+    if (getenv("STRATA_HY_PREFETCH") && atoi(getenv("STRATA_HY_PREFETCH")) > 0 && !g_cpu_misses) {
+        const double t = hs.decode_tokens ? (double)hs.decode_tokens : 1;
+        printf("prefetch: %.2f experts/token copied ahead (%.4f GB/token), %.2f selections/token served from them, "
+               "%.2f layers/token too late\n", (double)hs.prefetch_records / t, (double)hs.prefetch_bytes / t / 1e9,
+               (double)hs.prefetch_hits / t, (double)hs.prefetch_late / t);
+        if (hs.prefetch_records > 0 && hs.prefetch_hits > 0)
+            printf("PASS prefetch: %" PRIu64 " records copied ahead, %" PRIu64 " selections served from them\n",
+                   hs.prefetch_records, hs.prefetch_hits);
+        else {
+            printf("FAIL prefetch: %" PRIu64 " records copied, %" PRIu64 " selections served (both must be > 0)\n",
+                   hs.prefetch_records, hs.prefetch_hits);
+            fails++;
+        }
     }
     const double dt = hs.decode_tokens ? (double)hs.decode_tokens : 1;
     printf("decode: %" PRIu64 " tokens, hit rate %.2f%%, %.1f misses/token, %.4f GB/token over PCIe, %" PRIu64
