@@ -6,39 +6,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                                  \
-    do {                                                                                                       \
-        cudaError_t e_ = (x);                                                                                  \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));               \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
+#include "cuda/decode_common.cuh"  // st_pdl_wait / st_pdl_trigger / st_dec_launch: the engine's own PDL launch
+extern "C" {
+#include "util/err.h"
+}
+static uint64_t g_seed;  // (gpu_check.h prints it with a fatal error; nothing random here)
+#include "tests/gpu/gpu_check.h"  // CK
 
 enum { M_EMPTY, M_PDL, M_LAST, M_DATA };
 #define DATA_N 2048  // floats: the 8 KiB buffer of M_DATA
 #define WARMUP 20
 #define BATCH 10
 
-// Same two instructions as st_pdl_wait / st_pdl_trigger (src/cuda/decode_common.cuh), copied so this program needs
-// no engine library. Guarded like there: the default fatbin also builds for archs without griddepcontrol.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-
 // One kernel for every variant; the mode is a template argument so each body has only its own code.
 template <int MODE>
 __global__ void k_chain(int *counter, float *flag, const float *in, float *out) {
     if (MODE == M_EMPTY) return;
-    pdl_wait();  // the engine waits before touching anything an earlier kernel wrote, then triggers at once
-    pdl_trigger();
+    st_pdl_wait();  // the engine waits before touching anything an earlier kernel wrote, then triggers at once
+    st_pdl_trigger();
     if (MODE == M_LAST) {  // the engine's "last block finishes the job" pattern (decode.cu router, attention)
         __shared__ int last;
         __threadfence();
@@ -92,8 +77,8 @@ struct Bufs {
     float *data;    // two DATA_N buffers, alternating between consecutive kernels
 };
 
-// Captures layers x nk kernels into one graph. With pdl, launched like st_dec_launch: cudaLaunchKernelEx with
-// programmatic stream serialization, which capture turns into programmatic edges; without, plain <<<>>>.
+// Captures layers x nk kernels into one graph. With pdl, launched by the engine's st_dec_launch (cudaLaunchKernelEx
+// with programmatic stream serialization, which capture turns into programmatic edges); without, plain <<<>>>.
 static cudaGraphExec_t build_graph(cudaStream_t s, const int *grids, int nk, int layers, int mode, int pdl,
                                    const Bufs *b) {
     kfn k = kernel_for(mode);
@@ -103,16 +88,8 @@ static cudaGraphExec_t build_graph(cudaStream_t s, const int *grids, int nk, int
         const dim3 grid(grids[i % nk]), block(grids[i % nk] == 64 ? 64 : 256);  // the 64-block kernel: 64 threads
         float *in = b->data + (i & 1) * DATA_N, *out = b->data + ((i + 1) & 1) * DATA_N;
         if (pdl) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = grid;
-            cfg.blockDim = block;
-            cfg.stream = s;
-            cudaLaunchAttribute at[1];
-            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = at;
-            cfg.numAttrs = 1;
-            CK(cudaLaunchKernelEx(&cfg, k, b->counters + i, b->flags + i, (const float *)in, out));
+            st_dec_launch(k, grid, block, 0, s, b->counters + i, b->flags + i, (const float *)in, out);
+            CK(cudaGetLastError());
         } else {
             k<<<grid, block, 0, s>>>(b->counters + i, b->flags + i, in, out);
             CK(cudaGetLastError());

@@ -17,6 +17,7 @@
 #ifndef STRATA_CUDA_DECODE_COMMON_CUH
 #define STRATA_CUDA_DECODE_COMMON_CUH
 
+#include <cuda_fp16.h>  // __float2half_rn in the quantizers
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>

@@ -6,36 +6,23 @@ usage: test_route_predict.py STRATA_BINARY
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cli_harness  # noqa: E402
+from cli_harness import check  # noqa: E402
+
 STRATA = sys.argv[1]
-failures = 0
 
 
 def run(*args, predict=None):
-    e = dict(os.environ)
-    e.pop("STRATA_ROUTE_PREDICT", None)
-    if predict is not None:
-        e["STRATA_ROUTE_PREDICT"] = predict
-    p = subprocess.run([STRATA, *args], capture_output=True, text=True, env=e, timeout=120)
-    return p.returncode, p.stdout, p.stderr
-
-
-def check(cond, what, out=""):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}\n{out}", file=sys.stderr)
+    return cli_harness.run(STRATA, *args, unset=("STRATA_ROUTE_PREDICT",),
+                           env={"STRATA_ROUTE_PREDICT": predict} if predict is not None else None)
 
 
 with tempfile.TemporaryDirectory() as d:
-    moe, dense = f"{d}/moe.gguf", f"{d}/dense.gguf"
-    for cmd in (["make-model", "--preset", "tiny-qwen3moe", "--type", "Q4_K_M", "--router-skew", "0.5", "-o", moe],
-                ["make-model", "--preset", "tiny-llama", "--type", "Q4_0", "-o", dense]):
-        rc, out, err = run(*cmd, "-q", "-t", "2")
-        check(rc == 0, f"{cmd}", err)
+    moe, dense = cli_harness.make_tiny_models(STRATA, d, 0.5)
     gen = ["run", "-dev", "cpu", "-t", "2", "-p", "the router of the next layer", "-n", "24", "--temp", "0",
            "--ignore-eos", "--no-display-prompt"]
 
@@ -61,7 +48,7 @@ with tempfile.TemporaryDirectory() as d:
     rc, out, err = run(*gen, "-m", dense, predict="1")
     check(rc == 0 and "route prediction" not in err, "dense model: nothing measured", err)
 
-if failures:
-    print(f"{failures} failure(s)", file=sys.stderr)
+if cli_harness.failures:
+    print(f"{cli_harness.failures} failure(s)", file=sys.stderr)
     sys.exit(1)
 print("ok")

@@ -9,31 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-// A CUDA runtime call that must succeed.
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_),   \
-                    (unsigned long long)g_seed);                                                                   \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
-// A Strata call that must return 0.
-#define CKE(call)                                                                                                  \
-    do {                                                                                                           \
-        if ((call) != 0) {                                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s (seed %llu)\n", __FILE__, __LINE__, #call, st_errmsg(),              \
-                    (unsigned long long)g_seed);                                                                   \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
-// A Strata launcher that must return 0, then a device synchronisation (so asynchronous errors land here).
-#define CKL(call)                                                                                                  \
-    do {                                                                                                           \
-        CKE(call);                                                                                                 \
-        CK(cudaDeviceSynchronize());                                                                               \
-    } while (0)
+#include "gpu_check.h"  // CK, CKE, CKL
 
 static inline void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);

@@ -5,36 +5,23 @@ usage: test_place_cli.py STRATA_BINARY
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cli_harness  # noqa: E402
+from cli_harness import check  # noqa: E402
+
 STRATA = sys.argv[1]
-failures = 0
 
 
 def run(*args, env=None):
-    e = dict(os.environ)
-    e.pop("STRATA_ARENA_MMAP", None)
-    if env:
-        e.update(env)
-    p = subprocess.run([STRATA, *args], capture_output=True, text=True, env=e, timeout=120)
-    return p.returncode, p.stdout, p.stderr
-
-
-def check(cond, what, out=""):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}\n{out}", file=sys.stderr)
+    return cli_harness.run(STRATA, *args, unset=("STRATA_ARENA_MMAP",), env=env)
 
 
 with tempfile.TemporaryDirectory() as d:
-    moe, dense, pack = f"{d}/moe.gguf", f"{d}/dense.gguf", f"{d}/moe.pack"
-    for cmd in (["make-model", "--preset", "tiny-qwen3moe", "--type", "Q4_K_M", "--router-skew", "0.6", "-o", moe],
-                ["make-model", "--preset", "tiny-llama", "--type", "Q4_0", "-o", dense]):
-        rc, out, err = run(*cmd, "-q", "-t", "2")
-        check(rc == 0, f"{cmd}", err)
+    moe, dense = cli_harness.make_tiny_models(STRATA, d, 0.6)
+    pack = f"{d}/moe.pack"
 
     for sub in (["pack"], ["profile"], ["info", "--plan"]):
         rc, out, err = run(*sub, "--help")
@@ -96,5 +83,5 @@ with tempfile.TemporaryDirectory() as d:
         rc, out, err = run(cmd, "--help")
         check(rc == 0 and "--pcie-frac F|auto" in out, f"{cmd} --help lists --pcie-frac", out + err)
 
-print("test_place_cli:", "FAIL" if failures else "PASS")
-sys.exit(1 if failures else 0)
+print("test_place_cli:", "FAIL" if cli_harness.failures else "PASS")
+sys.exit(1 if cli_harness.failures else 0)
