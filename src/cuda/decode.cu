@@ -220,45 +220,39 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
 
 // ---- router: float matvec + softmax + top-k ---------------------------------------------------------------------
 
+// The first ROUTER_PRE float4 of a lane's router row go into registers before the dependency wait: the router
+// rows are no kernel's output, so their HBM latency overlaps the previous kernel.
 template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS)
-    k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
-             float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter) {
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
-    const int task = blockIdx.x * ng + g;  // (token, expert) logit
-    const int n4 = ne0 / 4;
-    // The first ROUTER_PRE float4 of the lane's weights go into registers before the dependency wait: the router
-    // rows are no kernel's output, so their HBM latency overlaps the previous kernel.
-    float4 wp[ROUTER_PRE];
-    const bool have = task < E * n_tok;
-    const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
+__device__ __forceinline__ void router_preload(const T *w, int n4, int lane, bool have, float4 wp[ROUTER_PRE]) {
 #pragma unroll
     for (int u = 0; u < ROUTER_PRE; u++) {
         const int i4 = lane + u * G32;
         wp[u] = have && i4 < n4 ? ld4<T>(w, i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    st_pdl_wait();
-    st_pdl_trigger();
-    if (have) {
-        const int r = task % E, t = task / E;
-        const float *xt = x + (int64_t)t * ne0;
-        float sum = 0.0f;  // same order as before: i4 ascending per lane
+}
+
+// One logit: dot(router row w, x) by one group, i4 ascending per lane, then the butterfly (every lane gets it).
+template <typename T>
+__device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *x, int n4,
+                                           int lane) {
+    float sum = 0.0f;
 #pragma unroll
-        for (int u = 0; u < ROUTER_PRE; u++) {
-            const int i4 = lane + u * G32;
-            if (i4 < n4) {
-                const float4 a = wp[u], b = ldx4<T>(xt, i4);
-                sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-            }
-        }
-        for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
-            const float4 a = ld4<T>(w, i4), b = ldx4<T>(xt, i4);
+    for (int u = 0; u < ROUTER_PRE; u++) {
+        const int i4 = lane + u * G32;
+        if (i4 < n4) {
+            const float4 a = wp[u], b = ldx4<T>(x, i4);
             sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
         }
-        sum = g32_sum_f(sum);
-        if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
-    // Last block: every logit is written; route each token.
+    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
+        const float4 a = ld4<T>(w, i4), b = ldx4<T>(x, i4);
+        sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
+    return g32_sum_f(sum);
+}
+
+// The launch's completion counter: 1 in the block that finished last (all blocks' writes visible), else 0.
+__device__ __forceinline__ bool last_block_done(int32_t *counter) {
     __shared__ int last;
     __threadfence();
     __syncthreads();
@@ -267,10 +261,81 @@ __global__ void __launch_bounds__(DEC_THREADS)
         if (last) *counter = 0;  // ready for the next launch (graph replay)
     }
     __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (last) __threadfence();
+    return last != 0;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
+             float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    const int task = blockIdx.x * ng + g;  // (token, expert) logit
+    const int n4 = ne0 / 4;
+    float4 wp[ROUTER_PRE];
+    const bool have = task < E * n_tok;
+    const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
+    router_preload<T>(w, n4, lane, have, wp);
+    st_pdl_wait();
+    st_pdl_trigger();
+    if (have) {
+        const int r = task % E, t = task / E;
+        const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
+        if (lane == 0) logits[(int64_t)t * E + r] = sum;
+    }
+    if (!last_block_done(counter)) return;  // the last block routes each token
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
+}
+
+// FFN RMSNorm + router + top-k of one token in one launch (st_cuda_router_norm_topk): every block normalises the
+// row itself into shared memory (x + res from L2) and computes its logits from it; the last block, when every block
+// has read x, writes x + res back, xn and the quantized row, and routes. Bit for bit st_cuda_rmsnorm_act +
+// st_cuda_router_topk.
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_router_norm(const T *__restrict__ W, int ne0, int E, float *x, const float *res, const float *__restrict__ nw,
+                  float eps, float *xn, uint8_t *__restrict__ xq, int fmt, int K, int norm, float *logits,
+                  int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter) {
+    extern __shared__ float sv[];  // [ne0]: x + res, then normalised
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    const int r = blockIdx.x * ng + g, n4 = ne0 / 4;
+    float4 wp[ROUTER_PRE];
+    const bool have = r < E;
+    const T *w = W + (int64_t)(have ? r : 0) * ne0;
+    router_preload<T>(w, n4, lane, have, wp);
+    for (int i = threadIdx.x * 32; i < ne0; i += blockDim.x * 32) st_prefetch_l2(nw + i);
+    st_pdl_wait();
+    st_pdl_trigger();
+    const double ss = norm_load_sumsq(sv, x, res, ne0, false);  // as k_rmsnorm_act (x written back below)
+    const float mean = (float)(ss / (double)ne0);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    norm_scale(sv, nw, scale, NULL, ne0);
+    __syncthreads();
+    if (have) {
+        const float sum = router_dot<T>(w, wp, sv, n4, lane);
+        if (lane == 0) logits[r] = sum;
+    }
+    if (!last_block_done(counter)) return;
+    // Every block has read x and res: the residual sum goes back to x; xn and the gate/up input row; the route.
+    if (res)
+        for (int i0 = threadIdx.x; i0 < ne0; i0 += blockDim.x * NORM_U) {
+            float v[NORM_U];
+#pragma unroll
+            for (int u = 0; u < NORM_U; u++) {
+                const int i = i0 + u * (int)blockDim.x;
+                v[u] = i < ne0 ? __fadd_rn(__ldcg(x + i), __ldcg(res + i)) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < NORM_U; u++) {
+                const int i = i0 + u * (int)blockDim.x;
+                if (i < ne0) x[i] = v[u];
+            }
+        }
+    if (xn)
+        for (int i = threadIdx.x; i < ne0; i += blockDim.x) xn[i] = sv[i];
+    block_quant<false>(fmt, sv, xq, ne0 / 32, 0, ne0 / 32);
+    if (g == 0) route_group(logits, E, K, norm, ids, weights);
 }
 
 extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
@@ -294,6 +359,36 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
         return st_err("st_cuda_router_topk: router type %s (F32, F16 or BF16)", st_type_name(w_type));
 #undef RT_GO
     return launch_check("router_topk");
+}
+
+extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
+                                        const float *res, const float *norm_w, float eps, float *xn, void *xq,
+                                        int act_format, int n_used, int norm, float *logits, int32_t *ids,
+                                        float *weights, int32_t *counters, cudaStream_t stream) {
+    if (ne0 <= 0 || ne0 % 32 || ne0 > NORM_MAX_N || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
+        n_used <= 0 || n_used > G32 || n_used > n_expert)
+        return st_err("st_cuda_router_norm_topk: unsupported shape: ne0 %lld (multiple of 32, <= %d), %d experts "
+                      "(<= %d), %d used (<= 32)", (long long)ne0, NORM_MAX_N, n_expert, ROUTER_MAX_PER_LANE * G32,
+                      n_used);
+    if (!dec_fmt_ok(act_format) || (act_format == ST_TYPE_Q8_K && ne0 % 256))
+        return st_err("st_cuda_router_norm_topk: activation format %d for rows of %lld", act_format, (long long)ne0);
+    if (((uintptr_t)W & 15) || ((uintptr_t)xq & 15) || !x || !norm_w || !xq || !logits || !ids || !weights ||
+        !counters)
+        return st_err("st_cuda_router_norm_topk: W and xq must be 16-byte aligned; x, norm_w, outputs, counters "
+                      "non-NULL");
+    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
+    const size_t smem = sizeof(float) * (size_t)ne0;
+#define RN_GO(T)                                                                                                   \
+    st_dec_launch(k_router_norm<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), smem, stream, (const T *)W, (int)ne0,   \
+                  n_expert, x, res, norm_w, eps, xn, (uint8_t *)xq, act_format, n_used, norm, logits, ids, weights, \
+                  counters)
+    if (w_type == ST_TYPE_F32) RN_GO(float);
+    else if (w_type == ST_TYPE_F16) RN_GO(__half);
+    else if (w_type == ST_TYPE_BF16) RN_GO(__nv_bfloat16);
+    else
+        return st_err("st_cuda_router_norm_topk: router type %s (F32, F16 or BF16)", st_type_name(w_type));
+#undef RN_GO
+    return launch_check("router_norm_topk");
 }
 
 // ---- MoE gate/up GLU + quantization of the down projection's input -------------------------------------------

@@ -65,6 +65,12 @@ int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, cons
 int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok, int n_used,
                         int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
                         cudaStream_t stream);
+// One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
+// ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn
+// (may be NULL) and xq, and routes). ne0 % 32 == 0 (% 256 for Q8_K), ne0 <= 12288. A/B: STRATA_ROUTER_NORM=1.
+int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x, const float *res,
+                             const float *norm_w, float eps, float *xn, void *xq, int act_format, int n_used, int norm,
+                             float *logits, int32_t *ids, float *weights, int32_t *counters, cudaStream_t stream);
 
 // Per-expert weight addresses of one layer, so the experts need not be one contiguous stack (the hybrid CPU/GPU
 // issue points some at VRAM cache slots and others at host memory mapped into the device):

@@ -84,6 +84,7 @@ struct st_gpu_session {
     int32_t *dec_counters;      // zeroed counters of the fused decode kernels [st_cuda_dec_counters_bytes]
     int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
     int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
+    int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
                                 // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
     int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
@@ -460,6 +461,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->fused = getenv("STRATA_NO_FUSED") == NULL;
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
     s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
+    s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
     if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
         const char *bps = getenv("STRATA_FFN_BPS");
         s->moe_ffn_grid = st_cuda_dec_moe_grid((int64_t)d, bps ? atoi(bps) : 0);
@@ -729,15 +731,24 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 if (st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st))) return -1;
                 continue;
             }
-            if ((!SKIPPED(DEC_SKIP_FFN_NORM) &&
-                 st_cuda_rmsnorm_act(s->xn, s->xq, st_cuda_act_format(L->gate_exps.type), s->x, s->ffn_out,
-                                     L->ffn_norm, n, d, hp->rms_eps, st)) ||
-                (n == 1 && g->hy && prefetch_next(s, l, st)) ||
-                (!SKIPPED(DEC_SKIP_ROUTER) &&
-                 st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
-                                     s->router, s->d_ids, s->d_wts, s->dec_counters, st)) ||
-                (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)))  // hybrid: hit/miss counters
+            const int afmt = st_cuda_act_format(L->gate_exps.type);
+            if (n == 1 && s->router_norm && !skip) {
+                // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
+                if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
+                                             hp->rms_eps, s->xn, s->xq, afmt, K, hp->expert_weights_norm, s->router,
+                                             s->d_ids, s->d_wts, s->dec_counters, st) ||
+                    (g->hy && prefetch_next(s, l, st)))
+                    return -1;
+            } else if ((!SKIPPED(DEC_SKIP_FFN_NORM) &&
+                        st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps,
+                                            st)) ||
+                       (n == 1 && g->hy && prefetch_next(s, l, st)) ||
+                       (!SKIPPED(DEC_SKIP_ROUTER) &&
+                        st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
+                                            s->router, s->d_ids, s->d_wts, s->dec_counters, st))) {
                 return -1;
+            }
+            if (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)) return -1;  // hybrid: hit/miss counters
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
                 // hybrid --pcie-frac < 1: a share of the misses computed by CPU workers in parallel (gpu_hybrid.h)
                 if (st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq, s->d_ids,

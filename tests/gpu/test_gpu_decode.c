@@ -380,6 +380,69 @@ static void test_router(void) {
     report("router_topk (F32/F16/BF16 logits, softmax, top-8 of 128, renorm)");
 }
 
+// ---- FFN norm + router in one launch -------------------------------------------------------------------------------
+
+// st_cuda_router_norm_topk against st_cuda_rmsnorm_act + st_cuda_router_topk (each checked against the CPU above),
+// bit for bit: x + res, xn, the quantized row, logits, ids and weights; launched twice with the outputs poisoned in
+// between (the completion counter must come back to zero).
+static void test_router_norm_case(int rt, int fmt, int E, int K, int d, int norm, int with_res) {
+    uint8_t *W = rand_weights(rt, E, d);
+    void *dW = dup_h2d(W, st_row_size(rt, d) * E);
+    float *x0 = rand_f32(d, 1.0f), *res = rand_f32(d, 0.5f), *nw = rand_f32(d, 0.1f);
+    for (int i = 0; i < d; i++) nw[i] += 1.0f;
+    float *dx = dup_h2d(x0, sizeof(float) * d), *dres = dup_h2d(res, sizeof(float) * d);
+    float *dnw = dup_h2d(nw, sizeof(float) * d), *dxn = dalloc(sizeof(float) * d), *dl = dalloc(sizeof(float) * E);
+    float *dw = dalloc(sizeof(float) * K);
+    int32_t *dids = dalloc(sizeof(int32_t) * K), *dcnt = dalloc(sizeof(int32_t) * 4);
+    const size_t qb = (size_t)st_q8_1_row_bytes(d);
+    uint8_t *dxq = dalloc(qb);
+    CK(cudaMemset(dcnt, 0, sizeof(int32_t) * 4));
+    // reference: the two launches
+    CKL(st_cuda_rmsnorm_act(dxn, dxq, fmt, dx, with_res ? dres : NULL, dnw, 1, d, 1e-6f, 0));
+    CKL(st_cuda_router_topk(rt, dW, d, E, dxn, 1, K, norm, dl, dids, dw, dcnt, 0));
+    float *rx = xmalloc(sizeof(float) * d), *rxn = xmalloc(sizeof(float) * d), *rl = xmalloc(sizeof(float) * E);
+    float *gx = xmalloc(sizeof(float) * d), *gxn = xmalloc(sizeof(float) * d), *gl = xmalloc(sizeof(float) * E);
+    uint8_t *rq = xmalloc(qb), *gq = xmalloc(qb);
+    float rw[32], gw[32];
+    int32_t rids[32], gids[32];
+    d2h(rx, dx, sizeof(float) * d), d2h(rxn, dxn, sizeof(float) * d), d2h(rl, dl, sizeof(float) * E);
+    d2h(rq, dxq, qb), d2h(rids, dids, sizeof(int32_t) * K), d2h(rw, dw, sizeof(float) * K);
+    for (int rep = 0; rep < 2; rep++) {
+        CK(cudaMemcpy(dx, x0, sizeof(float) * d, cudaMemcpyHostToDevice));
+        poison(dxn, sizeof(float) * d), poison(dl, sizeof(float) * E), poison(dxq, qb);
+        poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
+        CKL(st_cuda_router_norm_topk(rt, dW, d, E, dx, with_res ? dres : NULL, dnw, 1e-6f, dxn, dxq, fmt, K, norm, dl,
+                                     dids, dw, dcnt, 0));
+        d2h(gx, dx, sizeof(float) * d), d2h(gxn, dxn, sizeof(float) * d), d2h(gl, dl, sizeof(float) * E);
+        d2h(gq, dxq, qb), d2h(gids, dids, sizeof(int32_t) * K), d2h(gw, dw, sizeof(float) * K);
+        const char *bad = memcmp(gx, rx, sizeof(float) * d)     ? "x"
+                          : memcmp(gxn, rxn, sizeof(float) * d) ? "xn"
+                          : memcmp(gq, rq, qb)                  ? "quantized row"
+                          : memcmp(gl, rl, sizeof(float) * E)   ? "logits"
+                          : memcmp(gids, rids, sizeof(int32_t) * K) ? "ids"
+                          : memcmp(gw, rw, sizeof(float) * K)   ? "weights"
+                                                                : NULL;
+        if (bad) {
+            printf("  router_norm %s %s E %d K %d d %d norm %d res %d rep %d: %s differ from the two launches\n",
+                   st_type_name(rt), fmt_name(fmt), E, K, d, norm, with_res, rep, bad);
+            g_fail_cur++;
+        }
+    }
+    free(W), free(x0), free(res), free(nw), free(rx), free(rxn), free(rl), free(gx), free(gxn), free(gl), free(rq);
+    free(gq);
+    void *bufs[] = {dW, dx, dres, dnw, dxn, dl, dw, dids, dcnt, dxq};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+}
+
+static void test_router_norm(void) {
+    const int d = g_quick ? 512 : 2048;
+    test_router_norm_case(ST_TYPE_F32, ST_TYPE_Q8_K, 128, 8, d, 1, 1);  // Qwen3-30B-A3B
+    test_router_norm_case(ST_TYPE_F16, ST_TYPE_Q8_0, 64, 4, d, 0, 1);
+    test_router_norm_case(ST_TYPE_BF16, ST_TYPE_Q8_1, 160, 6, 1024, 1, 0);  // no residual
+    test_router_norm_case(ST_TYPE_F32, ST_TYPE_Q8_K, 128, 8, 4096, 1, 1);   // wider than the registers' preload
+    report("router_norm_topk (FFN norm + router + top-k in one launch == the two launches, bit for bit)");
+}
+
 // ---- fused MoE ---------------------------------------------------------------------------------------------------
 
 // One case: E experts stacked in a [.., E] tensor per projection, reached through a table that maps expert e to
@@ -973,6 +1036,7 @@ int main(int argc, char **argv) {
     test_rmsnorm_act();
     test_mmvq_multi();
     test_router();
+    test_router_norm();
     test_moe();
     test_moe_ffn();
     g_pool = st_pool_create(0);
