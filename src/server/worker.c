@@ -190,6 +190,15 @@ static void handle_side(worker *w, json_t *m) {
                           (double)hy.misses / dt, "pcie_bytes_per_token", (double)hy.miss_bytes / dt, "prefill_tokens",
                           (json_int_t)hy.prefill_tokens, "staged_bytes", (json_int_t)hy.staged_bytes, "swaps",
                           (json_int_t)hy.swaps, "swap_bytes", (json_int_t)hy.swap_bytes));
+            json_t *ho = json_object_get(pong, "hybrid");
+            if (ho && hy.cpu_threads)  // CPU misses (--pcie-frac)
+                json_object_set_new(ho, "cpu", json_pack("{s:f, s:i, s:I}", "pcie_frac", hy.pcie_frac, "threads",
+                                                         hy.cpu_threads, "misses", (json_int_t)hy.cpu_misses));
+            if (ho && (hy.prefetch_records || hy.prefetch_late))  // lookahead prefetch (STRATA_HY_PREFETCH)
+                json_object_set_new(ho, "prefetch",
+                                    json_pack("{s:I, s:I, s:I, s:I}", "records", (json_int_t)hy.prefetch_records,
+                                              "bytes", (json_int_t)hy.prefetch_bytes, "hits",
+                                              (json_int_t)hy.prefetch_hits, "late", (json_int_t)hy.prefetch_late));
         }
         send_msg(w, pong);
     } else if (!strcmp(t, "tokenize")) {
