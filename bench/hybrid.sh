@@ -136,8 +136,8 @@ for i, g in enumerate(budgets):  # budget i pairs with the i-th --n-cpu-moe sett
 print(f"# Hybrid placement: {os.path.basename(model)}, pp{pp} / tg{tg}\n")
 print("| budget | Strata pp t/s | llama pp t/s (-ncmoe) | pp ratio | Strata tg t/s | llama tg t/s | tg ratio | "
       "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | CPU misses/tok (F) | PCIe GB/tok | "
-      "staged GB/tok (pp) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "staged GB/tok (pp) | prefetched/tok (served) |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 def f(x, fmt="%.1f"):
     return fmt % x if x is not None else "-"
 for label, sname, lname, n in rows:
@@ -155,7 +155,8 @@ for label, sname, lname, n in rows:
           f"{f(hy.get('misses_per_token'))} | "
           f"{f(hy.get('cpu_misses_per_token'))}{' (%.2f)' % hy['pcie_frac'] if hy.get('cpu_threads') else ''} | "
           f"{f(hy.get('pcie_gb_per_token'), '%.3f')} | "
-          f"{f(hyp.get('staged_gb_per_token'), '%.4f')} |")
+          f"{f(hyp.get('staged_gb_per_token'), '%.4f')} | "
+          f"{f(hy.get('prefetch_per_token')) + ' (%.1f)' % hy['prefetch_hits_per_token'] if hy.get('prefetch_per_token') else '-'} |")
 print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), sampled every 100 ms; targets (issue #6): "
       "decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget." % idle)
 def avg(name):

@@ -86,6 +86,7 @@ static void hy_add(strata_hybrid_stats *acc, const strata_hybrid_stats *d) {
 typedef struct {
     double hit_rate, misses_per_tok, pcie_gb_per_tok, pcie_gbps, staged_gb_per_tok;
     double cpu_misses_per_tok;  // of misses_per_tok, computed by the CPU miss workers (--pcie-frac)
+    double pf_per_tok, pf_hits_per_tok, pf_late_per_tok;  // lookahead prefetch: copies, selections served, late layers
 } hy_figs;
 
 static hy_figs hy_figures(const result *r) {
@@ -98,6 +99,9 @@ static hy_figs hy_figures(const result *r) {
     f.pcie_gbps = h->decode_tokens ? f.pcie_gb_per_tok * r->mean : 0;
     f.staged_gb_per_tok = (double)h->staged_bytes / pt / 1e9;
     f.cpu_misses_per_tok = (double)h->cpu_misses / dt;
+    f.pf_per_tok = (double)h->prefetch_records / dt;
+    f.pf_hits_per_tok = (double)h->prefetch_hits / dt;
+    f.pf_late_per_tok = (double)h->prefetch_late / dt;
     return f;
 }
 
@@ -240,10 +244,8 @@ int cmd_bench(int argc, char **argv) {
                 if (h->decode_tokens && (h->prefetch_records || h->prefetch_late))
                     printf("hybrid %s: lookahead prefetch: %.1f experts/token copied ahead (%.4f GB/token), %.1f "
                            "selections/token served from them, %.1f layers/token too late\n",
-                           res[i].name, (double)h->prefetch_records / (double)h->decode_tokens,
-                           (double)h->prefetch_bytes / (double)h->decode_tokens / 1e9,
-                           (double)h->prefetch_hits / (double)h->decode_tokens,
-                           (double)h->prefetch_late / (double)h->decode_tokens);
+                           res[i].name, f.pf_per_tok, (double)h->prefetch_bytes / (double)h->decode_tokens / 1e9,
+                           f.pf_hits_per_tok, f.pf_late_per_tok);
                 if (h->prefill_tokens)
                     printf("hybrid %s: %.4f GB staged/token (%.3f GB per %llu-chunk run, %.1f GB/s at %.1f tok/s)\n",
                            res[i].name, f.staged_gb_per_tok, (double)h->staged_bytes / 1e9 / (double)reps,
@@ -262,12 +264,15 @@ int cmd_bench(int argc, char **argv) {
                      ? printf(", \"hybrid\": {\"gpu_mem_gib\": %.3f, \"n_slots\": %llu, \"n_experts\": %llu, "
                               "\"hit_rate\": %.6f, \"misses_per_token\": %.3f, \"pcie_gb_per_token\": %.6f, "
                               "\"staged_gb_per_token\": %.6f, \"swaps\": %llu, \"pcie_frac\": %.4f, "
-                              "\"cpu_misses_per_token\": %.3f, \"cpu_threads\": %d}}",
+                              "\"cpu_misses_per_token\": %.3f, \"cpu_threads\": %d, \"prefetch_per_token\": %.3f, "
+                              "\"prefetch_hits_per_token\": %.3f, \"prefetch_late_per_token\": %.3f}}",
                               ea.gpu_mem_gib, (unsigned long long)res[i].hy.n_slots,
                               (unsigned long long)res[i].hy.n_experts, hy_figures(&res[i]).hit_rate,
                               hy_figures(&res[i]).misses_per_tok, hy_figures(&res[i]).pcie_gb_per_tok,
                               hy_figures(&res[i]).staged_gb_per_tok, (unsigned long long)res[i].hy.swaps,
-                              res[i].hy.pcie_frac, hy_figures(&res[i]).cpu_misses_per_tok, res[i].hy.cpu_threads)
+                              res[i].hy.pcie_frac, hy_figures(&res[i]).cpu_misses_per_tok, res[i].hy.cpu_threads,
+                              hy_figures(&res[i]).pf_per_tok, hy_figures(&res[i]).pf_hits_per_tok,
+                              hy_figures(&res[i]).pf_late_per_tok)
                      : printf("}"));
             printf("\n]\n");
         }
