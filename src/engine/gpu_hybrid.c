@@ -20,7 +20,8 @@
 //   meta [ST_HY_META_INTS] int32, xrow [n_embd] f32, ycpu [K][n_embd] f32: page-locked, mapped into the device
 //   carry_d [n_layer] uint32: the split's error-diffusion residues
 // Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h): on a side stream forked after each layer's FFN norm,
-// the next layer's router picks P experts, the missing ones are copied into prefetch slots (3 sets of P, the
+// the next layer's router picks P experts, the missing ones are copied into prefetch slots (sets of P, one per layer
+// where the staging slots allow, at least 3; layer l uses set l % n_sets; the
 // first 3 P prefill staging slots: a prefill resets them) and their table entries flipped to the copies; joined
 // before the LM head. Bitwise equal to all-in-VRAM (the same bytes at either address). Buffers:
 //   home_d [L][E][3]: tab_h's copy (the entries without prefetch); rec_d [L][E]: rec_dev; pf_meta_d [L][4]
@@ -838,7 +839,7 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
         pf.progress = h->pf_progress_d;
         pf.layer = (int)l;
         pf.lo = h->pf.pf_slots;
-        pf.hi = h->pf.pf_slots + 3ull * (uint64_t)h->pf_P * h->stride;
+        pf.hi = h->pf.pf_slots + (uint64_t)h->pf.n_sets * (uint64_t)h->pf_P * h->stride;
         pf.hits = h->pf_stats_d + 4;
     }
     return st_cuda_hy_count(ids, n_pairs, (int)h->E, st_hybrid_layer_table(h, l), h->slots,
@@ -856,7 +857,10 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_P = env_int("STRATA_HY_PREFETCH", 0, 0, 32);
     if (h->pf_P <= 0) return 0;
     const uint64_t n_stage = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf, n_rec = (uint64_t)h->L * h->E;
-    if (n_stage < 3ull * (uint64_t)h->pf_P || st_hybrid_cpu_split(h) || h->L < 2) {
+    // One set per layer when the staging slots hold them: a copy then stays until its own layer's predictions move
+    // on (reused by later tokens); at least 3 sets (the reuse rule of cuda/hybrid.h).
+    const uint64_t n_sets = n_stage / (uint64_t)h->pf_P < h->L ? n_stage / (uint64_t)h->pf_P : h->L;
+    if (n_sets < 3 || st_hybrid_cpu_split(h) || h->L < 2) {
         st_warn("hybrid: STRATA_HY_PREFETCH=%d ignored (%s)", h->pf_P,
                 st_hybrid_cpu_split(h) ? "CPU misses are on" : "too few staging slots or layers");
         return 0;
@@ -866,7 +870,7 @@ static int hy_pf_init(st_hybrid *h) {
     h->home_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec * 3, "prefetch home table");
     h->rec_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec, "prefetch record table");
     h->pf_meta_d = st_cuda_alloc(ctx, sizeof(long long) * 4 * h->L, "prefetch layer sizes");
-    h->pf_owner_d = st_cuda_alloc(ctx, sizeof(int32_t) * 3 * (size_t)h->pf_P, "prefetch owners");
+    h->pf_owner_d = st_cuda_alloc(ctx, sizeof(int32_t) * n_sets * (size_t)h->pf_P, "prefetch owners");
     h->pf_work_d = st_cuda_alloc(ctx, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), "prefetch work list");
     h->pf_progress_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch progress");
     h->pf_done_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (size_t)h->pf_P, "prefetch counters");
@@ -888,7 +892,7 @@ static int hy_pf_init(st_hybrid *h) {
     int rc = st_cuda_memcpy_h2d(ctx, h->pf_meta_d, meta, sizeof *meta * 4 * h->L, NULL) ||
              st_cuda_memcpy_h2d(ctx, (void *)h->home_d, h->tab_h, sizeof(void *) * n_rec * 3, NULL) ||
              st_cuda_memcpy_h2d(ctx, (void *)h->rec_d, h->rec_dev, sizeof(void *) * n_rec, NULL) ||
-             st_cuda_memset(ctx, h->pf_owner_d, 0xff, sizeof(int32_t) * 3 * (size_t)h->pf_P, NULL) ||
+             st_cuda_memset(ctx, h->pf_owner_d, 0xff, sizeof(int32_t) * n_sets * (size_t)h->pf_P, NULL) ||
              st_cuda_memset(ctx, h->pf_done_d, 0, sizeof(uint32_t) * (size_t)h->pf_P, NULL) ||
              st_cuda_memset(ctx, h->pf_stats_d, 0, sizeof(unsigned long long) * 5, NULL) ||
              st_cuda_memset(ctx, h->pred_cnt_d, 0, sizeof(int32_t), NULL) ||
@@ -912,11 +916,12 @@ static int hy_pf_init(st_hybrid *h) {
     pf->done = h->pf_done_d;
     pf->progress = h->pf_progress_d;
     pf->stats = h->pf_stats_d;
-    pf->n_sets = 3;
+    pf->n_sets = (int)n_sets;
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
     h->pf_on = 1;
-    st_info("hybrid: lookahead prefetch of %d experts per layer (3 x %d slots, %d copy blocks)", h->pf_P, h->pf_P,
+    st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %d copy blocks)", h->pf_P,
+            pf->n_sets, h->pf_P,
             h->pf_blocks);
     return 0;
 }
