@@ -851,8 +851,9 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 
 int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
 
-// Sets up the prefetch when STRATA_HY_PREFETCH=P (1..32) asks for it, the staging slots hold 3 P and no CPU split
-// runs (its classify kernel and the prefetch would both rewrite the view of a miss). After the tables exist.
+// Sets up the prefetch when STRATA_HY_PREFETCH=P (1..32) asks for it and the staging slots hold 3 P. With CPU misses
+// too, the classify kernel sees a prefetched expert as a hit (its entry lies in the slot buffer), after the layer's
+// count like the MoE kernels. After the tables exist.
 static int hy_pf_init(st_hybrid *h) {
     h->pf_P = env_int("STRATA_HY_PREFETCH", 0, 0, 32);
     if (h->pf_P <= 0) return 0;
@@ -860,9 +861,8 @@ static int hy_pf_init(st_hybrid *h) {
     // One set per layer when the staging slots hold them: a copy then stays until its own layer's predictions move
     // on (reused by later tokens); at least 3 sets (the reuse rule of cuda/hybrid.h).
     const uint64_t n_sets = n_stage / (uint64_t)h->pf_P < h->L ? n_stage / (uint64_t)h->pf_P : h->L;
-    if (n_sets < 3 || st_hybrid_cpu_split(h) || h->L < 2) {
-        st_warn("hybrid: STRATA_HY_PREFETCH=%d ignored (%s)", h->pf_P,
-                st_hybrid_cpu_split(h) ? "CPU misses are on" : "too few staging slots or layers");
+    if (n_sets < 3 || h->L < 2) {
+        st_warn("hybrid: STRATA_HY_PREFETCH=%d ignored (too few staging slots or layers)", h->pf_P);
         return 0;
     }
     h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 16, 1, 1024);

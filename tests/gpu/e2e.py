@@ -5,7 +5,9 @@ For each model and prompt: the CPU's greedy continuation of 32 tokens is compute
 prompt plus that continuation teacher-forced (`--tokens`), and top-1 must agree at every position except near-ties
 (CPU top-1/top-2 margin < NEAR_TIE), with overall agreement >= 99% (qwen3moe Q4_K_M / IQ3_S) or 100% elsewhere up to
 near-ties. Free-running greedy equality over 32 tokens is reported too (random-weight models have many near-ties, so a
-single rounding difference can fork the continuation there). Models: the demo model (if given) and tiny make-model
+single rounding difference can fork the continuation there). Informational control ("gpu/gpu"): the CUDA engine's own
+top-1 agreement between its fused decode kernels and its operator-by-operator path (STRATA_NO_FUSED=1) on the same
+teacher-forced positions: two GPU implementations that differ only in summation order and rounding points. Models: the demo model (if given) and tiny make-model
 presets (made here, deterministic). Prints a table and exits non-zero on failure. Needs only the Python standard
 library (runs on the GPU machines).
 
@@ -41,10 +43,10 @@ N_GREEDY = 32
 NEAR_TIE = 0.01
 
 
-def logits(strata, model, prompt, device, tokens=None):
+def logits(strata, model, prompt, device, tokens=None, env=None):
     cmd = [strata, "logits", "-m", model, "--top", "2", "-dev", device]
     cmd += ["--tokens", ",".join(map(str, tokens))] if tokens else ["-p", prompt, "--greedy", str(N_GREEDY)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, STRATA_LOG="warn"))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, STRATA_LOG="warn", **(env or {})))
     if r.returncode != 0:
         raise RuntimeError(f"{device}: {r.stderr.strip()}")
     return json.loads(r.stdout)
@@ -72,9 +74,9 @@ def main():
             subprocess.run(mm, check=True, capture_output=True)
         models.append((name, path, need))
     failed = 0
-    print(f"{'model':24} {'positions':>9} {'top-1 agree':>11} {'greedy equal':>12} {'gemm top-1':>10}  result")
+    print(f"{'model':24} {'positions':>9} {'top-1 agree':>11} {'greedy equal':>12} {'gemm top-1':>10} {'gpu/gpu':>8}  result")
     for name, path, need in models:
-        pos = agree = g_ok = g_n = hard = 0
+        pos = agree = g_ok = g_n = hard = gg = 0
         err = ""
         try:
             for p in PROMPTS:
@@ -83,6 +85,8 @@ def main():
                 g_ok += c["greedy"] == g["greedy"]
                 seq = c["tokens"] + c["greedy"]
                 ct, gt = logits(args.strata, path, None, "cpu", seq), logits(args.strata, path, None, "cuda", seq)
+                gu = logits(args.strata, path, None, "cuda", seq, {"STRATA_NO_FUSED": "1"})
+                gg += sum(x["top"][0][0] == y["top"][0][0] for x, y in zip(gt["positions"], gu["positions"]))
                 for i, (a, b) in enumerate(zip(ct["positions"], gt["positions"])):
                     pos += 1
                     if a["top"][0][0] == b["top"][0][0]:
@@ -103,7 +107,8 @@ def main():
         lrate = la / lp if lp else 0.0
         ok = pos > 0 and hard == 0 and rate >= min(need, 0.99) and lrate >= 0.97
         failed += not ok
-        print(f"{name:24} {pos:9d} {rate:11.4f} {g_ok:>6}/{g_n:<5} {lrate:10.4f}  {'ok' if ok else 'FAIL'} {err}")
+        print(f"{name:24} {pos:9d} {rate:11.4f} {g_ok:>6}/{g_n:<5} {lrate:10.4f} {gg / pos if pos else 0.0:8.4f}  "
+              f"{'ok' if ok else 'FAIL'} {err}")
     print(f"{len(models) - failed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -16,8 +16,10 @@
 #                                   bitwise, 2,000 teacher-forced decode positions with top-1 agreement >= 99%
 #                                   (or, where the CPU engine itself agrees with the GPU engine at < 99.5% on this
 #                                   random-weight model, no worse than that control - 0.5 point; both printed),
-#                                   CPU misses > 0 (share 1 - F), memory flat; strata logits --pcie-frac 0.5
-#                                   --deterministic == unlimited; a strata bench --pcie-frac auto line
+#                                   CPU misses > 0 (share 1 - F), memory flat; the same (1,000 positions) with
+#                                   the doorbell (STRATA_HY_DOORBELL=1) and with doorbell + lookahead prefetch;
+#                                   strata logits --pcie-frac 0.5 --deterministic == unlimited; a strata bench
+#                                   --pcie-frac auto line
 #   6. --bench                      strata bench on the full Qwen3-30B-A3B Q4_K_M at unlimited / 16 / 12 / 8 GiB
 #                                   with hit rate, misses/token and PCIe GB/token, and 8 GiB with --pcie-frac auto
 #                                   (bench/hybrid.sh adds llama.cpp)
@@ -142,13 +144,13 @@ elif grep -q "too small\|raise --gpu-mem" "$out/small.err"; then pass "small bud
 else cat "$out/small.err"; fail "small-budget: unexpected error"; fi
 
 # ---- 5. CPU misses ----------------------------------------------------------------------------------------------------
-run_cpumiss() {  # label model E n_prompt n_decode pcie_frac
-  local label=$1 model=$2 E=$3 np=$4 nd=$5 frac=$6
+run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
+  local label=$1 model=$2 E=$3 np=$4 nd=$5 frac=$6; shift 6
   local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
-  echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd)"
-  if timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
-    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|device memory" "$out/$label.log" | sed 's/^/   /'
+  echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd) $*"
+  if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
+    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|prefetch:|control:|device memory" "$out/$label.log" | sed 's/^/   /'
     pass "$label"
   else
     grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
@@ -157,6 +159,8 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac
 }
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
+run_cpumiss mid-cpumiss-bell $mid 128 100 1000 0.5 STRATA_HY_DOORBELL=1
+run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=8 STRATA_HY_DOORBELL=1
 # --deterministic overrides --pcie-frac: bitwise all-in-VRAM again (ref.json from section 4)
 if logits det $mid --gpu-mem "$gmid" --pcie-frac 0.5 --deterministic; then
   if cmp -s "$out/ref.json" "$out/det.json"; then pass "logits CLI: --pcie-frac 0.5 --deterministic == unlimited"
