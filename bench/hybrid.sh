@@ -6,11 +6,13 @@
 # table shows whether each run kept to its budget. Builds like bench/peer.sh (llama-bench from .carry/llama.cpp).
 # Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
 #   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
-#          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto] [--agent]
+#          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto] [--agent] [--prefetch P] [--doorbell]
 #   --pcie-frac: passed to Strata's budget runs (a share of the misses computed by CPU threads; default: none, every
 #   miss over PCIe); the table then shows CPU misses per token and the F in use
 #   --agent: also the long agent prompt of issue #6 at every budget, both engines: a 16,384-token prefill
 #   (pp16384) and 256 tokens decoded after 16,384 in the KV cache (tg256 @ d16384), in a second table
+#   --prefetch P: Strata's lookahead prefetch of P experts per layer (STRATA_HY_PREFETCH=P); --doorbell: the CPU-miss
+#   branch through the doorbell thread (STRATA_HY_DOORBELL=1)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-hybrid}
@@ -31,7 +33,9 @@ while [ $# -gt 0 ]; do
     --ncmoe) ncmoe=$2; shift ;;
     --pcie-frac) pcie=(--pcie-frac "$2"); shift ;;
     --agent) agent=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --prefetch) export STRATA_HY_PREFETCH=$2; shift ;;
+    --doorbell) export STRATA_HY_DOORBELL=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
   esac
   shift
 done
