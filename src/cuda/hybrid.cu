@@ -246,7 +246,7 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         for (int j = 0; j < pf.per_set; j++)
             if (own[j] == idx) found = j;
         if (found >= 0) keep[found] = true;  // copied for an earlier token, still in place
-        else if (n_need < pf.per_set) need[n_need++] = e;
+        else if (n_need < pf.per_set && (pf.max_copies <= 0 || n_need < pf.max_copies)) need[n_need++] = e;
     }
     // Free slots in index order; a reassigned slot's owner goes back home first.
     int slot[32], n = 0;

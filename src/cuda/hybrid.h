@@ -115,6 +115,7 @@ typedef struct st_hy_pf {
     int32_t *progress;              // device: the main chain's progress word (see above)
     unsigned long long *stats;      // device [4]: plans run, plans skipped (late), records copied, bytes copied
     int n_sets, per_set, E;         // per_set <= 32
+    int max_copies;                 // records copied per plan at most (the likeliest first); <= 0: per_set
 } st_hy_pf;
 // Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One block.
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);

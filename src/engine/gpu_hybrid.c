@@ -866,6 +866,8 @@ static int hy_pf_init(st_hybrid *h) {
         return 0;
     }
     h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 16, 1, 1024);
+    // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
+    const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", h->pf_P, 1, h->pf_P);
     st_cuda_ctx *ctx = h->ctx;
     h->home_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec * 3, "prefetch home table");
     h->rec_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec, "prefetch record table");
@@ -919,6 +921,7 @@ static int hy_pf_init(st_hybrid *h) {
     pf->n_sets = (int)n_sets;
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
+    pf->max_copies = max_copies;
     h->pf_on = 1;
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %d copy blocks)", h->pf_P,
             pf->n_sets, h->pf_P,

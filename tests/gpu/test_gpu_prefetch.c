@@ -4,7 +4,8 @@
 //   scripted   a first plan copies the non-resident predictions into free slots of set m % 3, their entries point
 //              at the copies; a second plan keeps what is in place and reassigns a slot (its owner's entry back
 //              home); a late plan (progress >= m) copies nothing and leaves the freed entries home; reset
-//   random     400 rounds of random layers, predictions (with invalid and duplicate-free ids) and progress values:
+//   random     400 rounds of random layers, predictions (with invalid and duplicate-free ids), copy caps and
+//              progress values:
 //              after each, every entry is either its home or a prefetch slot whose bytes equal that record and whose
 //              owner names it, owners are unique, and the counters match the host model
 //   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots
@@ -138,7 +139,7 @@ static int model_plan(world *w, int m, const int32_t *pred, int np, int late, in
         for (int j = 0; j < P; j++)
             if (own[j] == m * NE + e) found = j;
         if (found >= 0) keep[found] = 1;
-        else if (n_need < P) need[n_need++] = e;
+        else if (n_need < P && (w->pf.max_copies <= 0 || n_need < w->pf.max_copies)) need[n_need++] = e;
     }
     int slots[P];
     for (int j = 0; j < P && n < n_need; j++) {
@@ -267,6 +268,8 @@ int main(void) {
             pred[i] = e == NE ? 1000 : e;
         }
         const int late = st_rng_below(&r, 5) == 0;
+        static const int caps[] = {0, 1, 2, P};  // STRATA_HY_PREFETCH_MAX: none, or at most 1, 2, P copies
+        w.pf.max_copies = caps[st_rng_below(&r, 4)];
         const int progress = late ? m + (int)st_rng_below(&r, 3) : m - 1 - (int)st_rng_below(&r, 2);
         copies += (unsigned long long)model_plan(&w, m, pred, np, late, restored, &n_restored);
         lates += (unsigned long long)late;
@@ -279,10 +282,12 @@ int main(void) {
             bad = 1;
         }
     }
-    report("400 random plans (late ones, invalid ids, every layer): entries, slot bytes, owners, counters", bad,
+    report("400 random plans (late ones, invalid ids, copy caps, every layer): entries, slot bytes, owners, counters",
+           bad,
            detail);
 
     // Count: progress word and hits (after a reset, so that only this plan's records are prefetched).
+    w.pf.max_copies = 0;
     CKE(st_cuda_hy_pf_reset(&w.pf, 0));
     CK(cudaDeviceSynchronize());
     for (int i = 0; i < NSETS * P; i++) w.owner[i] = -1;
