@@ -759,6 +759,7 @@ void st_hybrid_free(st_hybrid *h) {
     if (!h) return;
     if (h->copy) cudaStreamSynchronize(h->copy);
     if (h->side) cudaStreamSynchronize(h->side);  // no host node may still use the workers
+    if (h->pf_side) cudaStreamSynchronize(h->pf_side);  // no prefetch copy may still write the slots
     if (h->bell_started) {  // (the compute stream is idle here: no split is waiting for an answer)
         atomic_store(&h->bell_stop, 1);
         pthread_join(h->bell_thread, NULL);
@@ -790,10 +791,7 @@ void st_hybrid_free(st_hybrid *h) {
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i]) cudaEventDestroy(evs[i]);
     if (h->copy) cudaStreamDestroy(h->copy);
-    if (h->pf_side) {
-        cudaStreamSynchronize(h->pf_side);
-        cudaStreamDestroy(h->pf_side);
-    }
+    if (h->pf_side) cudaStreamDestroy(h->pf_side);
     if (h->pf_fork) cudaEventDestroy(h->pf_fork);
     if (h->pf_join) cudaEventDestroy(h->pf_join);
     if (ctx) {
