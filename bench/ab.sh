@@ -5,7 +5,7 @@
 #   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] [-x "ARGS"] NAME=SPEC...
 #   -x: more `strata bench` arguments for every variant (e.g. "--pcie-frac 0.5")
 #   SPEC: base | env:VAR=VAL[,VAR=VAL...] | cflags:FLAGS[;env:VAR=VAL,...]
-#   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 serial="cflags:-DST_DOWN_ROWS4=0 -DST_DEC_MIN_BLOCKS=6"
+#   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 serial="cflags:-DST_DOWN_ROWS4=0"
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
 # the number is tg128. Logs under $OUT (default /tmp/strata-ab).
 set -u -o pipefail

@@ -36,16 +36,6 @@
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
 #define ROUTER_PRE 16                          // router weights (float4 per lane) loaded before the PDL wait
-// Resident blocks per SM the matrix-vector kernels are compiled for (__launch_bounds__ minimum): the register cap
-// that lets a whole grid run in one wave (Qwen3-30B-A3B: 768 GLU blocks on 132 SMs need 6 per SM). 0: no cap.
-#ifndef ST_DEC_MIN_BLOCKS
-#define ST_DEC_MIN_BLOCKS 0
-#endif
-#if ST_DEC_MIN_BLOCKS > 0
-#define DEC_BOUNDS __launch_bounds__(DEC_THREADS, ST_DEC_MIN_BLOCKS)
-#else
-#define DEC_BOUNDS __launch_bounds__(DEC_THREADS)
-#endif
 
 // ---- weight-type instances ----------------------------------------------------------------------------------
 //
@@ -153,7 +143,7 @@ struct multi_args {
     const uint8_t *xq;
 };
 
-template <int TYPE> __global__ void DEC_BOUNDS k_mmvq_multi(const multi_args a) {
+template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -338,6 +328,15 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (g == 0) route_group(logits, E, K, norm, ids, weights);
 }
 
+// GO(T) for the router's weight type T (F32, F16, BF16); any other type returns an error naming fn.
+#define ROUTER_TYPE_DISPATCH(w_type, GO, fn)                                                                       \
+    do {                                                                                                           \
+        if ((w_type) == ST_TYPE_F32) GO(float);                                                                    \
+        else if ((w_type) == ST_TYPE_F16) GO(__half);                                                              \
+        else if ((w_type) == ST_TYPE_BF16) GO(__nv_bfloat16);                                                      \
+        else return st_err("%s: router type %s (F32, F16 or BF16)", fn, st_type_name(w_type));                     \
+    } while (0)
+
 extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
                                    int n_used, int norm, float *logits, int32_t *ids, float *weights,
                                    int32_t *counters, cudaStream_t stream) {
@@ -352,11 +351,7 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
 #define RT_GO(T)                                                                                                   \
     st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, x, n_tok,  \
                   n_used, norm, logits, ids, weights, counters)
-    if (w_type == ST_TYPE_F32) RT_GO(float);
-    else if (w_type == ST_TYPE_F16) RT_GO(__half);
-    else if (w_type == ST_TYPE_BF16) RT_GO(__nv_bfloat16);
-    else
-        return st_err("st_cuda_router_topk: router type %s (F32, F16 or BF16)", st_type_name(w_type));
+    ROUTER_TYPE_DISPATCH(w_type, RT_GO, "st_cuda_router_topk");
 #undef RT_GO
     return launch_check("router_topk");
 }
@@ -382,11 +377,7 @@ extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, 
     st_dec_launch(k_router_norm<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), smem, stream, (const T *)W, (int)ne0,   \
                   n_expert, x, res, norm_w, eps, xn, (uint8_t *)xq, act_format, n_used, norm, logits, ids, weights, \
                   counters)
-    if (w_type == ST_TYPE_F32) RN_GO(float);
-    else if (w_type == ST_TYPE_F16) RN_GO(__half);
-    else if (w_type == ST_TYPE_BF16) RN_GO(__nv_bfloat16);
-    else
-        return st_err("st_cuda_router_norm_topk: router type %s (F32, F16 or BF16)", st_type_name(w_type));
+    ROUTER_TYPE_DISPATCH(w_type, RN_GO, "st_cuda_router_norm_topk");
 #undef RN_GO
     return launch_check("router_norm_topk");
 }
@@ -401,7 +392,7 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
 
 // grid (n_ff / DEC_GROUPS, n_pairs): group g of block (bx, p) computes row bx * DEC_GROUPS + g of pair p.
 template <int TYPE>
-__global__ void DEC_BOUNDS
+__global__ void __launch_bounds__(DEC_THREADS)
     k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
@@ -489,7 +480,7 @@ extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expe
 // grid (ceil(n_embd / DOWN_R), n_tok): the block computes rows r0 .. r0 + DOWN_R - 1 of every selected expert of
 // token t (group tasks (k, row)), then combines them in rank order.
 template <int TYPE>
-__global__ void DEC_BOUNDS
+__global__ void __launch_bounds__(DEC_THREADS)
     k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
                const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
                const float *__restrict__ wts, int K, float *out, const float *add) {

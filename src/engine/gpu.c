@@ -636,9 +636,8 @@ static int fused_moe(const st_gpu_session *s, const glayer *L, int n) {
 // the router output on the host between the router and the experts), router F32/F16/BF16, n_embd within its limit.
 static int moe_ffn_one(const st_gpu_session *s, const glayer *L) {
     const st_hparams *hp = &s->g->m->hp;
-    const int rt = L->router.type;
     return s->moe_ffn_grid > 0 && !(s->g->hy && (st_hybrid_cpu_split(s->g->hy) || st_hybrid_prefetch_on(s->g->hy))) &&
-           (rt == ST_TYPE_F32 || rt == ST_TYPE_F16 || rt == ST_TYPE_BF16) && hp->n_embd <= ST_MOE_FFN_MAX_EMBD;
+           st_cuda_matvec_float_supported(L->router.type) && hp->n_embd <= ST_MOE_FFN_MAX_EMBD;
 }
 
 // Whether layer L's one-token attention takes st_cuda_attn_dec with the O projection's input quantized in it, O
@@ -657,9 +656,8 @@ static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
     const st_gpu_model *g = s->g;
     if (!st_hybrid_prefetch_on(g->hy) || l + 1 >= g->m->hp.n_layer) return 0;
     const glayer *N = &g->layers[l + 1];
-    const int rt = N->router.type;
-    if (!N->experts || !(rt == ST_TYPE_F32 || rt == ST_TYPE_F16 || rt == ST_TYPE_BF16)) return 0;
-    return st_hybrid_prefetch(g->hy, l, rt, N->router.d, s->xn, st);
+    if (!N->experts || !st_cuda_matvec_float_supported(N->router.type)) return 0;
+    return st_hybrid_prefetch(g->hy, l, N->router.type, N->router.d, s->xn, st);
 }
 
 // STRATA_DEC_SKIP bits (timing experiment): the one-token fused step leaves these launches out.

@@ -20,9 +20,9 @@
 //   meta [ST_HY_META_INTS] int32, xrow [n_embd] f32, ycpu [K][n_embd] f32: page-locked, mapped into the device
 //   carry_d [n_layer] uint32: the split's error-diffusion residues
 // Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h): on a side stream forked after each layer's FFN norm,
-// the next layer's router picks P experts, the missing ones are copied into prefetch slots (sets of P, one per layer
-// where the staging slots allow, at least 3; layer l uses set l % n_sets; the
-// first 3 P prefill staging slots: a prefill resets them) and their table entries flipped to the copies; joined
+// the next layer's router picks P experts, the missing ones are copied into prefetch slots (sets of P at the start
+// of the prefill staging slots, one per layer where they hold them, at least 3; layer l uses set l % n_sets; a
+// prefill resets them) and their table entries flipped to the copies; joined
 // before the LM head. Bitwise equal to all-in-VRAM (the same bytes at either address). Buffers:
 //   home_d [L][E][3]: tab_h's copy (the entries without prefetch); rec_d [L][E]: rec_dev; pf_meta_d [L][4]
 //   (slot bytes, part offsets); owner/work/done/progress/stats (hybrid.h st_hy_pf); pred_* : the prediction
@@ -143,7 +143,6 @@ struct st_hybrid {
     int32_t *pf_owner_d, *pf_work_d, *pf_progress_d;
     uint32_t *pf_done_d;
     unsigned long long *pf_stats_d;  // [5]: st_hy_pf stats [4], then hits (st_hy_count_pf)
-    unsigned long long pf_stats_h[5];
     float *pred_logits_d, *pred_w_d;  // [E], [32]
     int32_t *pred_ids_d, *pred_cnt_d;  // [32], [1] (the router kernel's completion counter)
     cudaStream_t pf_side;
@@ -1099,16 +1098,17 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
     const uint64_t n_rec = (uint64_t)h->L * h->E, n_cnt = n_rec + 3ull * h->L;
     HY_CHECK(cudaMemcpyAsync(h->cnt_h, h->cnt_d, sizeof(uint32_t) * n_cnt, cudaMemcpyDeviceToHost, st));
     HY_CHECK(cudaMemsetAsync(h->cnt_d, 0, sizeof(uint32_t) * n_cnt, st));
+    unsigned long long pf[5] = {0};  // st_hy_pf stats, then hits
     if (h->pf_on) {
-        HY_CHECK(cudaMemcpyAsync(h->pf_stats_h, h->pf_stats_d, sizeof h->pf_stats_h, cudaMemcpyDeviceToHost, st));
-        HY_CHECK(cudaMemsetAsync(h->pf_stats_d, 0, sizeof h->pf_stats_h, st));
+        HY_CHECK(cudaMemcpyAsync(pf, h->pf_stats_d, sizeof pf, cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaMemsetAsync(h->pf_stats_d, 0, sizeof pf, st));
     }
     HY_CHECK(cudaStreamSynchronize(st));
-    if (stats && h->pf_on) {
-        stats->pf_late += h->pf_stats_h[1];
-        stats->pf_records += h->pf_stats_h[2];
-        stats->pf_bytes += h->pf_stats_h[3];
-        stats->pf_hits += h->pf_stats_h[4];
+    if (stats) {
+        stats->pf_late += pf[1];
+        stats->pf_records += pf[2];
+        stats->pf_bytes += pf[3];
+        stats->pf_hits += pf[4];
     }
     if (stats)
         for (uint32_t l = 0; l < h->L; l++) {

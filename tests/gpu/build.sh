@@ -5,7 +5,7 @@
 #   STRATA_GPU_BUILD       build directory (default build-gpu); a second one holds an A/B variant, e.g.
 #   STRATA_GPU_CMAKE_ARGS  extra configure arguments (first configure only; split at spaces)
 #   STRATA_GPU_CUDA_FLAGS  CMAKE_CUDA_FLAGS (first configure only; may hold spaces), e.g.
-#                          STRATA_GPU_BUILD=build-gpu-mb6 STRATA_GPU_CUDA_FLAGS="-DST_DEC_MIN_BLOCKS=6"
+#                          STRATA_GPU_BUILD=build-gpu-serial STRATA_GPU_CUDA_FLAGS="-DST_DOWN_ROWS4=0"
 #   STRATA_GPU_TARGETS     targets to build (default: all)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
