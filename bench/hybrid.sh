@@ -11,8 +11,8 @@
 #   miss over PCIe); the table then shows CPU misses per token and the F in use
 #   --agent: also the long agent prompt of issue #6 at every budget, both engines: a 16,384-token prefill
 #   (pp16384) and 256 tokens decoded after 16,384 in the KV cache (tg256 @ d16384), in a second table
-#   --prefetch P: Strata's lookahead prefetch of P experts per layer (STRATA_HY_PREFETCH=P); --doorbell: the CPU-miss
-#   branch through the doorbell thread (STRATA_HY_DOORBELL=1)
+#   --prefetch P: Strata's lookahead prefetch of P experts per layer (STRATA_HY_PREFETCH=P); --host-node: the CPU-miss
+#   branch through graph host nodes (STRATA_HY_HOSTNODE=1) instead of the default doorbell thread
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-hybrid}
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --pcie-frac) pcie=(--pcie-frac "$2"); shift ;;
     --agent) agent=1 ;;
     --prefetch) export STRATA_HY_PREFETCH=$2; shift ;;
-    --doorbell) export STRATA_HY_DOORBELL=1 ;;
+    --host-node) export STRATA_HY_HOSTNODE=1 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
   esac
   shift

@@ -121,7 +121,8 @@ typedef struct strata_hybrid_stats {
     uint64_t cpu_misses;       // misses computed by the CPU miss workers (included in misses, not in miss_bytes)
     double pcie_frac;          // share of misses read over PCIe in use (1: none on the CPU)
     int cpu_threads;           // CPU miss worker threads (0: none)
-    uint64_t prefetch_records; // lookahead prefetch (STRATA_HY_PREFETCH=P): experts copied ahead of their layer
+    int prefetch_per_layer;    // lookahead prefetch (STRATA_HY_PREFETCH=P, default 8): predictions per layer, 0: off
+    uint64_t prefetch_records; // lookahead prefetch: experts copied ahead of their layer
     uint64_t prefetch_bytes;
     uint64_t prefetch_hits;    // selections served from a prefetched copy (counted as hits, not misses)
     uint64_t prefetch_late;    // layers whose prefetch was dropped because their MoE had already started

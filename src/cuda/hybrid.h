@@ -68,7 +68,7 @@ int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, const void *con
 int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu, int K,
                        int n_embd, float *out, const float *add, cudaStream_t stream);
 
-// ---- doorbell: the CPU branch without a host node (STRATA_HY_DOORBELL=1 in the engine) ------------------------
+// ---- doorbell: the CPU branch without a host node (the engine's default; STRATA_HY_HOSTNODE=1 for host nodes) --
 //
 // bell: 4 words of page-locked host memory mapped into the device (its device address here), seq: one word of
 // device memory; both zeroed once, one pair per stream of splits. The classify kernel increments *seq (value s);

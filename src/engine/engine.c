@@ -247,6 +247,7 @@ int strata_session_hybrid_stats(strata_session *s, strata_hybrid_stats *out) {
     out->cpu_misses = h.cpu_misses;
     out->pcie_frac = h.active ? h.pcie_frac : 1.0;
     out->cpu_threads = h.cpu_threads;
+    out->prefetch_per_layer = h.pf_per_layer;
     out->prefetch_records = h.pf_records;
     out->prefetch_bytes = h.pf_bytes;
     out->prefetch_hits = h.pf_hits;

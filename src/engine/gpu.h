@@ -47,7 +47,8 @@ typedef struct st_gpu_hybrid_stats {
     uint64_t cpu_misses;       // misses computed by the CPU miss workers (--pcie-frac < 1)
     double pcie_frac;          // the share F of misses read over PCIe in use (1: no CPU work)
     int cpu_threads;           // CPU miss worker threads (0: none)
-    uint64_t pf_records;       // lookahead prefetch (STRATA_HY_PREFETCH): expert records copied ahead
+    int pf_per_layer;          // lookahead prefetch (STRATA_HY_PREFETCH): predictions per layer, 0: off
+    uint64_t pf_records;       // lookahead prefetch: expert records copied ahead
     uint64_t pf_bytes;         // their bytes (over PCIe, off the critical path)
     uint64_t pf_hits;          // selections served from a prefetched copy (counted as hits)
     uint64_t pf_late;          // layers whose prefetch was skipped: their MoE had started

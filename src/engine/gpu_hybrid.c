@@ -19,15 +19,18 @@
 //   ids_gpu_d [K] int32, ones_d [K] f32 (1.0), y_d [K][n_embd] f32: the GPU experts' unweighted outputs
 //   meta [ST_HY_META_INTS] int32, xrow [n_embd] f32, ycpu [K][n_embd] f32: page-locked, mapped into the device
 //   carry_d [n_layer] uint32: the split's error-diffusion residues
-// Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h): on a side stream forked after each layer's FFN norm,
-// the next layer's router picks P experts, the missing ones are copied into prefetch slots (sets of P at the start
-// of the prefill staging slots, one per layer where they hold them, at least 3; layer l uses set l % n_sets; a
-// prefill resets them) and their table entries flipped to the copies; joined
+// Lookahead prefetch (on by default, STRATA_HY_PREFETCH=P, 0: off; cuda/hybrid.h): on a side stream forked after
+// each layer's FFN norm, the next layer's router picks P experts, the missing ones (at most STRATA_HY_PREFETCH_MAX
+// per layer, likeliest first) are copied into prefetch slots (one set of P per layer in the prefetch's own slots
+// after the staging; with STRATA_HY_PF_OWN=0 sets at the start of the prefill staging slots, one per layer where
+// they hold them, at least 3, layer l using set l % n_sets; a prefill resets them) and their table entries flipped
+// to the copies. A copy stays until its layer's predictions move on, so the sets also act as a fast-adapting
+// per-layer cache (most of their hits are copies made for earlier tokens); joined
 // before the LM head. Bitwise equal to all-in-VRAM (the same bytes at either address). Buffers:
 //   home_d [L][E][3]: tab_h's copy (the entries without prefetch); rec_d [L][E]: rec_dev; pf_meta_d [L][4]
 //   (slot bytes, part offsets); owner/work/done/progress/stats (hybrid.h st_hy_pf); pred_* : the prediction
-// STRATA_HY_DOORBELL=1 (experiment): no host node, fork or join; the classify kernel rings a doorbell in mapped
-// memory that a host thread polls, and the combine kernel polls for its answer (cuda/hybrid.h, doorbell):
+// Doorbell (the default; STRATA_HY_HOSTNODE=1 for host nodes): no host node, fork or join; the classify kernel rings
+// a doorbell in mapped memory that a host thread polls, and the combine kernel polls for its answer (cuda/hybrid.h):
 //   bell [4] uint32 page-locked, mapped; bell_seq_d [1] uint32 device
 #include "engine/gpu_hybrid.h"
 
@@ -45,6 +48,7 @@
 #include "cuda/decode.h"
 #include "cuda/hybrid.h"
 #include "cuda/hybrid_split.h"
+#include "cuda/matvec_f32.h"  // st_cuda_matvec_float_supported
 #include "cuda/mmvq.h"
 #include "cuda/quantize_act.h"
 #include "place/arena.h"
@@ -126,7 +130,8 @@ struct st_hybrid {
     hy_job *jobs;                 // [L]
     _Atomic int cpu_failed;       // a host node failed: reported by the next st_hybrid_after_eval
     char cpu_err[256];
-    // doorbell (STRATA_HY_DOORBELL=1): the CPU branch as a polling host thread instead of host nodes
+    // doorbell (the default; STRATA_HY_HOSTNODE=1 for host nodes): the CPU branch as a polling host thread instead
+    // of host nodes in the graph
     int doorbell;
     uint32_t *bell_h, *bell_dp;   // [4] host / device address (cuda/hybrid.h)
     uint32_t *bell_seq_d;         // [1] device: the split counter
@@ -136,6 +141,7 @@ struct st_hybrid {
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
+    uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
     const uint8_t **rec_d;
@@ -158,6 +164,10 @@ static int env_int(const char *name, int def, int lo, int hi) {
 }
 
 #define HY_SPLIT_OVERHEAD_S 60e-6
+// Lookahead prefetch defaults: P = 8 predictions per layer, at most one copy per layer and token, in the prefetch's
+// own L x P slots. Measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M (tg128, bench/results/
+// 2026-11-30d-h200-prefetch.md): 16 GiB 233 -> 255 tok/s, 12 GiB 125 -> 159, 8 GiB 95 -> 141 (doorbell, auto F).
+#define HY_PF_DEFAULT 8
 
 #define HY_CHECK(call)                                                                                         \
     do {                                                                                                       \
@@ -424,6 +434,7 @@ static int hy_map_alloc(void **host, void **dev, size_t bytes, const char *what)
 
 static int hy_bell_init(st_hybrid *h);
 static int hy_pf_init(st_hybrid *h);
+static int hy_pf_routers_ok(const st_model *m);
 
 // The CPU miss workers and their buffers; with --pcie-frac auto, the measured split. Leaves pcie_frac = 1 (no CPU
 // work) unless the options ask for CPU misses and the split gives the CPU a share.
@@ -498,7 +509,9 @@ static int hy_cpu_init(st_hybrid *h) {
     st_info("hybrid decode: --pcie-frac %s%.3f: the GPU reads %.0f%% of each layer's misses over PCIe, %d CPU threads "
             "compute the rest%s",
             is_auto ? "auto -> " : "", f, 100.0 * f, threads, why);
-    return getenv("STRATA_HY_DOORBELL") ? hy_bell_init(h) : 0;
+    // The doorbell measured faster than host nodes at every budget (12 GiB 111 vs 91 tok/s, 16 GiB at F 0.75 170 vs
+    // 123, 8 GiB 86 vs 59; bench/results/2026-11-30c-h200-knockout-hybrid.md).
+    return getenv("STRATA_HY_HOSTNODE") ? 0 : hy_bell_init(h);
 }
 
 int st_hybrid_cpu_split(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0; }
@@ -572,7 +585,7 @@ static int hy_bell_init(st_hybrid *h) {
     if (pthread_create(&h->bell_thread, NULL, hy_bell_main, h)) return st_err("cannot start the CPU-miss doorbell thread");
     h->bell_started = 1;
     h->doorbell = 1;
-    st_info("hybrid decode: CPU misses through a doorbell thread (STRATA_HY_DOORBELL)");
+    st_info("hybrid decode: CPU misses through a doorbell thread (STRATA_HY_HOSTNODE=1: host nodes instead)");
     return 0;
 }
 
@@ -644,10 +657,16 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
                       st_fmt_bytes(b[3], 32, (double)h->plan.reserve_bytes), h->E,
                       st_fmt_bytes(b[4], 32, (double)h->stride),
                       (double)(fixed + h->stride * h->E) / (double)(1ull << 30) + 0.01);
-    const uint64_t n_total = (h->plan.budget - fixed) / h->stride;
+    uint64_t n_total = (h->plan.budget - fixed) / h->stride;
+    // The lookahead prefetch (hy_pf_init) takes P slots per layer: by default its own L x P slots out of the cache's
+    // share (one set per layer), with STRATA_HY_PF_OWN=0 sets carved from the prefill staging slots instead.
+    h->pf_P = hy_pf_routers_ok(h->m) ? env_int("STRATA_HY_PREFETCH", HY_PF_DEFAULT, 0, 32) : 0;
+    const uint64_t pf_own = (uint64_t)h->L * (uint64_t)h->pf_P;
+    h->pf_own = h->pf_P > 0 && env_int("STRATA_HY_PF_OWN", 1, 0, 1) && n_total >= pf_own + 2ull * h->E ? pf_own : 0;
+    n_total -= h->pf_own;
     if (st_hycache_layout_compute(h->L, h->E, n_total, h->have_prof ? h->prof.counts : NULL, &h->lay))
         return st_err_prefix("%s: ", h->m->path);
-    h->n_slots_alloc = h->lay.n_cache + (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
+    h->n_slots_alloc = h->lay.n_cache + (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf + h->pf_own;
 
     // Host arena, page-locked and mapped chunk by chunk.
     st_arena_opts ao;
@@ -825,6 +844,7 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
     s->n_staging = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
     s->pcie_frac = st_hybrid_cpu_split(h) ? h->pcie_frac : 1.0;
     s->cpu_threads = st_hybrid_cpu_split(h) ? st_hy_cpu_threads(h->cpu) : 0;
+    s->pf_per_layer = h->pf_on ? h->pf_P : 0;
 }
 
 // ---- forward-pass hooks -----------------------------------------------------------------------------------------
@@ -848,23 +868,36 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 
 int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
 
-// Sets up the prefetch when STRATA_HY_PREFETCH=P (1..32) asks for it and the staging slots hold 3 P. With CPU misses
+// Whether every MoE layer after the first has a router the prediction kernel takes (the engine's prefetch_next
+// predicate, for all layers at once).
+static int hy_pf_routers_ok(const st_model *m) {
+    int any = 0;
+    for (uint32_t l = 1; l < m->hp.n_layer; l++) {
+        const st_weight *r = &m->layers[l].router;
+        if (!r->data) continue;
+        if (!st_cuda_matvec_float_supported(r->type)) return 0;
+        any = 1;
+    }
+    return any;
+}
+
+// Sets up the prefetch when h->pf_P > 0 (st_hybrid_init) and its slots hold 3 sets of P. With CPU misses
 // too, the classify kernel sees a prefetched expert as a hit (its entry lies in the slot buffer), after the layer's
 // count like the MoE kernels. After the tables exist.
 static int hy_pf_init(st_hybrid *h) {
-    h->pf_P = env_int("STRATA_HY_PREFETCH", 0, 0, 32);
     if (h->pf_P <= 0) return 0;
     const uint64_t n_stage = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf, n_rec = (uint64_t)h->L * h->E;
-    // One set per layer when the staging slots hold them: a copy then stays until its own layer's predictions move
-    // on (reused by later tokens); at least 3 sets (the reuse rule of cuda/hybrid.h).
-    const uint64_t n_sets = n_stage / (uint64_t)h->pf_P < h->L ? n_stage / (uint64_t)h->pf_P : h->L;
+    // One set per layer when the slots hold them: a copy then stays until its own layer's predictions move on
+    // (reused by later tokens); at least 3 sets (the reuse rule of cuda/hybrid.h).
+    const uint64_t n_pf = h->pf_own ? h->pf_own : n_stage;
+    const uint64_t n_sets = n_pf / (uint64_t)h->pf_P < h->L ? n_pf / (uint64_t)h->pf_P : h->L;
     if (n_sets < 3 || h->L < 2) {
-        st_warn("hybrid: STRATA_HY_PREFETCH=%d ignored (too few staging slots or layers)", h->pf_P);
+        st_info("hybrid: lookahead prefetch off (too few slots or layers for sets of %d)", h->pf_P);
         return 0;
     }
     h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 16, 1, 1024);
     // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
-    const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", h->pf_P, 1, h->pf_P);
+    const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", 1, 1, h->pf_P);
     st_cuda_ctx *ctx = h->ctx;
     h->home_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec * 3, "prefetch home table");
     h->rec_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec, "prefetch record table");
@@ -908,7 +941,7 @@ static int hy_pf_init(st_hybrid *h) {
     pf->layer_meta = h->pf_meta_d;
     pf->cache_lo = h->slots;
     pf->cache_hi = h->slots + h->lay.n_cache * h->stride;
-    pf->pf_slots = h->slots + h->lay.n_cache * h->stride;  // the first staging slots
+    pf->pf_slots = h->slots + (h->lay.n_cache + (h->pf_own ? n_stage : 0)) * h->stride;  // own, or the first staging
     pf->stride = (long long)h->stride;
     pf->owner = h->pf_owner_d;
     pf->work = h->pf_work_d;
@@ -920,9 +953,9 @@ static int hy_pf_init(st_hybrid *h) {
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
     h->pf_on = 1;
-    st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %d copy blocks)", h->pf_P,
-            pf->n_sets, h->pf_P,
-            h->pf_blocks);
+    st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
+            "%d copy blocks)", h->pf_P, pf->n_sets, h->pf_P, h->pf_own ? "own slots" : "in the prefill staging",
+            max_copies, max_copies == 1 ? "y" : "ies", h->pf_blocks);
     return 0;
 }
 

@@ -194,11 +194,12 @@ static void handle_side(worker *w, json_t *m) {
             if (ho && hy.cpu_threads)  // CPU misses (--pcie-frac)
                 json_object_set_new(ho, "cpu", json_pack("{s:f, s:i, s:I}", "pcie_frac", hy.pcie_frac, "threads",
                                                          hy.cpu_threads, "misses", (json_int_t)hy.cpu_misses));
-            if (ho && (hy.prefetch_records || hy.prefetch_late))  // lookahead prefetch (STRATA_HY_PREFETCH)
+            if (ho && hy.prefetch_per_layer)  // lookahead prefetch (on by default; STRATA_HY_PREFETCH)
                 json_object_set_new(ho, "prefetch",
-                                    json_pack("{s:I, s:I, s:I, s:I}", "records", (json_int_t)hy.prefetch_records,
-                                              "bytes", (json_int_t)hy.prefetch_bytes, "hits",
-                                              (json_int_t)hy.prefetch_hits, "late", (json_int_t)hy.prefetch_late));
+                                    json_pack("{s:i, s:I, s:I, s:I, s:I}", "per_layer", hy.prefetch_per_layer,
+                                              "records", (json_int_t)hy.prefetch_records, "bytes",
+                                              (json_int_t)hy.prefetch_bytes, "hits", (json_int_t)hy.prefetch_hits,
+                                              "late", (json_int_t)hy.prefetch_late));
         }
         send_msg(w, pong);
     } else if (!strcmp(t, "tokenize")) {

@@ -5,10 +5,12 @@
 #                                   miss workers and the miss split rule (also a ctest)
 #   2. hybrid_decode tiny + mid     prefill logits (2 chunks, staging) and 2,100 (tiny: its context is 4,096) / 10,000
 #                                   (mid) greedy decode steps bitwise equal to all-in-VRAM, misses > 0, device memory
-#                                   flat over the decode
-#   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load
-#      and with the lookahead prefetch (STRATA_HY_PREFETCH=8, and 12 under a swap storm): bitwise, a prefill
-#      after the decode (the prefetch slots reset), copies and selections served from them > 0
+#                                   flat over the decode; with the default lookahead prefetch (8 per layer, own
+#                                   slots, one copy per layer), a prefill after the decode (the prefetch slots
+#                                   reset), copies and selections served from them > 0
+#   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load (prefetch
+#                                   off); the prefetch in the prefill staging with every copy (8), 12 under a swap
+#                                   storm, 6 in its own slots
 #   4. strata logits (CLI)          --gpu-mem vs unlimited: identical JSON (tokens, top logits, 64 greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
 #                                   small (must fail with the minimum named)
@@ -17,7 +19,8 @@
 #                                   (or, where the CPU engine itself agrees with the GPU engine at < 99.5% on this
 #                                   random-weight model, no worse than that control - 0.5 point; both printed),
 #                                   CPU misses > 0 (share 1 - F), memory flat; the same (1,000 positions) with
-#                                   the doorbell (STRATA_HY_DOORBELL=1) and with doorbell + lookahead prefetch;
+#                                   host nodes (STRATA_HY_HOSTNODE=1) instead of the doorbell thread and with
+#                                   the lookahead prefetch;
 #                                   strata logits --pcie-frac 0.5 --deterministic == unlimited; a strata bench
 #                                   --pcie-frac auto line
 #   6. --bench                      strata bench on the full Qwen3-30B-A3B Q4_K_M at unlimited / 16 / 12 / 8 GiB
@@ -105,12 +108,15 @@ run_decode() {  # label model E n_prompt n_decode [env...]
 }
 run_decode tiny-decode $tiny 16 600 2100
 run_decode mid-decode $mid 128 600 10000  # the "no leak or growth over 10,000 decoded tokens"
-run_decode mid-swap-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 STRATA_HYBRID_HALFLIFE=8
+run_decode mid-swap-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 STRATA_HYBRID_HALFLIFE=8 \
+  STRATA_HY_PREFETCH=0  # (the prefetch is on by default: this case keeps the path without it covered)
 run_decode mid-no-adapt $mid 128 100 200 STRATA_HYBRID_ADAPT=0
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
-run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8
+run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8 STRATA_HY_PF_OWN=0 STRATA_HY_PREFETCH_MAX=8
 run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 \
   STRATA_HYBRID_HALFLIFE=8
+# its own L x P slots out of the cache's share, one copy per layer at most
+run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")
@@ -159,8 +165,8 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
 }
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
-run_cpumiss mid-cpumiss-bell $mid 128 100 1000 0.5 STRATA_HY_DOORBELL=1
-run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=8 STRATA_HY_DOORBELL=1
+run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
+run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # --deterministic overrides --pcie-frac: bitwise all-in-VRAM again (ref.json from section 4)
 if logits det $mid --gpu-mem "$gmid" --pcie-frac 0.5 --deterministic; then
   if cmp -s "$out/ref.json" "$out/det.json"; then pass "logits CLI: --pcie-frac 0.5 --deterministic == unlimited"

@@ -244,7 +244,7 @@ int main(int argc, char **argv) {
         free(lb2);
         strata_session_hybrid_stats(sb, &hs);
     }
-    if (getenv("STRATA_HY_PREFETCH") && atoi(getenv("STRATA_HY_PREFETCH")) > 0) {
+    if (hs.prefetch_per_layer > 0) {  // on by default (STRATA_HY_PREFETCH=0: off)
         const double t = hs.decode_tokens ? (double)hs.decode_tokens : 1;
         printf("prefetch: %.2f experts/token copied ahead (%.4f GB/token), %.2f selections/token served from them, "
                "%.2f layers/token too late\n", (double)hs.prefetch_records / t, (double)hs.prefetch_bytes / t / 1e9,

@@ -10,7 +10,7 @@
 //              join events), replayed with fresh routings: the host node computes its experts with the CPU kernels
 //              (cpu/matmul.h, as place/cpu_experts.c), the output matches the fused reference closely, and replays
 //              without CPU misses match it bit for bit; and the same with the doorbell instead of the host node
-//              (st_cuda_hy_classify_bell / st_cuda_hy_combine_bell and a polling host thread, as STRATA_HY_DOORBELL)
+//              (st_cuda_hy_classify_bell / st_cuda_hy_combine_bell and a polling host thread, the engine's default)
 // Fresh random inputs each run (seed printed; STRATA_SEED fixes it). One PASS/FAIL line per check; exit 1 on failure.
 //   usage: test_gpu_hycpu [--quick]
 #include <math.h>
