@@ -89,6 +89,7 @@ struct st_gpu_session {
                                 // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
     int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
                                 // (STRATA_MOE_ONE=1; STRATA_FFN_BPS=N: N blocks per SM): 239 vs 327 tok/s so far
+    unsigned dec_dup;           // timing experiment only (STRATA_DEC_DUP, same bits): kernel classes launched twice
     unsigned dec_skip;          // timing experiment only (STRATA_DEC_SKIP, bit mask of DEC_SKIP_*): kernel classes
                                 // left out of one-token fused steps, to measure each one's share of the graph; the
                                 // output is wrong
@@ -476,6 +477,12 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         st_warn("STRATA_DEC_SKIP=0x%x: decode kernels left out for a timing experiment; the output is wrong",
                 s->dec_skip);
     }
+    const char *dup = getenv("STRATA_DEC_DUP");
+    if (dup) {
+        s->dec_dup = (unsigned)strtoul(dup, NULL, 0);
+        st_warn("STRATA_DEC_DUP=0x%x: decode kernels launched twice for a timing experiment; the output is wrong",
+                s->dec_dup);
+    }
     s->n_split2 = st_cuda_attn_dec_splits((int)hp->n_head_kv, g->ctx.sm_count);
     const size_t ws2 = st_cuda_attn_dec_ws_bytes((int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_k, s->n_split2);
     s->attn_ws2 = dalloc(s, ws2, "attention workspace", &fail);
@@ -678,7 +685,11 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     int d = (int)hp->n_embd, hd = (int)hp->head_dim_k, K = (int)hp->n_expert_used;
     float scale = 1.0f / sqrtf((float)hd);
     const unsigned skip = n == 1 ? s->dec_skip : 0;
+    const unsigned dup = n == 1 ? s->dec_dup : 0;
 #define SKIPPED(bit) (skip & (bit))
+// A launch of kernel class `bit`: left out (STRATA_DEC_SKIP), or issued twice (STRATA_DEC_DUP: the second, warm
+// instance's cost against the knockout's full share tells the launch's fixed cost from its work); nonzero on error.
+#define RUN(bit, call) (SKIPPED(bit) ? 0 : ((call) || ((dup & (bit)) && (call))))
     if (embed_tokens(s, n) || (n == 1 && g->hy && st_hybrid_step_begin(g->hy, st))) return -1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
@@ -686,10 +697,9 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q},
                                           {L->wk.type, L->wk.d, L->wk.ne[1], s->k},
                                           {L->wv.type, L->wv.d, L->wv.ne[1], s->v}};
-            if ((!SKIPPED(DEC_SKIP_ATTN_NORM) &&
-                 st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL, L->attn_norm, n, d,
-                                     hp->rms_eps, st)) ||
-                (!SKIPPED(DEC_SKIP_QKV) && st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
+            if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL,
+                                                            L->attn_norm, n, d, hp->rms_eps, st)) ||
+                RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
                 return -1;
         } else {
             if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
@@ -697,15 +707,14 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
                 return -1;
         }
-        if (!SKIPPED(DEC_SKIP_ROPE) && qk_rope_kv(s, L, l, n)) return -1;
+        if (RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
         if (fused_attn(s, L, n)) {
             // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
             const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], s->ffn_out};
-            if ((!SKIPPED(DEC_SKIP_ATTN) &&
-                 st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l], s->v_cache[l],
-                                  s->kv_f16, s->d_pos, (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split2,
-                                  s->attn_ws2, st)) ||
-                (!SKIPPED(DEC_SKIP_O) && st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st)))
+            if (RUN(DEC_SKIP_ATTN, st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q,
+                                                    s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head,
+                                                    (int)hp->n_head_kv, hd, scale, s->n_split2, s->attn_ws2, st)) ||
+                RUN(DEC_SKIP_O, st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st)))
                 return -1;
         } else {
             int rc = n == 1 ? st_cuda_attn_decode(s->attn, s->q, s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
@@ -737,13 +746,12 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                              s->d_ids, s->d_wts, s->dec_counters, st) ||
                     (g->hy && prefetch_next(s, l, st)))
                     return -1;
-            } else if ((!SKIPPED(DEC_SKIP_FFN_NORM) &&
-                        st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps,
-                                            st)) ||
+            } else if (RUN(DEC_SKIP_FFN_NORM, st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm,
+                                                                  n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
-                       (!SKIPPED(DEC_SKIP_ROUTER) &&
-                        st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K, hp->expert_weights_norm,
-                                            s->router, s->d_ids, s->d_wts, s->dec_counters, st))) {
+                       RUN(DEC_SKIP_ROUTER, st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K,
+                                                                hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
+                                                                s->dec_counters, st))) {
                 return -1;
             }
             if (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)) return -1;  // hybrid: hit/miss counters
@@ -764,12 +772,11 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                     return -1;
                 continue;
             }
-            if ((!SKIPPED(DEC_SKIP_GLU) &&
-                 st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n,
-                                   K, s->ffn_a, s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st)) ||
-                (!SKIPPED(DEC_SKIP_DOWN) &&
-                 st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2, s->d_ids,
-                                      s->d_wts, n, K, s->x, s->x, st)))
+            if (RUN(DEC_SKIP_GLU, st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
+                                                    s->d_ids, n, K, s->ffn_a, s->xq2,
+                                                    st_cuda_act_format(L->down_exps.type), s->dec_counters, st)) ||
+                RUN(DEC_SKIP_DOWN, st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F,
+                                                        s->xq2, s->d_ids, s->d_wts, n, K, s->x, s->x, st)))
                 return -1;
             continue;
         }
@@ -809,6 +816,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             if (rc2 || st_cuda_moe_sum(s->x, s->x, s->ffn_out, s->d_wts, n, K, d, st)) return -1;
         }
     }
+#undef RUN
 #undef SKIPPED
     if (n == 1 && g->hy && st_hybrid_step_end(g->hy, st)) return -1;
     if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
