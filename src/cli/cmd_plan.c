@@ -191,13 +191,14 @@ int cmd_info_plan(int argc, char **argv) {
                "\"moe\": %s, \"all_in_vram\": %s, \"dense_bytes\": %" PRIu64 ", \"kv_bytes\": %" PRIu64
                ", \"scratch_bytes\": %" PRIu64 ", \"reserve_bytes\": %" PRIu64 ", \"staging_bytes\": %" PRIu64
                ", \"min_bytes\": %" PRIu64 ", \"slot_bytes\": %" PRIu64 ", \"n_slots\": %" PRIu64
+               ", \"prefetch_per_layer\": %u, \"n_prefetch\": %" PRIu64 ", \"prefetch_bytes\": %" PRIu64
                ", \"cache_bytes\": %" PRIu64 ", \"used_bytes\": %" PRIu64 ", \"n_experts\": %" PRIu64
                ", \"experts_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64 ", \"arena_mode\": \"%s\""
                ", \"expected_hit_rate\": %.6f, \"misses_per_token\": %.3f, \"resident_per_layer\": [",
                plan.budget, plan.n_ctx, plan.kv_elem_bytes == 2 ? "F16" : "F32", plan.moe ? "true" : "false",
                plan.all_in_vram ? "true" : "false", plan.dense_bytes, plan.kv_bytes, plan.scratch_bytes,
                plan.reserve_bytes, plan.staging_bytes, plan.min_bytes, plan.slot_bytes, plan.n_slots,
-               plan.cache_bytes, plan.used_bytes, plan.n_experts_total, plan.experts_bytes, plan.arena_bytes,
+               plan.prefetch_per_layer, plan.n_prefetch, plan.prefetch_bytes, plan.cache_bytes, plan.used_bytes, plan.n_experts_total, plan.experts_bytes, plan.arena_bytes,
                plan.all_in_vram || !plan.moe ? "none" : arena_mmap ? "mmap" : "anonymous", hit, miss_per_tok);
         for (uint32_t l = 0; plan.resident && l < hp->n_layer; l++) printf("%s%u", l ? ", " : "", plan.resident[l]);
         printf("]}\n");
@@ -234,6 +235,12 @@ int cmd_info_plan(int argc, char **argv) {
     }
     printf("  prefill staging  %10s  %" PRIu64 " expert slots for streaming prefill\n", fb(plan.staging_bytes),
            plan.n_staging);
+    if (plan.n_prefetch)
+        printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer\n",
+               fb(plan.prefetch_bytes), plan.n_prefetch, plan.prefetch_per_layer);
+    else if (plan.prefetch_per_layer)
+        printf("  prefetch slots   %10s  the lookahead prefetch's %u per layer in the prefill staging slots\n", fb(0),
+               plan.prefetch_per_layer);
     printf("  expert cache     %10s  %" PRIu64 " slots of %s = %.1f%% of %" PRIu64 " experts\n",
            fb(plan.cache_bytes), plan.n_slots, fb(plan.slot_bytes),
            100.0 * (double)plan.n_slots / (double)plan.n_experts_total, plan.n_experts_total);
@@ -251,8 +258,10 @@ int cmd_info_plan(int argc, char **argv) {
     printf("resident/layer: ");
     for (uint32_t l = 0; l < hp->n_layer; l++) printf(" %u", plan.resident[l]);
     printf("\n");
-    printf("decode estimate: hit rate %.1f%% (%s), %.1f misses per token, %.1f MiB per token from the arena\n",
-           100 * hit, pp.profile ? "on the profile's routing" : "uniform routing", miss_per_tok,
+    printf("decode estimate: hit rate %.1f%% (%s; the initial contents: the adaptive cache%s raise it in use), "
+           "%.1f misses per token, %.1f MiB per token from the arena\n",
+           100 * hit, pp.profile ? "on the profile's routing" : "uniform routing",
+           plan.prefetch_per_layer ? " and the lookahead prefetch" : "", miss_per_tok,
            miss_per_tok * avg_expert / (1 << 20));
     rc = 0;
     goto done;

@@ -48,7 +48,6 @@
 #include "cuda/decode.h"
 #include "cuda/hybrid.h"
 #include "cuda/hybrid_split.h"
-#include "cuda/matvec_f32.h"  // st_cuda_matvec_float_supported
 #include "cuda/mmvq.h"
 #include "cuda/quantize_act.h"
 #include "place/arena.h"
@@ -164,10 +163,10 @@ static int env_int(const char *name, int def, int lo, int hi) {
 }
 
 #define HY_SPLIT_OVERHEAD_S 60e-6
-// Lookahead prefetch defaults: P = 8 predictions per layer, at most one copy per layer and token, in the prefetch's
-// own L x P slots. Measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M (tg128, bench/results/
-// 2026-11-30d-h200-prefetch.md): 16 GiB 233 -> 255 tok/s, 12 GiB 125 -> 159, 8 GiB 95 -> 141 (doorbell, auto F).
-#define HY_PF_DEFAULT 8
+// Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.
+// Measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M, P 8 in own slots (tg128, bench/results/
+// 2026-11-30d-h200-prefetch.md): 16 GiB 233 -> 245 tok/s, 12 GiB 125 -> 160, 8 GiB 95 -> 137 (doorbell, auto F).
+#define HY_PF_MAX_COPIES_DEFAULT 1
 
 #define HY_CHECK(call)                                                                                         \
     do {                                                                                                       \
@@ -434,7 +433,6 @@ static int hy_map_alloc(void **host, void **dev, size_t bytes, const char *what)
 
 static int hy_bell_init(st_hybrid *h);
 static int hy_pf_init(st_hybrid *h);
-static int hy_pf_routers_ok(const st_model *m);
 
 // The CPU miss workers and their buffers; with --pcie-frac auto, the measured split. Leaves pcie_frac = 1 (no CPU
 // work) unless the options ask for CPU misses and the split gives the CPU a share.
@@ -658,11 +656,10 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
                       st_fmt_bytes(b[4], 32, (double)h->stride),
                       (double)(fixed + h->stride * h->E) / (double)(1ull << 30) + 0.01);
     uint64_t n_total = (h->plan.budget - fixed) / h->stride;
-    // The lookahead prefetch (hy_pf_init) takes P slots per layer: by default its own L x P slots out of the cache's
-    // share (one set per layer), with STRATA_HY_PF_OWN=0 sets carved from the prefill staging slots instead.
-    h->pf_P = hy_pf_routers_ok(h->m) ? env_int("STRATA_HY_PREFETCH", HY_PF_DEFAULT, 0, 32) : 0;
-    const uint64_t pf_own = (uint64_t)h->L * (uint64_t)h->pf_P;
-    h->pf_own = h->pf_P > 0 && env_int("STRATA_HY_PF_OWN", 1, 0, 1) && n_total >= pf_own + 2ull * h->E ? pf_own : 0;
+    // The lookahead prefetch (hy_pf_init) as planned (place/plan.h): P predictions per layer, by default in L x P
+    // slots of its own out of the cache's share (one set per layer), else in sets carved from the prefill staging.
+    h->pf_P = (int)h->plan.prefetch_per_layer;
+    h->pf_own = n_total >= h->plan.n_prefetch + 2ull * h->E ? h->plan.n_prefetch : 0;
     n_total -= h->pf_own;
     if (st_hycache_layout_compute(h->L, h->E, n_total, h->have_prof ? h->prof.counts : NULL, &h->lay))
         return st_err_prefix("%s: ", h->m->path);
@@ -868,19 +865,6 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 
 int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
 
-// Whether every MoE layer after the first has a router the prediction kernel takes (the engine's prefetch_next
-// predicate, for all layers at once).
-static int hy_pf_routers_ok(const st_model *m) {
-    int any = 0;
-    for (uint32_t l = 1; l < m->hp.n_layer; l++) {
-        const st_weight *r = &m->layers[l].router;
-        if (!r->data) continue;
-        if (!st_cuda_matvec_float_supported(r->type)) return 0;
-        any = 1;
-    }
-    return any;
-}
-
 // Sets up the prefetch when h->pf_P > 0 (st_hybrid_init) and its slots hold 3 sets of P. With CPU misses
 // too, the classify kernel sees a prefetched expert as a hit (its entry lies in the slot buffer), after the layer's
 // count like the MoE kernels. After the tables exist.
@@ -897,7 +881,7 @@ static int hy_pf_init(st_hybrid *h) {
     }
     h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 16, 1, 1024);
     // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
-    const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", 1, 1, h->pf_P);
+    const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", HY_PF_MAX_COPIES_DEFAULT, 1, h->pf_P);
     st_cuda_ctx *ctx = h->ctx;
     h->home_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec * 3, "prefetch home table");
     h->rec_d = st_cuda_alloc(ctx, sizeof(void *) * n_rec, "prefetch record table");

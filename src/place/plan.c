@@ -225,6 +225,23 @@ void st_plan_params_default(st_plan_params *p) {
     p->kv_elem_bytes = 2;
     p->staging_slots = -1;
     p->reserve_bytes = -1;
+    const char *pf = getenv("STRATA_HY_PREFETCH"), *own = getenv("STRATA_HY_PF_OWN");
+    p->prefetch_per_layer = pf && *pf ? atoi(pf) : ST_PLAN_PREFETCH_DEFAULT;
+    if (p->prefetch_per_layer < 0) p->prefetch_per_layer = 0;
+    if (p->prefetch_per_layer > 32) p->prefetch_per_layer = 32;
+    p->prefetch_own = !(own && *own && atoi(own) == 0);
+}
+
+// Whether the lookahead prefetch can predict every MoE layer after the first: their routers are float matrices.
+static bool routers_float(const st_place_desc *d) {
+    bool any = false;
+    for (int i = 0; i < d->n_tensors; i++) {
+        const st_place_tensor *t = &d->t[i];
+        if (t->spec.tclass != ST_TCLASS_ROUTER || t->spec.layer < 1) continue;
+        if (t->type != ST_TYPE_F32 && t->type != ST_TYPE_F16 && t->type != ST_TYPE_BF16) return false;
+        any = true;
+    }
+    return any;
 }
 
 static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
@@ -341,8 +358,19 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     uint64_t rest = out->budget - out->min_bytes;
     out->n_slots = rest / out->slot_bytes;
     if (out->n_slots >= out->n_experts_total) out->n_slots = out->n_experts_total - 1;  // unreachable in practice
+    // The lookahead prefetch: its own n_layer x P slots come out of the cache's share when that leaves at least one
+    // layer's worth of cache (the engine's rule), else its sets go into the staging slots.
+    if (pp->prefetch_per_layer > 0 && hp->n_layer >= 2 && routers_float(d)) {
+        out->prefetch_per_layer = (uint32_t)pp->prefetch_per_layer;
+        const uint64_t own = (uint64_t)hp->n_layer * out->prefetch_per_layer;
+        if (pp->prefetch_own && out->n_slots >= own + hp->n_expert) {
+            out->n_prefetch = own;
+            out->prefetch_bytes = own * out->slot_bytes;
+            out->n_slots -= own;
+        }
+    }
     out->cache_bytes = out->n_slots * out->slot_bytes;
-    out->used_bytes = out->min_bytes + out->cache_bytes;
+    out->used_bytes = out->min_bytes + out->prefetch_bytes + out->cache_bytes;
     out->resident = calloc(hp->n_layer, sizeof *out->resident);
     out->initial = calloc(out->n_slots ? out->n_slots : 1, sizeof *out->initial);
     if (!out->resident || !out->initial) {

@@ -29,6 +29,10 @@ extern "C" {
 // CUDA context, cuBLAS handle + workspace, graphs, allocator slack: ~700 MiB measured on an H200 (nvidia-smi peak
 // minus the planned bytes, bench/results/2026-11-30-h200-hybrid-q30b-q4km.md); the engine also measures it at load.
 #define ST_PLAN_RESERVE_DEFAULT (704ull << 20)
+// The hybrid decode's lookahead prefetch (engine/gpu_hybrid.c): predictions per layer, each layer with a set of that
+// many slots of its own (taken from the expert cache's share) unless STRATA_HY_PF_OWN=0 puts the sets in the prefill
+// staging slots. STRATA_HY_PREFETCH=P overrides (0: off).
+#define ST_PLAN_PREFETCH_DEFAULT 8
 
 // One tensor of the model as the planner sees it: its spec (name, role, layer, shape) and stored type.
 typedef struct st_place_tensor {
@@ -86,6 +90,9 @@ typedef struct st_plan_params {
     int64_t prefill_chunk;    // <= 0: ST_PLAN_PREFILL_CHUNK
     int64_t staging_slots;    // expert slots reserved for streaming prefill; < 0: default (n_expert: one layer)
     int64_t reserve_bytes;    // < 0: ST_PLAN_RESERVE_DEFAULT
+    int prefetch_per_layer;   // lookahead prefetch predictions per layer (0: none); st_plan_params_default sets the
+                              // engine's (STRATA_HY_PREFETCH, else ST_PLAN_PREFETCH_DEFAULT)
+    bool prefetch_own;        // the prefetch's sets in slots of their own (default; STRATA_HY_PF_OWN=0: in staging)
     const st_profile *profile;  // optional: initial cache contents by count (must match the model's shape)
 } st_plan_params;
 
@@ -117,6 +124,10 @@ typedef struct st_plan {
     uint64_t experts_vram_bytes;  // all-in-VRAM mode: the expert stacks as uploaded
     uint64_t slot_bytes;       // one expert slot: the largest st_xlayer.slot_bytes over layers
     uint64_t n_staging;
+    uint32_t prefetch_per_layer;  // lookahead prefetch predictions per layer in use (hybrid; 0: off): the engine
+                               // runs it where every router after the first layer is F32/F16/BF16
+    uint64_t n_prefetch;       // the prefetch's own slots, n_layer x prefetch_per_layer (0: sets in the staging)
+    uint64_t prefetch_bytes;   // n_prefetch * slot_bytes
     uint64_t n_slots;          // expert-cache slots (hybrid), or every expert (all in VRAM)
     uint64_t cache_bytes;      // n_slots * slot_bytes (hybrid)
     uint64_t used_bytes;       // everything above that is allocated

@@ -93,6 +93,9 @@ static void test_planner(const st_model *m) {
 
     st_plan_params pp;
     st_plan_params_default(&pp);
+    CHECK(getenv("STRATA_HY_PREFETCH") || (pp.prefetch_per_layer == ST_PLAN_PREFETCH_DEFAULT && pp.prefetch_own),
+          "default prefetch %d per layer (own %d)", pp.prefetch_per_layer, pp.prefetch_own);
+    pp.prefetch_per_layer = 0;  // the slot arithmetic below is the cache's alone (the prefetch's: further down)
     pp.n_ctx = 1024;
     st_plan p;
     // Unlimited: everything in VRAM.
@@ -131,6 +134,38 @@ static void test_planner(const st_model *m) {
                   k, p.n_slots);
             st_plan_free(&p);
         }
+    }
+    // The lookahead prefetch's own slots: n_layer x P out of the cache's share when that leaves a layer's worth of
+    // cache (n_slots >= own + n_expert), else none (its sets then go into the staging); off with P = 0.
+    {
+        const uint64_t own = (uint64_t)m->hp.n_layer, E = m->hp.n_expert;
+        st_plan_params q = pp;
+        q.prefetch_per_layer = 1;
+        q.prefetch_own = true;
+        q.gpu_budget = min + (own + E) * slot;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && !p.all_in_vram && p.prefetch_per_layer == 1 &&
+                  p.n_prefetch == own && p.prefetch_bytes == own * slot && p.n_slots == E &&
+                  p.used_bytes == min + (own + E) * slot,
+              "prefetch own slots: %u per layer, %" PRIu64 " own, %" PRIu64 " cache slots", p.prefetch_per_layer,
+              p.n_prefetch, p.n_slots);
+        st_plan_free(&p);
+        q.gpu_budget = min + (own + E) * slot - 1;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 1 && p.n_prefetch == 0 &&
+                  p.n_slots == own + E - 1,
+              "prefetch without room: %" PRIu64 " own, %" PRIu64 " cache slots", p.n_prefetch, p.n_slots);
+        st_plan_free(&p);
+        q.gpu_budget = min + (own + E) * slot;
+        q.prefetch_own = false;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 1 && p.n_prefetch == 0 &&
+                  p.n_slots == own + E,
+              "prefetch in the staging: %" PRIu64 " own", p.n_prefetch);
+        st_plan_free(&p);
+        q.prefetch_own = true;
+        q.prefetch_per_layer = 0;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 0 && p.n_prefetch == 0 &&
+                  p.n_slots == own + E,
+              "prefetch off: %u per layer", p.prefetch_per_layer);
+        st_plan_free(&p);
     }
     // Too small: a clear error with the minimum in GiB and each part.
     pp.gpu_budget = min - 1;
