@@ -3,11 +3,14 @@
 
 #include <string.h>
 
-#include "cuda/common.cuh"  // st_tbl_entry, ST_WARP_SIZE
+#include "cuda/common.cuh"         // st_tbl_entry, ST_WARP_SIZE
+#include "cuda/decode_common.cuh"  // PDL: the per-layer kernels of the decode step sit between PDL launches
 
 __global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, int n_expert,
                            const void *const *__restrict__ table, const uint8_t *lo, const uint8_t *hi,
                            uint32_t *__restrict__ counts, uint32_t *__restrict__ sel_miss, const st_hy_count_pf pf) {
+    st_pdl_wait();  // ids: the router's output (decode_common.cuh's PDL rules)
+    st_pdl_trigger();
     if (pf.progress && threadIdx.x == 0) atomicExch(pf.progress, pf.layer);  // before any MoE kernel of the layer
     unsigned misses = 0, pf_hits = 0;
     for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
@@ -36,8 +39,10 @@ extern "C" int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, c
     memset(&p, 0, sizeof p);
     if (pf) p = *pf;
     const int threads = n_pairs < 256 ? ((n_pairs + ST_WARP_SIZE - 1) / ST_WARP_SIZE) * ST_WARP_SIZE : 256;
-    k_hy_count<<<1, threads, 0, stream>>>(ids, n_pairs, n_expert, table, (const uint8_t *)vram_lo,
-                                          (const uint8_t *)vram_hi, counts, sel_miss, p);
+    // A PDL launch: between the router and the MoE kernels of every hybrid decode layer, a plain launch would cost
+    // the chain its overlap on both sides.
+    st_dec_launch(k_hy_count, dim3(1), dim3((unsigned)threads), 0, stream, ids, n_pairs, n_expert, table,
+                  (const uint8_t *)vram_lo, (const uint8_t *)vram_hi, counts, sel_miss, p);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_count<<<>>>", __FILE__, __LINE__);
 }
@@ -75,6 +80,8 @@ __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, con
                               int32_t *__restrict__ ids_gpu, int32_t *meta, const float *__restrict__ x, float *hx,
                               int d, uint32_t *cpu_count, uint32_t *seq, uint32_t *bell, int layer) {
     __shared__ int s_ncpu;
+    st_pdl_wait();  // ids, the table entries, x: earlier kernels (a no-op after a plain launch)
+    st_pdl_trigger();
     if (threadIdx.x == 0) {  // K <= 32: serial is cheapest, and the carry needs one writer
         uint8_t miss[32], cls[32];
         int n_miss = 0;
@@ -132,8 +139,16 @@ static int hy_classify(const char *fn, const int32_t *ids, int K, int n_expert, 
     if (K <= 0 || K > 32 || n_expert <= 0 || n_embd <= 0)
         return st_err("%s: %d experts used of %d (1..32), n_embd %d", fn, K, n_expert, n_embd);
     if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx) return st_err("%s: NULL pointer", fn);
-    k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo, (const uint8_t *)vram_hi,
-                                         cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, seq, bell, layer);
+    // The doorbell path is a plain chain of kernels: PDL there; the host-node path forks after this kernel, whose
+    // event must see it complete: a plain launch.
+    if (bell)
+        st_dec_launch(k_hy_classify, dim3(1), dim3(256), 0, stream, ids, K, n_expert, table, (const uint8_t *)vram_lo,
+                      (const uint8_t *)vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, seq, bell,
+                      layer);
+    else
+        k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo,
+                                             (const uint8_t *)vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd,
+                                             cpu_count, seq, bell, layer);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
 }
@@ -166,6 +181,8 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
                              const float *__restrict__ y_gpu, const float *y_cpu, int K, int d, float *out,
                              const float *add, const uint32_t *seq, uint32_t *bell) {
     __shared__ int s_ok;
+    st_pdl_wait();  // y_gpu, w, seq, add: earlier kernels (a no-op after a plain launch)
+    st_pdl_trigger();
     if (bell) {  // doorbell: wait for the host thread's answer (hybrid.h)
         if (threadIdx.x == 0) {
             const uint32_t s = *seq;
@@ -207,7 +224,12 @@ static int hy_combine(const char *fn, const int32_t *ids_gpu, const float *w, co
                       cudaStream_t stream) {
     if (K <= 0 || K > 32 || n_embd <= 0) return st_err("%s: K %d (1..32), n_embd %d", fn, K, n_embd);
     if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("%s: NULL pointer", fn);
-    k_hy_combine<<<(n_embd + 255) / 256, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
+    const dim3 grid((unsigned)((n_embd + 255) / 256));
+    if (bell)  // (as the classify launch: PDL on the doorbell path; the host-node path joins an event first)
+        st_dec_launch(k_hy_combine, grid, dim3(256), 0, stream, ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq,
+                      bell);
+    else
+        k_hy_combine<<<grid, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
 }
