@@ -111,8 +111,11 @@ __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, con
         s_ncpu = n_cpu;
     }
     __syncthreads();
-    if (s_ncpu > 0)
-        for (int i = threadIdx.x; i < d; i += blockDim.x) hx[i] = x[i];
+    if (s_ncpu == 0) {  // nothing for the CPU: no exports, and with the doorbell no ring (the combine kernel sees
+        if (bell && threadIdx.x == 0) *seq += 1;  // no -1 in ids_gpu and does not wait for an answer)
+        return;
+    }
+    for (int i = threadIdx.x; i < d; i += blockDim.x) hx[i] = x[i];
     __threadfence_system();  // (kernel completion publishes these too; the host node reads them after it)
     if (!bell) return;
     __syncthreads();  // every export is fenced: ring (hybrid.h, doorbell)
@@ -120,13 +123,9 @@ __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, con
         const uint32_t s = *seq + 1;
         *seq = s;
         volatile uint32_t *vb = bell;
-        if (s_ncpu > 0) {
-            vb[2] = (uint32_t)layer;
-            __threadfence_system();
-            vb[0] = s;
-        } else {
-            vb[1] = s;
-        }
+        vb[2] = (uint32_t)layer;
+        __threadfence_system();
+        vb[0] = s;
         __threadfence_system();
     }
 }
@@ -183,7 +182,9 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
     __shared__ int s_ok;
     st_pdl_wait();  // y_gpu, w, seq, add: earlier kernels (a no-op after a plain launch)
     st_pdl_trigger();
-    if (bell) {  // doorbell: wait for the host thread's answer (hybrid.h)
+    bool any_cpu = false;  // a CPU rank this layer (ids_gpu -1): only then is there an answer to wait for
+    for (int k = 0; k < K; k++) any_cpu |= ids_gpu[k] < 0;
+    if (bell && any_cpu) {  // doorbell: wait for the host thread's answer (hybrid.h)
         if (threadIdx.x == 0) {
             const uint32_t s = *seq;
             const volatile uint32_t *vb = bell;
@@ -206,7 +207,7 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
     }
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= d) return;
-    const float cpu_nan = bell && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
+    const float cpu_nan = bell && any_cpu && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
     float o = 0.0f;
     for (int k = 0; k < K; k++) {
         // CPU rows: written by the host between launches; ld.cv fetches system memory again rather than trusting
