@@ -19,6 +19,7 @@
 #include "cuda/ops.h"
 #include "cuda/quantize_act.h"
 #include "cuda/runtime.h"
+#include "engine/actdump.h"
 #include "engine/gpu_hybrid.h"
 #include "quant/quant.h"
 #include "util/err.h"
@@ -104,6 +105,8 @@ struct st_gpu_session {
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [PREFILL_CHUNK + 1]: tokens, then the position
+    st_actdump *actdump;        // STRATA_DUMP_ACT (engine/actdump.h): per-layer activations; NULL: off
+    float *h_dump;              // host [PREFILL_CHUNK][n_embd]: a dumped residual stream
     cudaGraphExec_t graph;      // the one-token decode step
     int graph_ready;
     int graph_failed;
@@ -497,6 +500,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->n_split = st_cuda_attn_decode_splits((int)hp->n_head_kv, g->ctx.sm_count);
     s->attn_ws = dalloc(s, st_cuda_attn_decode_workspace_bytes((int)hp->n_head, (int)hp->head_dim_k, s->n_split),
                         "attention workspace", &fail);
+    s->actdump = st_actdump_open_env("cuda");  // NULL unless STRATA_DUMP_ACT is set (then no CUDA graphs)
+    if (s->actdump && !(s->h_dump = malloc(sizeof(float) * P * d))) fail = 1;
     if (!fail && cudaMallocHost((void **)&s->h_io, sizeof(int32_t) * (P + 1)) != cudaSuccess) {
         st_err("cannot allocate pinned host memory");
         fail = 1;
@@ -532,6 +537,8 @@ void st_gpu_session_free(st_gpu_session *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
+    st_actdump_close(s->actdump);
+    free(s->h_dump);
     free(s->k_cache);
     free(s->v_cache);
     free(s->tokens);
@@ -667,6 +674,19 @@ static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
     return st_hybrid_prefetch(g->hy, l, N->router.type, N->router.d, s->xn, st);
 }
 
+// STRATA_DUMP_ACT (engine/actdump.h): the residual stream of n tokens after layer l's attention ('a') or FFN ('f')
+// into the dump file. Synchronizes the stream: only ever called outside graph capture (no graphs while dumping).
+static int dump_act(st_gpu_session *s, uint32_t l, char point, int n) {
+    if (!s->actdump) return 0;
+    const int64_t d = s->g->m->hp.n_embd;
+    cudaError_t e = cudaMemcpyAsync(s->h_dump, s->x, sizeof(float) * (size_t)n * (size_t)d, cudaMemcpyDeviceToHost,
+                                    s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) return st_cuda_check_at(e, "STRATA_DUMP_ACT copy", __FILE__, __LINE__);
+    st_actdump_write(s->actdump, (int)l, point, s->n_past, n, d, s->h_dump);
+    return 0;
+}
+
 // STRATA_DEC_SKIP bits (timing experiment): the one-token fused step leaves these launches out.
 enum {
     DEC_SKIP_ATTN_NORM = 1, DEC_SKIP_QKV = 2, DEC_SKIP_ROPE = 4, DEC_SKIP_ATTN = 8, DEC_SKIP_O = 16,
@@ -693,6 +713,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     if (embed_tokens(s, n) || (n == 1 && g->hy && st_hybrid_step_begin(g->hy, st))) return -1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
+        if (l > 0 && dump_act(s, l - 1, 'f', n)) return -1;  // (the FFN paths below end in `continue`)
         if (fused_qkv(s, L, n)) {
             const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q},
                                           {L->wk.type, L->wk.d, L->wk.ne[1], s->k},
@@ -754,6 +775,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                                                 s->dec_counters, st))) {
                 return -1;
             }
+            if (dump_act(s, l, 'a', n)) return -1;  // x = x + attention output (the FFN norm wrote it back)
             if (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)) return -1;  // hybrid: hit/miss counters
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
                 // hybrid --pcie-frac < 1: a share of the misses computed by CPU workers in parallel (gpu_hybrid.h)
@@ -781,7 +803,9 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             continue;
         }
         // x += attention output; xn = ffn_norm(x)
-        if (st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st)) return -1;
+        if (st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st) ||
+            dump_act(s, l, 'a', n))
+            return -1;
         if (hp->n_expert == 0) {
             int ff = (int)hp->n_ff;
             if (mv(s, &L->ffn_gate, s->xn, n, s->ffn_a, 0) ||
@@ -816,6 +840,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             if (rc2 || st_cuda_moe_sum(s->x, s->x, s->ffn_out, s->d_wts, n, K, d, st)) return -1;
         }
     }
+    if (dump_act(s, hp->n_layer - 1, 'f', n)) return -1;
 #undef RUN
 #undef SKIPPED
     if (n == 1 && g->hy && st_hybrid_step_end(g->hy, st)) return -1;
@@ -902,7 +927,7 @@ static int step_one(st_gpu_session *s) {
         s->warm = 1;
         return step(s, 1, 0, 1);
     }
-    if (!s->graph_ready && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL) {
+    if (!s->graph_ready && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL && !s->actdump) {
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
             int rc = step(s, 1, 0, 1);

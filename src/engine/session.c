@@ -7,6 +7,7 @@
 
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "engine/actdump.h"
 #include "engine/route_predict.h"
 #include "quant/quant.h"
 #include "util/err.h"
@@ -59,6 +60,7 @@ st_session *st_session_new(const st_model *m, st_pool *pool, int64_t n_ctx, int 
     if (hp->n_expert) s->moe_y = xalloc(sizeof(float) * B * ku * hp->n_embd, &fail);
     s->rope_cs = xalloc(sizeof(float) * (hp->n_rot ? hp->n_rot : 1), &fail);
     s->route_pred = st_route_pred_new(m);  // NULL unless STRATA_ROUTE_PREDICT is set
+    s->actdump = st_actdump_open_env("cpu");  // NULL unless STRATA_DUMP_ACT is set
     if (fail) {
         st_session_free(s);
         char a[32];
@@ -96,6 +98,7 @@ void st_session_free(st_session *s) {
     free(s->rope_cs);
     st_cpu_scratch_free(&s->mm_scratch);
     st_route_pred_free(s->route_pred);  // prints its table first
+    st_actdump_close(s->actdump);
     free(s);
 }
 
@@ -226,10 +229,12 @@ static int eval_chunk(st_session *s, const int32_t *tokens, int64_t n, float *lo
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const st_layer *L = &m->layers[l];
         if (attention_block(s, L, (int)l, pos0, n)) return -1;
+        st_actdump_write(s->actdump, (int)l, 'a', pos0, n, d, s->x);
         for (int64_t t = 0; t < n; t++) st_rmsnorm(s->xn + t * d, s->x + t * d, L->ffn_norm, d, hp->rms_eps);
         if (s->route_pred) st_route_pred_after_attn(s->route_pred, s, l, n);
         if (hp->n_expert ? moe_ffn(s, L, n) : dense_ffn(s, L, n)) return -1;
         for (int64_t i = 0; i < n * d; i++) s->x[i] += s->ffn_out[i];
+        st_actdump_write(s->actdump, (int)l, 'f', pos0, n, d, s->x);
         if (s->route_pred) st_route_pred_after_moe(s->route_pred, s, l, n);
     }
     if (logits) {

@@ -41,6 +41,7 @@ typedef struct st_session {
     uint32_t *route_counts;     // optional, caller-owned [n_layer][n_expert]: incremented for every (token, expert)
                                 // the router selects (strata profile); NULL: not counted
     struct st_route_pred *route_pred;  // STRATA_ROUTE_PREDICT measurement (engine/route_predict.h); NULL: off
+    struct st_actdump *actdump;        // STRATA_DUMP_ACT per-layer activations (engine/actdump.h); NULL: off
 } st_session;
 
 st_session *st_session_new(const st_model *m, st_pool *pool, int64_t n_ctx, int kv_f16);

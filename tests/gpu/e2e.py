@@ -7,18 +7,26 @@ prompt plus that continuation teacher-forced (`--tokens`), and top-1 must agree 
 near-ties. Free-running greedy equality over 32 tokens is reported too (random-weight models have many near-ties, so a
 single rounding difference can fork the continuation there). Informational control ("gpu/gpu"): the CUDA engine's own
 top-1 agreement between its fused decode kernels and its operator-by-operator path (STRATA_NO_FUSED=1) on the same
-teacher-forced positions: two GPU implementations that differ only in summation order and rounding points. Models: the demo model (if given) and tiny make-model
+teacher-forced positions: two GPU implementations that differ only in summation order and rounding points. For a model that fails, act_diff.py
+(STRATA_DUMP_ACT) then names the first layer and sublayer where the CUDA engine leaves the CPU engine on the failing
+tokens. Models: the demo model (if given) and tiny make-model
 presets (made here, deterministic). Prints a table and exits non-zero on failure. Needs only the Python standard
 library (runs on the GPU machines).
 
 usage: e2e.py --strata build-gpu/bin/strata [--demo MODEL.gguf] [--vocab-from GGUF] [--work DIR]
 """
 import argparse
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import act_diff  # noqa: E402  (per-layer diagnosis of a failing model)
 
 PROMPTS = [
     "The capital of France is",
@@ -52,6 +60,22 @@ def logits(strata, model, prompt, device, tokens=None, env=None):
     return json.loads(r.stdout)
 
 
+def diagnose(strata, model, tokens):
+    """Prints act_diff's per-layer table of the CPU and CUDA engines on these tokens (indented)."""
+    a = types.SimpleNamespace(tokens=",".join(map(str, tokens)), prompt=None)
+    try:
+        with tempfile.TemporaryDirectory() as dc, tempfile.TemporaryDirectory() as dg:
+            ref = act_diff.read_dump(act_diff.dump_run(strata, model, "cpu", a, dc))
+            got = act_diff.read_dump(act_diff.dump_run(strata, model, "cuda", a, dg))
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                act_diff.compare(ref, got, 1e-3)
+        for line in buf.getvalue().splitlines():
+            print("    " + line)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"    act_diff: {e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strata", required=True)
@@ -78,6 +102,7 @@ def main():
     for name, path, need in models:
         pos = agree = g_ok = g_n = hard = gg = 0
         err = ""
+        diag = None  # token ids of the first failing sequence (for act_diff)
         try:
             for p in PROMPTS:
                 c, g = logits(args.strata, path, p, "cpu"), logits(args.strata, path, p, "cuda")
@@ -97,9 +122,12 @@ def main():
                         hard += 1
                         if not err:
                             err = f"position {i}: cpu {a['top']} cuda {b['top']} (margin {margin:.4f})"
+                            diag = seq
             c, g = logits(args.strata, path, LONG_PROMPT, "cpu"), logits(args.strata, path, LONG_PROMPT, "cuda")
             lp = len(c["positions"])
             la = sum(a["top"][0][0] == b["top"][0][0] for a, b in zip(c["positions"], g["positions"]))
+            if la < 0.97 * lp and diag is None:
+                diag = c["tokens"]
         except Exception as e:  # report and continue with the next model
             err = str(e)[:300]
             lp, la = 0, 0
@@ -109,6 +137,8 @@ def main():
         failed += not ok
         print(f"{name:24} {pos:9d} {rate:11.4f} {g_ok:>6}/{g_n:<5} {lrate:10.4f} {gg / pos if pos else 0.0:8.4f}  "
               f"{'ok' if ok else 'FAIL'} {err}")
+        if not ok and diag:
+            diagnose(args.strata, path, diag)
     print(f"{len(models) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
