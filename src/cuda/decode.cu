@@ -35,7 +35,6 @@
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
-#define ROUTER_PRE 16                          // router weights (float4 per lane) loaded before the PDL wait
 
 // ---- weight-type instances ----------------------------------------------------------------------------------
 //
@@ -209,37 +208,6 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
 }
 
 // ---- router: float matvec + softmax + top-k ---------------------------------------------------------------------
-
-// The first ROUTER_PRE float4 of a lane's router row go into registers before the dependency wait: the router
-// rows are no kernel's output, so their HBM latency overlaps the previous kernel.
-template <typename T>
-__device__ __forceinline__ void router_preload(const T *w, int n4, int lane, bool have, float4 wp[ROUTER_PRE]) {
-#pragma unroll
-    for (int u = 0; u < ROUTER_PRE; u++) {
-        const int i4 = lane + u * G32;
-        wp[u] = have && i4 < n4 ? ld4<T>(w, i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-}
-
-// One logit: dot(router row w, x) by one group, i4 ascending per lane, then the butterfly (every lane gets it).
-template <typename T>
-__device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *x, int n4,
-                                           int lane) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int u = 0; u < ROUTER_PRE; u++) {
-        const int i4 = lane + u * G32;
-        if (i4 < n4) {
-            const float4 a = wp[u], b = ldx4<T>(x, i4);
-            sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-        }
-    }
-    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
-        const float4 a = ld4<T>(w, i4), b = ldx4<T>(x, i4);
-        sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-    }
-    return g32_sum_f(sum);
-}
 
 // The launch's completion counter: 1 in the block that finished last (all blocks' writes visible), else 0.
 __device__ __forceinline__ bool last_block_done(int32_t *counter) {

@@ -118,8 +118,43 @@ template <> __device__ __forceinline__ float4 ldx4<__half>(const float *x, int64
                        __half2float(__float2half_rn(v.z)), __half2float(__float2half_rn(v.w)));
 }
 
-// The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
-template <int PL>
+#define ROUTER_PRE 16  // router weights (float4 per lane) loaded before the PDL wait
+
+// The first ROUTER_PRE float4 of a lane's router row go into registers before the dependency wait: the router
+// rows are no kernel's output, so their HBM latency overlaps the previous kernel.
+template <typename T>
+__device__ __forceinline__ void router_preload(const T *w, int n4, int lane, bool have, float4 wp[ROUTER_PRE]) {
+#pragma unroll
+    for (int u = 0; u < ROUTER_PRE; u++) {
+        const int i4 = lane + u * G32;
+        wp[u] = have && i4 < n4 ? ld4<T>(w, i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+// One logit: dot(router row w, x) by one group, i4 ascending per lane, then the butterfly (every lane gets it).
+template <typename T>
+__device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *x, int n4,
+                                           int lane) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < ROUTER_PRE; u++) {
+        const int i4 = lane + u * G32;
+        if (i4 < n4) {
+            const float4 a = wp[u], b = ldx4<T>(x, i4);
+            sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+        }
+    }
+    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
+        const float4 a = ld4<T>(w, i4), b = ldx4<T>(x, i4);
+        sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
+    return g32_sum_f(sum);
+}
+
+
+// The CPU's route of one token by one 32-lane group: logits l[E] (read from L2, or plain loads when SHARED: logits in
+// shared memory) -> ids/weights in rank order.
+template <int PL, bool SHARED = false>
 static __device__ void route_group_t(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
     const int lane = threadIdx.x % G32;
     float p[PL];
@@ -127,7 +162,7 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
 #pragma unroll
     for (int j = 0; j < PL; j++) {
         const int e = lane + j * G32;
-        p[j] = e < E ? __ldcg(l + e) : -INFINITY;
+        p[j] = e < E ? (SHARED ? l[e] : __ldcg(l + e)) : -INFINITY;
         mx = fmaxf(mx, p[j]);
     }
     mx = g32_max(mx);
@@ -191,6 +226,11 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
 static __device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
     if (E <= 4 * G32) route_group_t<4>(l, E, K, norm, ids, weights);
     else route_group_t<ROUTER_MAX_PER_LANE>(l, E, K, norm, ids, weights);
+}
+// The same from logits in shared memory.
+static __device__ void route_group_shared(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
+    if (E <= 4 * G32) route_group_t<4, true>(l, E, K, norm, ids, weights);
+    else route_group_t<ROUTER_MAX_PER_LANE, true>(l, E, K, norm, ids, weights);
 }
 
 // N rows against N activation rows in one pass (rows[n] NULL: skipped, out[n] NaN); same per-row arithmetic and
