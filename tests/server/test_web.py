@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -102,7 +103,8 @@ def start_chromium(binary, profile):
                              "--no-first-run", "--no-default-browser-check", "--disable-extensions",
                              "--disable-background-networking", "--disable-component-update", "--mute-audio",
                              f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1280,860",
-                             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its own process group: the teardown stops every helper
     port_file = os.path.join(profile, "DevToolsActivePort")
     t0 = time.time()
     while not os.path.exists(port_file) or len(open(port_file).read().split("\n")) < 2:
@@ -143,7 +145,8 @@ def run(args, rng):
             body = srv.request("GET", path, headers={})[2].decode()
             check("http://" not in body and "https://" not in body, f"{path} refers to another host")
 
-        with tempfile.TemporaryDirectory(prefix="strata-chromium-") as profile:
+        # (ignore_cleanup_errors: a helper process that outlives the group kill may still touch the profile)
+        with tempfile.TemporaryDirectory(prefix="strata-chromium-", ignore_cleanup_errors=True) as profile:
             proc, port, ws_path = start_chromium(binary, profile)
             try:
                 dt = DevTools(port, ws_path)
@@ -202,11 +205,16 @@ def run(args, rng):
                       mon["restarts"] == "0" and mon["ram"] not in ("", "–"), mon)
                 dt.screenshot(os.path.join(out_dir, "web-monitor.png"))
             finally:
-                proc.terminate()
+                # The renderer, GPU and crash-handler children write into the profile until they exit: stop the
+                # whole process group, not only the browser process.
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
                 try:
                     proc.wait(10)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
 
 
