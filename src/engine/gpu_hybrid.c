@@ -163,6 +163,7 @@ static int env_int(const char *name, int def, int lo, int hi) {
 }
 
 #define HY_SPLIT_OVERHEAD_S 60e-6
+#define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
 // Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.
 // Measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M, P 8 in own slots (tg128, bench/results/
 // 2026-11-30d-h200-prefetch.md): 16 GiB 233 -> 245 tok/s, 12 GiB 125 -> 160, 8 GiB 95 -> 137 (doorbell, auto F).
@@ -545,8 +546,9 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
 }
 
 // The doorbell thread: polls bell[0] (the classify kernel's ring), runs that layer's CPU misses, answers in
-// bell[1]. Spins while splits keep coming; after 2 ms without one it polls every 20 us (an idle engine costs no
-// core; the first split after a pause waits that long).
+// bell[1]. Spins while splits keep coming; after HY_BELL_SPIN_S without one it polls every 20 us (an idle engine
+// costs no core; the first split after a pause waits that long). The spin window spans several tokens: with the
+// prefetch, most layers have no CPU miss, and a doze between two of them would add its wake-up to the next one.
 static void *hy_bell_main(void *ud) {
     st_hybrid *h = ud;
     volatile uint32_t *bell = h->bell_h;
@@ -555,7 +557,7 @@ static void *hy_bell_main(void *ud) {
     while (!atomic_load_explicit(&h->bell_stop, memory_order_relaxed)) {
         const uint32_t s = bell[0];
         if (s == seen) {
-            if (st_now() - last > 2e-3) {
+            if (st_now() - last > HY_BELL_SPIN_S) {
                 struct timespec ts = {0, 20000};
                 nanosleep(&ts, NULL);
             } else {
