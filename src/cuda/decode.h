@@ -121,6 +121,13 @@ size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_dim, int n_
 int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
                      const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim,
                      float scale, int n_split, void *workspace, cudaStream_t stream);
+// With an f16 cache on sm_80+ and the tensor-core kernel switched on, st_cuda_attn_dec runs a tensor-core kernel
+// (mma.sync m16n8k16; the query and the probabilities as f16 hi + lo pairs, so ~f32 accuracy) that merges more than 8
+// splits in two levels. Off by default for now: STRATA_ATTN_TC=1 or st_cuda_attn_dec_set_tc(1) turns it on
+// process-wide (0: off, -1: back to the environment's choice). st_cuda_attn_dec_tc(kv_f16) says which kernel a
+// launch on the current device takes now (1: tensor cores).
+void st_cuda_attn_dec_set_tc(int on);
+int st_cuda_attn_dec_tc(int kv_f16);
 
 // MoE version 2, the GLU's quantization moved into the down kernel: st_cuda_moe_glu writes act only (as
 // st_cuda_moe_glu_q without actq, no counters, no last-block phase); st_cuda_moe_down_q takes that f32 act

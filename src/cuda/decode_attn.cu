@@ -1,6 +1,7 @@
 // Decode attention, version 2 (decode.h: st_cuda_attn_dec): flash-decoding whose split count follows the actual
 // KV length read on the device, the combine done by the last block of each KV head, the CPU-format quantization
-// of the output fused in.
+// of the output fused in. Two kernels: k_attn_dec_tc (round 3, below: f16 caches on sm_80+, tensor cores,
+// two-level merge) and the SIMT k_attn_dec described here (f32 caches, older devices, A/B).
 //
 // Grid (n_split, n_head_kv), 128 threads. From L = *d_pos + 1 every block computes the same chunk =
 // max(ceil(L / n_split), ATT_MINC) rounded up to ATT_MINC and n_act = ceil(L / chunk); blocks with split >= n_act
@@ -27,8 +28,10 @@
 
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>  // getenv
 
 #include "cuda/decode_common.cuh"
+#include "cuda/mma.cuh"  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
 #include "cuda/qblock.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(ST_ATT_NO_ASYNC)
@@ -322,6 +325,328 @@ __global__ void __launch_bounds__(ATT_NT)
     block_quant<false>(fmt, sout, outq, nb, kvh * (G * HD / 32), G * HD / 32);
 }
 
+// ---- round 3: tensor-core decode attention (f16 caches) ------------------------------------------------------
+//
+// Why: with 8 query heads per KV head the SIMT kernel above does 16 FMAs per cached f16 (8 heads x (K and V)),
+// 134 M FMAs at depth 16K for 33.5 MB, issued by only 8 warps per SM (register-bound): it ran at ~1 TB/s, limited
+// by FMA issue and its serial latency, not by HBM. Here both products run on mma.sync m16n8k16 (f16 in, f32
+// accumulate) and the FP32 pipe only does the softmax.
+//
+// Layout per warp and tile of 16 positions p0 .. p0 + 15 (lane = 4 g + t):
+//   S = Q . K^T: A = Q (rows g < 8: the f16 "hi" part of head g's query, rows g + 8: the "lo" residual
+//   f16(q - hi), so hi + lo carries ~22 bits and the padding half of the m16 tile costs nothing; the scale goes
+//   on the f32 scores), B = K^T of n-tile j (positions p0 + 8 j + n, n = the lane group g that loaded the row).
+//   The head-dim order of the k
+//   steps is a permutation (a dot product's terms may be taken in any order if Q and K use the same one): lane t
+//   holds the row's 16-byte pieces at halves 32 u + 8 t (u < HD / 32), word i of piece u being k-step
+//   (4 u + i) / 2, so every K load is a plain 16-byte copy and a warp load instruction covers whole sectors.
+//   Lane (g, t) then holds s[head g][positions p0 + 8 j + 2 t + e] as c[e] (hi) + c[2 + e] (lo).
+//   O += P . V: A = P (x 2^10, exact; rows g: f16 hi of the probabilities, rows g + 8: lo residual; k 2t.. =
+//   n-tile 0, k 2t+8.. = n-tile 1: exactly the lane's own S values), B = V with k = positions p0 + {2t, 2t+1,
+//   8+2t, 9+2t} (the rows lane (g, t) loads) and n = head dim 64 c + 8 g + i for dim tile 8 c + i, assembled from
+//   the 16-byte pieces by byte permutes. The output C of dim tile 8 c + i holds head g's dims 64 c + 16 t + i (+ 8) as hi + lo.
+// A warp reads 8 KiB per tile (16 K rows and 16 V rows of 256 bytes at head_dim 128), staged by cp.async into
+// per-thread shared-memory slots (no barrier in the loop), ATC_ST tiles deep. The scaling, masking, online
+// softmax (__expf, f32) and the two-level merge are as in the SIMT kernel; numerics differ from it only by the
+// summation order and the ~2^-22 relative rounding of the hi/lo splits.
+//
+// Merge: blocks write (max, sum, unnormalised output) per head and split; when a KV head has more than ATC_SG
+// active splits, the last block of each group of ATC_SG splits merges its group into a level-1 partial first, so
+// no single block reads more than max(ATC_SG, n_split / ATC_SG) partials (at depth 16K: 8 + 9 x 4 KiB instead of
+// 65 x 4 KiB from L2 through one SM).
+#define ATC_NW 4                          // warps per block
+#define ATC_NT (ATC_NW * 32)
+#define ATC_TP 16                         // positions per warp tile
+#define ATC_MINC (ATC_NW * ATC_TP)        // positions per block step (minimum chunk)
+#define ATC_ST 3                          // staging depth (tiles)
+#define ATC_SG 8                          // splits per level-1 merge group
+#define ATC_NG (ATT_MAX_SPLIT / ATC_SG)   // level-1 groups per KV head at most
+#define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
+
+static size_t atc_smem_bytes(int hd) { return (size_t)ATC_ST * (hd / 8) * ATC_NT * 16; }
+
+__device__ __forceinline__ uint32_t atc_h2(__half2 h) { return *(const uint32_t *)&h; }
+__device__ __forceinline__ uint32_t atc_w(const uint4 &u, int i) {
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+// Merges n (<= 32) partials s0 .. s0 + n - 1 of the G heads of KV head kvh (partial s of head h at
+// o[(h * stride + s) * HD ..], ml[2 (h * stride + s)]): into one unnormalised partial at index di of dst_o/dst_ml
+// (stride dst_stride), or, when out != NULL, normalised into out (and sout [G][HD] in shared memory). sw: [8][32]
+// floats of shared memory. All threads of the block call it; it ends with a barrier.
+template <int HD>
+__device__ void atc_merge(const float *o, const float *ml, int stride, int s0, int n, int G, int kvh, float *sw,
+                          float *dst_o, float *dst_ml, int dst_stride, int di, float *out, float *sout) {
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+    for (int g = w; g < G; g += ATC_NW) {
+        const int64_t h = (int64_t)kvh * G + g;
+        const float *m = ml + 2 * (h * stride + s0);
+        const float mv = lane < n ? __ldcg(m + 2 * lane) : -INFINITY;
+        const float M = g32_max(mv);
+        const float wt = lane < n && mv != -INFINITY ? __expf(mv - M) : 0.0f;
+        const float ls = g32_sum_f(lane < n ? wt * __ldcg(m + 2 * lane + 1) : 0.0f);
+        sw[g * 32 + lane] = out ? wt * (1.0f / ls) : wt;
+        if (!out && lane == 0) {
+            dst_ml[2 * (h * dst_stride + di)] = M;
+            dst_ml[2 * (h * dst_stride + di) + 1] = ls;
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < G * HD / 4; idx += ATC_NT) {
+        const int g = idx / (HD / 4), d4 = idx % (HD / 4);
+        const int64_t h = (int64_t)kvh * G + g;
+        const float4 *src = (const float4 *)(o + (h * stride + s0) * HD) + d4;
+        const float *wg = sw + g * 32;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int s = 0; s < n; s++) {  // independent loads: up to 8 in flight
+            const float4 v = __ldcg(src + (int64_t)s * (HD / 4));
+            const float ws = wg[s];
+            acc.x += ws * v.x, acc.y += ws * v.y, acc.z += ws * v.z, acc.w += ws * v.w;
+        }
+        if (out) {
+            *(float4 *)(out + h * HD + 4 * d4) = acc;
+            *(float4 *)&sout[g * HD + 4 * d4] = acc;
+        } else {
+            *(float4 *)(dst_o + (h * dst_stride + di) * HD + 4 * d4) = acc;
+        }
+    }
+    __syncthreads();
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATC_NT, 2)
+    k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
+                  const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
+                  int n_split, float *__restrict__ ws_o, float *__restrict__ ws_ml, float *__restrict__ ws_o1,
+                  float *__restrict__ ws_ml1, int32_t *__restrict__ counters) {
+    constexpr int NK = HD / 32;          // 16-byte pieces of a K row per lane (the lane's quarter)
+    constexpr int NV = HD / 64;          // 16-byte pieces of a V row per lane (an eighth, of 4 rows)
+    constexpr int NU = 2 * NK + 4 * NV;  // staging slots per lane and tile
+    constexpr int KS = HD / 16;          // k steps of Q . K^T
+    constexpr int DT = HD / 8;           // dim tiles of P . V
+    static_assert(HD == 64 || HD == 128, "head_dim");
+    constexpr int SOS = HD + 1;          // row stride of the block-merge buffer (HD: 16-way bank conflicts)
+    static_assert(sizeof(float) * (ATC_NW * 8 * (SOS + 2) + 8 * 32 + 8 * HD) <= ATC_ST * NU * ATC_NT * 16,
+                  "merge buffers fit in the staging");
+    static_assert((ATC_NW * 8 * (SOS + 2) + 8 * 32) % 4 == 0, "sout 16-byte aligned");
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int s_last;
+
+    const int split = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
+    const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int64_t row = (int64_t)n_head_kv * HD;  // halves per cache row
+    const __half *kb = kc + (int64_t)kvh * HD, *vb = vc + (int64_t)kvh * HD;
+
+    // Before the dependency wait: L2 prefetch of this block's rows. Rows below the current position were written
+    // by earlier steps; the current row may still be in flight, but a prefetch is only a hint to L2 (the point of
+    // coherence; L1 untouched), and d_pos is read from L2 again after the wait, so a stale value only misdirects it.
+    {
+        const int L0 = __ldcg(d_pos) + 1;
+        int c0, na0;
+        att_chunk(L0, n_split, ATC_MINC, c0, na0);
+        if (L0 >= 1 && split < na0) {
+            constexpr int LN = HD * 2 / 128;  // 128-byte lines per row slice
+            const int s0 = split * c0, n0 = min(L0, s0 + c0) - s0;
+            for (int i = tid; i < n0 * 2 * LN; i += ATC_NT) {
+                const int p = s0 + i / (2 * LN), r = i % (2 * LN);
+                st_prefetch_l2((const uint8_t *)((r < LN ? kb : vb) + (int64_t)p * row) + (r % LN) * 128);
+            }
+        }
+    }
+    st_pdl_wait();  // q, this step's K/V row and d_pos come from earlier work
+    st_pdl_trigger();
+    const int L = __ldcg(d_pos) + 1;
+    int chunk, n_act;
+    att_chunk(L, n_split, ATC_MINC, chunk, n_act);
+    if (split >= n_act) return;  // idle split (uniform per block)
+    const int start = split * chunk, end = min(L, start + chunk);
+
+    // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
+    // applied to the f32 scores.
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int sub = 0; sub < 2; sub++) {
+            const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
+            float x0 = 0.0f, x1 = 0.0f;
+            if (g < G) {
+                const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
+                x0 = v.x, x1 = v.y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
+            }
+            const __half2 hi = __floats2half2_rn(x0, x1);
+            const float2 hf = __half22float2(hi);
+            qa[kk][sub ? 2 : 0] = atc_h2(hi);
+            qa[kk][sub ? 3 : 1] = atc_h2(__floats2half2_rn(x0 - hf.x, x1 - hf.y));
+        }
+    float o[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
+
+    // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
+    const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
+    const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
+    uint4 *stg = (uint4 *)smem;  // [ATC_ST][NU][ATC_NT]: thread tid's slots at stride ATC_NT
+    auto issue = [&](int i) {
+        if (i < nbw) {
+            const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+            uint4 *dst = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int p = min(p0 + 8 * j + g, end - 1);  // past the end: a valid row, masked below
+#pragma unroll
+                for (int u = 0; u < NK; u++) tc_cp16(dst + (j * NK + u) * ATC_NT, kb + p * row + 32 * u + 8 * t, 16);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int p = min(p0 + (r >> 1) * 8 + 2 * t + (r & 1), end - 1);
+#pragma unroll
+                for (int c = 0; c < NV; c++)
+                    tc_cp16(dst + (2 * NK + r * NV + c) * ATC_NT, vb + p * row + 64 * c + 8 * g, 16);
+            }
+        }
+        tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
+    };
+#pragma unroll
+    for (int i = 0; i < ATC_ST - 1; i++) issue(i);
+    for (int i = 0; i < nbw; i++) {
+        issue(i + ATC_ST - 1);
+        tc_cp_wait<ATC_ST - 1>();  // tile i has landed (this thread's own copies)
+        const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
+        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+        float sc[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            uint4 kw[NK];
+#pragma unroll
+            for (int u = 0; u < NK; u++) kw[u] = src[(j * NK + u) * ATC_NT];
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++)
+                tc_mma(sc[j], qa[kk], atc_w(kw[kk / 2], 2 * (kk % 2)), atc_w(kw[kk / 2], 2 * (kk % 2) + 1));
+        }
+        float x[4], mx = -INFINITY;  // positions p0 + 8 j + 2 t + e as x[2 j + e]
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float v = (sc[j][e] + sc[j][2 + e]) * scale;
+                x[2 * j + e] = p0 + 8 * j + 2 * t + e < end ? v : -INFINITY;
+                mx = fmaxf(mx, x[2 * j + e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 1, 32));
+        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 2, 32));
+        const float mn = fmaxf(m, mx);
+        const bool none = mn == -INFINITY;  // cannot happen (a tile's first position is valid); kept for safety
+        const float cr = none ? 1.0f : __expf(m - mn);
+        float p[4], ps = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            p[e] = none ? 0.0f : __expf(x[e] - mn);
+            ps += p[e];
+        }
+        lsum = lsum * cr + ps;
+        m = mn;
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[d][0] *= cr, o[d][1] *= cr, o[d][2] *= cr, o[d][3] *= cr;
+        uint32_t pa[4];
+        {  // P x 2^10 (exact; undone in the block merge), so lo = p - hi of p down to ~1e-5 stays a normal half
+            const float a0 = p[0] * ATC_PS, a1 = p[1] * ATC_PS, a2 = p[2] * ATC_PS, a3 = p[3] * ATC_PS;
+            const __half2 h0 = __floats2half2_rn(a0, a1), h1 = __floats2half2_rn(a2, a3);
+            const float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
+            pa[0] = atc_h2(h0);
+            pa[1] = atc_h2(__floats2half2_rn(a0 - f0.x, a1 - f0.y));
+            pa[2] = atc_h2(h1);
+            pa[3] = atc_h2(__floats2half2_rn(a2 - f1.x, a3 - f1.y));
+        }
+#pragma unroll
+        for (int c = 0; c < NV; c++) {
+            const uint4 v0 = src[(2 * NK + 0 * NV + c) * ATC_NT], v1 = src[(2 * NK + 1 * NV + c) * ATC_NT];
+            const uint4 v2 = src[(2 * NK + 2 * NV + c) * ATC_NT], v3 = src[(2 * NK + 3 * NV + c) * ATC_NT];
+#pragma unroll
+            for (int i2 = 0; i2 < 8; i2++) {
+                const unsigned sel = i2 % 2 ? 0x7632u : 0x5410u;  // high halves / low halves of the two words
+                const uint32_t b0 = __byte_perm(atc_w(v0, i2 / 2), atc_w(v1, i2 / 2), sel);
+                const uint32_t b1 = __byte_perm(atc_w(v2, i2 / 2), atc_w(v3, i2 / 2), sel);
+                tc_mma(o[8 * c + i2], pa, b0, b1);
+            }
+        }
+    }
+    tc_cp_wait<0>();
+    lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
+    lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
+    __syncthreads();  // every warp is done with its staging: the merges reuse it
+
+    // Block merge of the ATC_NW warp partials into the split's partial.
+    float *so = (float *)smem;                             // [ATC_NW][8][SOS]
+    float *sm = so + ATC_NW * 8 * SOS, *sl = sm + ATC_NW * 8;  // [ATC_NW][8]
+    float *sw = sl + ATC_NW * 8, *sout = sw + 8 * 32;     // [8][32], [8][HD] (final merge)
+    if (g < G) {
+        float *dst = so + (w * 8 + g) * SOS;
+#pragma unroll
+        for (int c = 0; c < NV; c++)
+#pragma unroll
+            for (int i2 = 0; i2 < 8; i2++) {
+                const float *od = o[8 * c + i2];
+                dst[64 * c + 16 * t + i2] = (od[0] + od[2]) * (1.0f / ATC_PS);
+                dst[64 * c + 16 * t + 8 + i2] = (od[1] + od[3]) * (1.0f / ATC_PS);
+            }
+        if (t == 0) sm[w * 8 + g] = m, sl[w * 8 + g] = lsum;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < G * HD; idx += ATC_NT) {
+        const int hg = idx / HD, d = idx % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int ww = 0; ww < ATC_NW; ww++) M = fmaxf(M, sm[ww * 8 + hg]);
+        float acc = 0.0f, ls = 0.0f;
+#pragma unroll
+        for (int ww = 0; ww < ATC_NW; ww++) {
+            const float mt = sm[ww * 8 + hg], wt = mt == -INFINITY ? 0.0f : __expf(mt - M);
+            acc += wt * so[(ww * 8 + hg) * SOS + d];
+            ls += wt * sl[ww * 8 + hg];
+        }
+        const int64_t k = ((int64_t)kvh * G + hg) * n_split + split;
+        ws_o[k * HD + d] = acc;
+        if (d == 0) ws_ml[2 * k] = M, ws_ml[2 * k + 1] = ls;
+    }
+
+    // Cross-block merge: level 1 (groups of ATC_SG splits) when there are more than ATC_SG, then the last block.
+    __threadfence();
+    __syncthreads();
+    const int n_grp = (n_act + ATC_SG - 1) / ATC_SG;
+    int target = n_act;
+    if (n_grp > 1) {
+        const int grp = split / ATC_SG, gs0 = grp * ATC_SG, gn = min(ATC_SG, n_act - gs0);
+        if (tid == 0) {
+            int32_t *c1 = counters + n_head_kv + kvh * ATC_NG + grp;
+            s_last = atomicAdd(c1, 1) == gn - 1;
+            if (s_last) *c1 = 0;  // ready for the next launch (graph replay)
+        }
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        atc_merge<HD>(ws_o, ws_ml, n_split, gs0, gn, G, kvh, sw, ws_o1, ws_ml1, ATC_NG, grp, NULL, NULL);
+        __threadfence();  // every thread's level-1 writes, before thread 0's atomic below
+        __syncthreads();
+        target = n_grp;
+    }
+    if (tid == 0) {
+        s_last = atomicAdd(&counters[kvh], 1) == target - 1;
+        if (s_last) counters[kvh] = 0;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (n_grp > 1) atc_merge<HD>(ws_o1, ws_ml1, ATC_NG, 0, n_grp, G, kvh, sw, NULL, NULL, 0, 0, out, sout);
+    else atc_merge<HD>(ws_o, ws_ml, n_split, 0, n_act, G, kvh, sw, NULL, NULL, 0, 0, out, sout);
+    if (!outq) return;  // uniform
+    const int nb = G * HD * n_head_kv / 32;
+    block_quant<false>(fmt, sout, outq, nb, kvh * (G * HD / 32), G * HD / 32);
+}
+
 extern "C" int st_cuda_attn_dec_supported(int head_dim, int n_head, int n_head_kv, int act_format) {
     if ((head_dim != 64 && head_dim != 128) || n_head_kv <= 0 || n_head % n_head_kv || n_head / n_head_kv > 8)
         return 0;
@@ -334,10 +659,78 @@ extern "C" int st_cuda_attn_dec_splits(int n_head_kv, int n_sm) {
     return s < 1 ? 1 : s > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : s;
 }
 
-// Workspace: [256 bytes: n_head_kv int32 counters][ws_o n_head * n_split * head_dim f32][ws_ml n_head * n_split * 2]
+// Workspace (offsets rounded to 256 bytes): [counters: int32, n_head_kv final + n_head_kv * ATC_NG level-1 (room
+// for max(n_head_kv, 64) KV heads, so callers that share one workspace between shapes keep the same layout)][ws_o
+// n_head * n_split * head_dim f32][ws_ml n_head * n_split
+// * 2][ws_o1 n_head * ATC_NG * head_dim][ws_ml1 n_head * ATC_NG * 2] (the level-1 partials; the SIMT kernel uses
+// only the final counters, ws_o and ws_ml).
+typedef struct {
+    size_t o, ml, o1, ml1, total;
+} att_ws_layout;
+static size_t att_r256(size_t b) { return (b + 255) / 256 * 256; }
+static att_ws_layout att_ws(int n_head, int n_head_kv, int head_dim, int n_split) {
+    att_ws_layout l;
+    const size_t nh = (size_t)(n_head > 0 ? n_head : 1), sp = (size_t)(n_split > 0 ? n_split : 1);
+    const size_t n_cnt = (size_t)(n_head_kv > 64 ? n_head_kv : 64) * (1 + ATC_NG);
+    l.o = att_r256(sizeof(int32_t) * n_cnt);
+    l.ml = l.o + att_r256(sizeof(float) * nh * sp * (size_t)head_dim);
+    l.o1 = l.ml + att_r256(sizeof(float) * nh * sp * 2);
+    l.ml1 = l.o1 + att_r256(sizeof(float) * nh * ATC_NG * (size_t)head_dim);
+    l.total = l.ml1 + att_r256(sizeof(float) * nh * ATC_NG * 2);
+    return l;
+}
 extern "C" size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_dim, int n_split) {
-    const size_t cnt = ((size_t)n_head_kv * 4 + 255) / 256 * 256;
-    return cnt + sizeof(float) * (size_t)n_head * (size_t)n_split * (size_t)(head_dim + 2);
+    return att_ws(n_head, n_head_kv, head_dim, n_split).total;
+}
+
+// Tensor-core kernel switch and per-device capability (mma.sync needs sm_80). Off unless STRATA_ATTN_TC=1 (or
+// st_cuda_attn_dec_set_tc(1)) until it has run on a GPU again on this branch (it was measured in round 3: 24.5 vs
+// 33.5 us at depth 16K).
+static int g_att_tc_on = -1;  // -1: from the environment at the first use
+static int g_att_tc_cc[64];  // per device ordinal: 0 unknown, 1 no (below sm_80), 2 yes
+static int g_att_tc_smem[64][2];  // per device: max dynamic shared memory set for k_attn_dec_tc<64>, <128>
+extern "C" void st_cuda_attn_dec_set_tc(int on) { g_att_tc_on = on < 0 ? -1 : on != 0; }
+extern "C" int st_cuda_attn_dec_tc(int kv_f16) {
+#if ST_WARP_SIZE != 32
+    (void)kv_f16;
+    return 0;
+#else
+    if (g_att_tc_on < 0) g_att_tc_on = getenv("STRATA_ATTN_TC") != NULL;
+    if (!g_att_tc_on || !kv_f16) return 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!g_att_tc_cc[dev]) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+        g_att_tc_cc[dev] = major >= 8 ? 2 : 1;
+    }
+    return g_att_tc_cc[dev] == 2;
+#endif
+}
+
+template <int HD>
+static int atc_launch(float *out, void *outq, int fmt, const float *q, const void *kc, const void *vc,
+                      const int32_t *d_pos, int G, int n_head_kv, float scale, int n_split, uint8_t *ws,
+                      const att_ws_layout &lo, cudaStream_t stream) {
+    const size_t smem = atc_smem_bytes(HD);
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return st_err("st_cuda_attn_dec: no current device");
+    int *set = &g_att_tc_smem[dev][HD == 128];
+    if (!*set) {  // once per device (the first, eager step: not inside a capture)
+        const cudaError_t e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)smem);
+        if (e != cudaSuccess)
+            return st_err("st_cuda_attn_dec: cudaFuncSetAttribute(%zu bytes of shared memory): %s", smem,
+                          cudaGetErrorString(e));
+        *set = 1;
+    }
+    float *o = (float *)(ws + lo.o), *ml = (float *)(ws + lo.ml), *o1 = (float *)(ws + lo.o1),
+          *ml1 = (float *)(ws + lo.ml1);
+    st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
+                  q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, o, ml, o1, ml1,
+                  (int32_t *)ws);
+    return 0;
 }
 
 template <typename KT, int HD, int GP>
@@ -360,9 +753,18 @@ extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const fl
         ((uintptr_t)k_cache & 15) || ((uintptr_t)v_cache & 15) || ((uintptr_t)outq & 15))
         return st_err("st_cuda_attn_dec: NULL or misaligned (16 bytes) device pointer");
     const int G = n_head / n_head_kv;
+    const att_ws_layout lo = att_ws(n_head, n_head_kv, head_dim, n_split);
+    if (st_cuda_attn_dec_tc(kv_f16)) {
+        if ((head_dim == 128 ? atc_launch<128>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv,
+                                               scale, n_split, (uint8_t *)workspace, lo, stream)
+                             : atc_launch<64>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv, scale,
+                                              n_split, (uint8_t *)workspace, lo, stream)))
+            return -1;
+        return launch_check("attn_dec (tensor cores)");
+    }
     int32_t *cnt = (int32_t *)workspace;
-    float *ws_o = (float *)((uint8_t *)workspace + ((size_t)n_head_kv * 4 + 255) / 256 * 256);
-    float *ws_ml = ws_o + (size_t)n_head * n_split * head_dim;
+    float *ws_o = (float *)((uint8_t *)workspace + lo.o);
+    float *ws_ml = (float *)((uint8_t *)workspace + lo.ml);
 #define ATT_GO(KT, HD, GP) \
     att_launch<KT, HD, GP>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv, scale, n_split, ws_o, ws_ml, cnt, stream)
     if (kv_f16) {

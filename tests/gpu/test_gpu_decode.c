@@ -18,7 +18,8 @@
 //   attn_dec:      split-adaptive decode attention against the CPU's st_attention (f16/f32 caches, head_dim 64/128,
 //                  1..8 query heads per KV head, L from 1 to 16385, several grids, one workspace shared by all
 //                  cases so the counters must come back to zero), and its fused output row byte-exact against the
-//                  CPU quantizer of its own f32 output (Q8_0 / Q8_1 / Q8_K)
+//                  CPU quantizer of its own f32 output (Q8_0 / Q8_1 / Q8_K); f16 caches through the tensor-core
+//                  kernel (cases for its two-level merge), then a set through the SIMT kernel
 //   pdl chain:     a whole fused MoE layer (norm, Q/K/V, rope, attention, O, norm, router, GLU, down) captured in a
 //                  CUDA graph with PDL launches, replayed, against the same sequence run eagerly with PDL off and a
 //                  synchronisation after each launch: the residual stream must be bit-identical; and the same with
@@ -865,6 +866,7 @@ static void test_attn_dec(void) {
     g_att_ws_bytes = st_cuda_attn_dec_ws_bytes(64, 64, 128, 256);
     g_att_ws = dalloc(g_att_ws_bytes);
     CK(cudaMemset(g_att_ws, 0, g_att_ws_bytes));
+    st_cuda_attn_dec_set_tc(1);  // f16 caches: the tensor-core kernel where the device has it (opt-in in the engine)
     static const int Ls[] = {1, 7, 33, 256, 1000, 4097, 16385};
     const int nL = g_quick ? 5 : 7;
     // {n_head, n_kv, hd}: Qwen3-30B-A3B (G 8), hd 64, G 3 (padded to 4), G 1, G 4 with 8 KV heads
@@ -881,6 +883,22 @@ static void test_attn_dec(void) {
     test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0);     // uneven chunks
     test_attn_case(5000, 32, 4, 128, 1, 256, ST_TYPE_Q8_1);  // the largest grid
     test_attn_case(300, 32, 4, 128, 0, 3, ST_TYPE_Q8_K);
+    // Tensor-core kernel's two-level merge (groups of 8 splits of >= 64 positions): 8 + 1 and 8 + 2 splits, a
+    // single group of exactly 8, and 8 x 8 + 7 at hd 64 with G 3.
+    test_attn_case(576, 32, 4, 128, 1, 9, ST_TYPE_Q8_K);
+    test_attn_case(577, 32, 4, 128, 1, 256, ST_TYPE_Q8_K);
+    test_attn_case(512, 32, 4, 128, 1, 8, ST_TYPE_Q8_0);
+    test_attn_case(4500, 9, 3, 64, 1, 71, ST_TYPE_Q8_1);
+    // The SIMT kernel on f16 caches too (the engine's default for now), then back to the environment's choice.
+    printf("  attn_dec: f16 caches took the %s kernel above\n", st_cuda_attn_dec_tc(1) ? "tensor-core" : "SIMT");
+    if (st_cuda_attn_dec_tc(1)) {
+        st_cuda_attn_dec_set_tc(0);
+        for (int i = 0; i < nL; i++) test_attn_case(Ls[i], 32, 4, 128, 1, 0, ST_TYPE_Q8_K);
+        test_attn_case(257, 32, 4, 64, 1, 0, ST_TYPE_Q8_K);
+        test_attn_case(33, 9, 3, 64, 1, 0, ST_TYPE_Q8_0);
+        test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0);
+    }
+    st_cuda_attn_dec_set_tc(-1);
     cudaFree(g_att_ws);
     report("attn_dec (split-adaptive flash-decoding, last-block merge, fused CPU-format output quantization)");
 }
