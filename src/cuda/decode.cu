@@ -96,8 +96,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     st_pdl_wait();
     st_pdl_trigger();
     double ss = norm_load_sumsq(sv, x + r * n, res ? res + r * n : NULL, n, true);
-    const float mean = (float)(ss / (double)n);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    const float scale = norm_rms_scale(ss, n, eps);
     norm_scale(sv, w, scale, y ? y + r * n : NULL, n);
     if (!yq) return;  // uniform across the block
     __syncthreads();
@@ -265,11 +264,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     for (int i = threadIdx.x * 32; i < ne0; i += blockDim.x * 32) st_prefetch_l2(nw + i);
     st_pdl_wait();
     st_pdl_trigger();
-    const double ss = norm_load_sumsq(sv, x, res, ne0, false);  // as k_rmsnorm_act (x written back below)
-    const float mean = (float)(ss / (double)ne0);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-    norm_scale(sv, nw, scale, NULL, ne0);
-    __syncthreads();
+    block_rmsnorm_smem(sv, x, res, nw, ne0, eps);  // (x + res written back below)
     if (have) {
         const float sum = router_dot<T>(w, wp, sv, n4, lane);
         if (lane == 0) logits[r] = sum;

@@ -169,6 +169,13 @@ static __device__ double norm_load_sumsq(float *sv, float *x, const float *res, 
     return block_sum_d(ss);
 }
 
+// The RMSNorm scale 1 / sqrt(mean + eps) from norm_load_sumsq's sum of squares of n elements (the CPU's rounding
+// steps: mean in float, then IEEE add, sqrt and divide).
+static __device__ __forceinline__ float norm_rms_scale(double ss, int n, float eps) {
+    const float mean = (float)(ss / (double)n);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
 // sv[i] = sv[i] * scale (* w[i] when w), also to y[i] when y; each thread touches only its own elements.
 static __device__ void norm_scale(float *sv, const float *w, float scale, float *y, int n) {
     for (int i0 = threadIdx.x; i0 < n; i0 += blockDim.x * NORM_U) {
@@ -188,6 +195,15 @@ static __device__ void norm_scale(float *sv, const float *w, float scale, float 
             if (y) y[i] = v;
         }
     }
+}
+
+// sv = RMSNorm(x + res) * w of one row in shared memory, as k_rmsnorm_act computes it (x is not written back);
+// every thread of the block calls it, and it ends with a barrier (sv complete).
+static __device__ void block_rmsnorm_smem(float *sv, const float *x, const float *res, const float *w, int n,
+                                          float eps) {
+    const double ss = norm_load_sumsq(sv, (float *)x, res, n, false);
+    norm_scale(sv, w, norm_rms_scale(ss, n, eps), NULL, n);
+    __syncthreads();
 }
 
 // ---- grid-wide barrier -------------------------------------------------------------------------------------------

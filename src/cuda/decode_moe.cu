@@ -24,6 +24,7 @@
 #include <math.h>
 
 #include "cuda/decode_common.cuh"  // groups, quantizers, PDL, grid barrier
+#include "cuda/decode_moe.cuh"     // the parameters shared with the cluster version, stamps
 #include "cuda/decode_rows.cuh"    // row dots, router loads, route_group
 #include "cuda/qblock.h"
 #include "cuda/quantize_act.h"
@@ -50,31 +51,15 @@ static __device__ void group_quant(int fmt, const float *src, uint8_t *row, int 
     }
 }
 
-struct ffn_params {
-    float *x;
-    const float *add, *norm_w;
-    float eps;
-    int d;
-    const void *router;
-    int E, K, norm_topk;
-    int gu_type, down_type, gfmt, dfmt;
-    const uint8_t *const *tbl;
-    int F;
-    long long gu_row_bytes, dn_row_bytes, aq_stride;
+struct ffn_params : moe_ffn_base {
+    long long aq_stride;
     int chunk_rows;
-    float *logits, *act;
+    float *act;
     uint8_t *actq;
-    int32_t *ids;
-    float *weights;
     unsigned int *bar;
     int32_t *chunk_cnt;
     int rows_per_block;
-    long long *stamps;
 };
-#define STAMP(i)                                                                                                   \
-    do {                                                                                                           \
-        if (p.stamps && threadIdx.x == 0) p.stamps[(size_t)blockIdx.x * ST_DEC_MOE_STAMPS + (i)] = clock64();     \
-    } while (0)
 
 template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(const ffn_params p) {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -94,17 +79,16 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
     for (int i = threadIdx.x * 32; i < d; i += blockDim.x * 32) st_prefetch_l2(p.norm_w + i);
     st_pdl_wait();
     st_pdl_trigger();
-    STAMP(0);
+    MOE_STAMP(0);
 
     // ---- phase 0: x + add, RMSNorm, quantization (every block), router logits (spread) ----
     const double ss = norm_load_sumsq(x2, p.x, p.add, d, false);  // as k_rmsnorm_act
-    const float mean = (float)(ss / (double)d);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+    const float scale = norm_rms_scale(ss, d, p.eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) xn[i] = x2[i];
     norm_scale(xn, p.norm_w, scale, NULL, d);
     __syncthreads();
     block_quant<false>(p.gfmt, xn, xq, d / 32, 0, d / 32);
-    STAMP(1);
+    MOE_STAMP(1);
     const int n4 = d / 4;
     for (int e = blockIdx.x + g * nblk; e < E; e += nblk * ng) {
         const T *w = W + (size_t)e * d;
@@ -117,14 +101,14 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
         sum = g32_sum_f(sum);
         if (lane == 0) p.logits[e] = sum;
     }
-    STAMP(2);
+    MOE_STAMP(2);
     st_grid_sync(p.bar);
-    STAMP(3);
+    MOE_STAMP(3);
 
     // ---- phase 1: route (every block), down-row prefetch, GLU share, chunk quantization ----
     if (g == 0) route_group(p.logits, E, K, p.norm_topk, s_ids, s_w);
     __syncthreads();
-    STAMP(4);
+    MOE_STAMP(4);
     if (blockIdx.x == 0 && threadIdx.x < K) p.ids[threadIdx.x] = s_ids[threadIdx.x], p.weights[threadIdx.x] = s_w[threadIdx.x];
     const int R = p.rows_per_block, r0 = blockIdx.x * R, nr = min(R, d - r0);
     if (nr > 0) {
@@ -159,7 +143,7 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
                 p.act[pp] = a / (1.0f + __expf(-a)) * b;  // as k_moe_glu (NaN for an invalid id)
             }
     }
-    STAMP(5);
+    MOE_STAMP(5);
     // Chunk accounting: the group that brings a chunk's count to chunk_rows quantizes it.
     for (int c0 = p_begin; c0 < p_end;) {
         const int c = c0 / p.chunk_rows, c_end = min(p_end, (c + 1) * p.chunk_rows), cnt = c_end - c0;
@@ -179,13 +163,13 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
         }
         c0 = c_end;
     }
-    STAMP(6);
+    MOE_STAMP(6);
     st_grid_sync(p.bar);
-    STAMP(7);
+    MOE_STAMP(7);
 
     // ---- phase 2: this block's output rows of every selected expert, rank-order sum, residual ----
     if (nr <= 0) {
-        STAMP(8);
+        MOE_STAMP(8);
         return;
     }
     const int nit_f = F / 32;
@@ -216,7 +200,7 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
     for (int rr = threadIdx.x; rr < nr; rr += blockDim.x) {
         p.x[r0 + rr] = __fadd_rn(x2[r0 + rr], rank_sum(&ys[0][0], FFN_MAX_ROWS, rr, s_w, K));
     }
-    STAMP(8);
+    MOE_STAMP(8);
 }
 
 static size_t ffn_smem(int64_t d) { return sizeof(float) * 2 * (size_t)d + (size_t)st_q8_1_row_bytes(d); }
@@ -300,17 +284,12 @@ extern "C" int st_cuda_dec_moe(const st_cuda_dec_moe_args *a, cudaStream_t strea
         return st_err("st_cuda_dec_moe: %d blocks for %lld rows (at most %d rows per block)", grid, (long long)d,
                       FFN_MAX_ROWS);
     ffn_params p;
-    p.x = a->x, p.add = a->add, p.norm_w = a->norm_w, p.eps = a->eps, p.d = (int)d;
-    p.router = a->router, p.E = E, p.K = K, p.norm_topk = a->norm_topk;
-    p.gu_type = a->gu_type, p.down_type = a->down_type, p.gfmt = gfmt, p.dfmt = dfmt;
-    p.tbl = (const uint8_t *const *)a->table, p.F = (int)F;
-    p.gu_row_bytes = (long long)st_row_size(a->gu_type, d), p.dn_row_bytes = (long long)st_row_size(a->down_type, F);
+    moe_ffn_base_fill(p, a);
     p.aq_stride = (long long)st_q8_1_row_bytes(F);
     p.chunk_rows = F % 256 == 0 ? 256 : 32;
-    p.logits = a->logits, p.act = a->act, p.actq = (uint8_t *)a->actq, p.ids = a->ids, p.weights = a->weights;
+    p.act = a->act, p.actq = (uint8_t *)a->actq;
     p.bar = (unsigned int *)a->ws, p.chunk_cnt = (int32_t *)a->ws + 1;
     p.rows_per_block = R;
-    p.stamps = a->stamps;
     const size_t smem = ffn_smem(d);
     int sm = 0;
     if (ffn_blocks_per_sm(d, &sm) * sm < grid)

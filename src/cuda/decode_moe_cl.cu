@@ -33,6 +33,7 @@
 #endif
 
 #include "cuda/decode_common.cuh"  // groups, quantizers, PDL, st_ld_acquire
+#include "cuda/decode_moe.cuh"     // the parameters shared with the grid-barrier version, stamps
 #include "cuda/decode_rows.cuh"    // row dots, router loads, route_group_shared
 #include "cuda/qblock.h"
 #include "cuda/quantize_act.h"
@@ -41,31 +42,12 @@
 #define CL_GROUPS 8
 #define CL_THREADS (CL_GROUPS * G32)
 
-struct cl_params {
-    float *x;
-    const float *add, *norm_w;
-    float eps;
-    int d;
-    const void *router;
-    int E, K, norm_topk;
-    int gu_type, down_type, gfmt, dfmt;
-    const uint8_t *const *tbl;
-    int F;
-    long long gu_row_bytes, dn_row_bytes;
-    float *logits;
-    int32_t *ids;
-    float *weights;
+struct cl_params : moe_ffn_base {
     float *part;              // [K][d] each expert's down outputs (unweighted)
     unsigned int *started;    // blocks past their reads of x and add
     unsigned int *done;       // row ranges summed
     int32_t *row_cnt;         // [CL_SIZE] clusters done with each row range
-    long long *stamps;
 };
-
-#define STAMP(i)                                                                                                   \
-    do {                                                                                                           \
-        if (p.stamps && threadIdx.x == 0) p.stamps[(size_t)blockIdx.x * ST_DEC_MOE_STAMPS + (i)] = clock64();     \
-    } while (0)
 
 // Shared memory of one block (dynamic, 16-byte aligned parts): sv [d] f32, xq planar q8_1 row of d, act_full [F] f32,
 // aq planar row of F, logits [E] f32, the block's logits [E / CL_SIZE rounded up], its GLU outputs [F / CL_SIZE].
@@ -117,17 +99,13 @@ template <typename T, int GT, int DT> __global__ void __launch_bounds__(CL_THREA
     }
     st_pdl_wait();
     st_pdl_trigger();
-    STAMP(0);
+    MOE_STAMP(0);
 
     // ---- 0: x + add, RMSNorm, quantization; this block's logits ----
-    const double ss = norm_load_sumsq(sv, p.x, p.add, d, false);  // as k_rmsnorm_act
-    const float mean = (float)(ss / (double)d);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
-    norm_scale(sv, p.norm_w, scale, NULL, d);
-    __syncthreads();
+    block_rmsnorm_smem(sv, p.x, p.add, p.norm_w, d, p.eps);
     if (threadIdx.x == 0) atomicAdd(p.started, 1u);  // this block reads x and add no more
     block_quant<false>(p.gfmt, sv, xq, d / 32, 0, d / 32);
-    STAMP(1);
+    MOE_STAMP(1);
     for (int li = g; li < LB; li += CL_GROUPS) {
         const int e = j * LB + li;
         if (e >= E) break;
@@ -137,16 +115,16 @@ template <typename T, int GT, int DT> __global__ void __launch_bounds__(CL_THREA
         const float s = router_dot<T>(w, wq, sv, n4, lane);
         if (lane == 0) loc[li] = s;
     }
-    STAMP(2);
+    MOE_STAMP(2);
     cluster.sync();
-    STAMP(3);
+    MOE_STAMP(3);
 
     // ---- 1: route, prefetch, GLU rows ----
     for (int e = threadIdx.x; e < E; e += blockDim.x) logits[e] = cluster.map_shared_rank(loc, e / LB)[e % LB];
     __syncthreads();
     if (g == 0) route_group_shared(logits, E, K, p.norm_topk, s_ids, s_w);
     __syncthreads();
-    STAMP(4);
+    MOE_STAMP(4);
     if (blockIdx.x == 0) {
         if (threadIdx.x < K) p.ids[threadIdx.x] = s_ids[threadIdx.x], p.weights[threadIdx.x] = s_w[threadIdx.x];
         for (int e = threadIdx.x; e < E; e += blockDim.x) p.logits[e] = logits[e];
@@ -172,7 +150,7 @@ template <typename T, int GT, int DT> __global__ void __launch_bounds__(CL_THREA
         }
         if (lane == 0) act_loc[r] = v;
     }
-    STAMP(5);
+    MOE_STAMP(5);
     cluster.sync();
 
     // ---- 2: the expert's GLU output, quantized as the down input ----
@@ -180,7 +158,7 @@ template <typename T, int GT, int DT> __global__ void __launch_bounds__(CL_THREA
     cluster.sync();  // every block has read the others' shared memory: from here on a block may leave
     block_quant<false>(p.dfmt, act_full, aq, nit_f, 0, nit_f);
     __syncthreads();
-    STAMP(6);
+    MOE_STAMP(6);
 
     // ---- 3: down rows, then the rank-order sum by the last cluster to finish each row range ----
     for (int t0 = g; t0 < RD; t0 += CL_GROUPS * DOWN_N) {
@@ -200,7 +178,7 @@ template <typename T, int GT, int DT> __global__ void __launch_bounds__(CL_THREA
             if (rr < RD && lane == 0) __stcg(p.part + (size_t)k * d + j * RD + rr, v[n]);
         }
     }
-    STAMP(7);
+    MOE_STAMP(7);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) s_last = atomicAdd(p.row_cnt + j, 1) == K - 1;
@@ -226,7 +204,7 @@ template <typename T, int GT, int DT> __global__ void __launch_bounds__(CL_THREA
             *p.done = 0;
         }
     }
-    STAMP(8);
+    MOE_STAMP(8);
 #else
     (void)p;
 #endif
@@ -333,17 +311,10 @@ extern "C" int st_cuda_dec_moe_cl(const st_cuda_dec_moe_args *a, cudaStream_t st
         ((uintptr_t)a->router & 15) || ((uintptr_t)a->ws & 15))
         return st_err("st_cuda_dec_moe_cl: NULL or misaligned device pointer");
     cl_params p;
-    p.x = a->x, p.add = a->add, p.norm_w = a->norm_w, p.eps = a->eps, p.d = (int)d;
-    p.router = a->router, p.E = E, p.K = K, p.norm_topk = a->norm_topk;
-    p.gu_type = a->gu_type, p.down_type = a->down_type;
-    p.gfmt = st_cuda_act_format(a->gu_type), p.dfmt = st_cuda_act_format(a->down_type);
-    p.tbl = (const uint8_t *const *)a->table, p.F = (int)F;
-    p.gu_row_bytes = (long long)st_row_size(a->gu_type, d), p.dn_row_bytes = (long long)st_row_size(a->down_type, F);
-    p.logits = a->logits, p.ids = a->ids, p.weights = a->weights;
+    moe_ffn_base_fill(p, a);
     uint8_t *ws = (uint8_t *)a->ws;  // [0] started, [4] done, [64..128) row counters, [256..) parts
     p.started = (unsigned int *)ws, p.done = (unsigned int *)(ws + 4), p.row_cnt = (int32_t *)(ws + 64);
     p.part = (float *)(ws + 256);
-    p.stamps = a->stamps;
     const cl_kernel fn = cl_pick(a->router_type, a->gu_type, a->down_type);
     const size_t smem = cl_smem((int)d, (int)F, E).total;
     cudaLaunchConfig_t cfg = {};
