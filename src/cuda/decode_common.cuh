@@ -225,6 +225,12 @@ __device__ __forceinline__ unsigned int st_ld_acquire(const unsigned int *p) {
     return v;
 #endif
 }
+// The device's nanosecond clock (for timeouts of waits that must never hang).
+__device__ __forceinline__ unsigned long long st_globaltimer_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 __device__ __forceinline__ void st_grid_sync(unsigned int *bar) {
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -195,9 +195,11 @@ template <typename T, int GT, int DT> __global__ void __launch_bounds__(CL_THREA
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    if (threadIdx.x == 0)  // x is written below: first every block must have read it (all resident: no deadlock)
-        while (st_ld_acquire(p.started) < gridDim.x) {
-        }
+    if (threadIdx.x == 0) {  // x is written below: first every block must have read it (all resident: no deadlock)
+        const unsigned long long t0 = st_globaltimer_ns();
+        while (st_ld_acquire(p.started) < gridDim.x)
+            if (st_globaltimer_ns() - t0 > 2000000000ull) __trap();  // a block that never started: fail, never hang
+    }
     __syncthreads();
     for (int rr = threadIdx.x; rr < RD; rr += blockDim.x) {
         const int r = j * RD + rr;

@@ -170,11 +170,6 @@ extern "C" int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert,
                        meta, x, hx, n_embd, cpu_count, seq, bell, layer, stream);
 }
 
-__device__ __forceinline__ unsigned long long hy_globaltimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *__restrict__ w,
                              const float *__restrict__ y_gpu, const float *y_cpu, int K, int d, float *out,
@@ -188,10 +183,10 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
         if (threadIdx.x == 0) {
             const uint32_t s = *seq;
             const volatile uint32_t *vb = bell;
-            const unsigned long long t0 = hy_globaltimer();
+            const unsigned long long t0 = st_globaltimer_ns();
             int ok = 1;
             while (vb[1] != s) {
-                if (hy_globaltimer() - t0 > ST_HY_BELL_TIMEOUT_NS) {
+                if (st_globaltimer_ns() - t0 > ST_HY_BELL_TIMEOUT_NS) {
                     ok = 0;
                     ((volatile uint32_t *)bell)[3] = 1;
                     break;
