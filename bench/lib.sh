@@ -2,7 +2,15 @@
 
 # build_llama_bench: starts the CUDA build of llama-bench from .carry/llama.cpp (bench/prepare-peer.sh) in the
 # background; its pid goes to $peer_pid, the log to $out/peer-build.log. llama_bench_path prints the binary after.
+# With .carry/peer-bin.tar.xz (bench/prebuild-peer.sh: built without a GPU, the CPU backend's ISA chosen at run time)
+# it unpacks that instead: no build.
 build_llama_bench() {
+  if [ -f .carry/peer-bin.tar.xz ]; then
+    (mkdir -p build-peer && tar -C build-peer -xJf .carry/peer-bin.tar.xz && build-peer/bin/llama-bench --help > /dev/null) \
+      > "$out/peer-build.log" 2>&1 &
+    peer_pid=$!
+    return
+  fi
   (cmake -S bench/peer -B build-peer -G Ninja -DLLAMA_SRC="$PWD/.carry/llama.cpp" -DGGML_CUDA=ON -DGGML_NATIVE=OFF \
      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release && cmake --build build-peer -j 14 --target llama-bench) \
     > "$out/peer-build.log" 2>&1 &
