@@ -23,7 +23,16 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin"
 cp "$(find $b -name llama-bench -type f | head -1)" "$stage/bin/"
 find $b -name '*.so*' \( -type f -o -type l \) -exec cp -P {} "$stage/bin/" \;
+# Not the Sapphire Rapids variant: on the CPU host it died with an illegal instruction although the CPU reports AMX
+# and AVX-512 FP16 (AMX needs the kernel's per-process permission); the Ice Lake / Cooper Lake variants carry the
+# AVX-512 VNNI / VBMI / BF16 paths the k-quant dot products use.
+rm -f "$stage/bin/libggml-cpu-sapphirerapids.so"
 strip --strip-unneeded "$stage"/bin/*.so* "$stage/bin/llama-bench" 2>/dev/null || true
+# Smoke test on this host: the binary, its libraries and the CPU variant the loader picks must run.
+if [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+  "$stage/bin/llama-bench" -m models/SmolLM2-135M-Instruct.Q4_1.gguf -p 16 -n 8 -r 1 > /tmp/prebuild-peer-smoke.log 2>&1 ||
+    { tail -5 /tmp/prebuild-peer-smoke.log; echo "prebuild-peer.sh: the packed llama-bench does not run here" >&2; exit 1; }
+fi
 tar -C "$stage" -cJf .carry/peer-bin.tar.xz bin
 ls -la .carry/peer-bin.tar.xz
 echo "carry it with .carry/debs: run(carry=[\".carry/debs\", \".carry/peer-bin.tar.xz\"])"
