@@ -254,26 +254,27 @@ int cmd_bench(int argc, char **argv) {
             }
         } else {
             printf("[");
-            for (int i = 0; i < n_res; i++)
+            for (int i = 0; i < n_res; i++) {
                 printf("%s\n  {\"model\": \"%s\", \"arch\": \"%s\", \"size_bytes\": %llu, \"backend\": \"%s\", "
                        "\"threads\": %d, \"test\": \"%s\", \"n_depth\": %lld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
                        "\"gbps\": %.3f",
                        i ? "," : "", base, strata_arch_name(e), (unsigned long long)m->gguf->total_bytes,
-                       strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps),
-                (res[i].hy.active
-                     ? printf(", \"hybrid\": {\"gpu_mem_gib\": %.3f, \"n_slots\": %llu, \"n_experts\": %llu, "
-                              "\"hit_rate\": %.6f, \"misses_per_token\": %.3f, \"pcie_gb_per_token\": %.6f, "
-                              "\"staged_gb_per_token\": %.6f, \"swaps\": %llu, \"pcie_frac\": %.4f, "
-                              "\"cpu_misses_per_token\": %.3f, \"cpu_threads\": %d, \"prefetch_per_token\": %.3f, "
-                              "\"prefetch_hits_per_token\": %.3f, \"prefetch_late_per_token\": %.3f}}",
-                              ea.gpu_mem_gib, (unsigned long long)res[i].hy.n_slots,
-                              (unsigned long long)res[i].hy.n_experts, hy_figures(&res[i]).hit_rate,
-                              hy_figures(&res[i]).misses_per_tok, hy_figures(&res[i]).pcie_gb_per_tok,
-                              hy_figures(&res[i]).staged_gb_per_tok, (unsigned long long)res[i].hy.swaps,
-                              res[i].hy.pcie_frac, hy_figures(&res[i]).cpu_misses_per_tok, res[i].hy.cpu_threads,
-                              hy_figures(&res[i]).pf_per_tok, hy_figures(&res[i]).pf_hits_per_tok,
-                              hy_figures(&res[i]).pf_late_per_tok)
-                     : printf("}"));
+                       strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
+                if (!res[i].hy.active) {
+                    printf("}");
+                    continue;
+                }
+                const hy_figs f = hy_figures(&res[i]);
+                printf(", \"hybrid\": {\"gpu_mem_gib\": %.3f, \"n_slots\": %llu, \"n_experts\": %llu, \"hit_rate\": %.6f, "
+                       "\"misses_per_token\": %.3f, \"pcie_gb_per_token\": %.6f, \"staged_gb_per_token\": %.6f, "
+                       "\"swaps\": %llu, \"pcie_frac\": %.4f, \"cpu_misses_per_token\": %.3f, \"cpu_threads\": %d, "
+                       "\"prefetch_per_token\": %.3f, \"prefetch_hits_per_token\": %.3f, "
+                       "\"prefetch_late_per_token\": %.3f}}",
+                       ea.gpu_mem_gib, (unsigned long long)res[i].hy.n_slots, (unsigned long long)res[i].hy.n_experts,
+                       f.hit_rate, f.misses_per_tok, f.pcie_gb_per_tok, f.staged_gb_per_tok,
+                       (unsigned long long)res[i].hy.swaps, res[i].hy.pcie_frac, f.cpu_misses_per_tok,
+                       res[i].hy.cpu_threads, f.pf_per_tok, f.pf_hits_per_tok, f.pf_late_per_tok);
+            }
             printf("\n]\n");
         }
     }

@@ -96,6 +96,15 @@ static inline void st_dec_launch(void (*k)(KArgs...), dim3 grid, dim3 block, siz
     k<<<grid, block, smem, stream>>>(((KArgs)args)...);
 }
 
+// st_dec_launch when pdl, else a plain <<<>>> launch (a kernel whose completion an event in the stream must see
+// before the next kernel could start: a stream fork).
+template <typename... KArgs, typename... Args>
+static inline void st_dec_launch_if(bool pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                    cudaStream_t stream, Args... args) {
+    if (pdl) st_dec_launch(k, grid, block, smem, stream, args...);
+    else k<<<grid, block, smem, stream>>>(((KArgs)args)...);
+}
+
 // ---- 32-lane group reductions (xor offsets < 32 never leave the group) ---------------------------------------
 
 __device__ __forceinline__ float g32_max(float v) {

@@ -281,7 +281,7 @@ extern "C" int st_cuda_dec_moe_cl_supported(int64_t n_embd, int64_t n_ff, int n_
     const int gfmt = st_cuda_act_format(gu_type), dfmt = st_cuda_act_format(down_type);
     if (!st_cuda_dec_supported(gu_type) || !st_cuda_dec_supported(down_type) || !dec_fmt_ok(gfmt) || !dec_fmt_ok(dfmt))
         return 0;
-    if (n_embd <= 0 || n_embd > ST_MOE_FFN_MAX_EMBD || n_embd % (CL_SIZE * 4) || n_embd % 32 ||
+    if (n_embd <= 0 || n_embd > ST_MOE_FFN_MAX_EMBD || n_embd % (CL_SIZE * 4) ||
         (gfmt == ST_TYPE_Q8_K && n_embd % 256) || n_embd % st_type_get(gu_type)->block_size)
         return 0;
     if (n_ff <= 0 || n_ff % CL_SIZE || n_ff % 32 || (dfmt == ST_TYPE_Q8_K && n_ff % 256) ||

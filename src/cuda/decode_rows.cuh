@@ -151,7 +151,6 @@ __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_P
     return g32_sum_f(sum);
 }
 
-
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2, or plain loads when SHARED: logits in
 // shared memory) -> ids/weights in rank order.
 template <int PL, bool SHARED = false>

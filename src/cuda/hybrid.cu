@@ -111,10 +111,7 @@ __global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, con
         s_ncpu = n_cpu;
     }
     __syncthreads();
-    if (s_ncpu == 0) {  // nothing for the CPU: no exports, and with the doorbell no ring (the combine kernel sees
-        if (bell && threadIdx.x == 0) *seq += 1;  // no -1 in ids_gpu and does not wait for an answer)
-        return;
-    }
+    if (s_ncpu == 0) return;  // nothing for the CPU: no exports, no ring (the combine kernel sees no -1 in ids_gpu)
     for (int i = threadIdx.x; i < d; i += blockDim.x) hx[i] = x[i];
     __threadfence_system();  // (kernel completion publishes these too; the host node reads them after it)
     if (!bell) return;
@@ -140,14 +137,9 @@ static int hy_classify(const char *fn, const int32_t *ids, int K, int n_expert, 
     if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx) return st_err("%s: NULL pointer", fn);
     // The doorbell path is a plain chain of kernels: PDL there; the host-node path forks after this kernel, whose
     // event must see it complete: a plain launch.
-    if (bell)
-        st_dec_launch(k_hy_classify, dim3(1), dim3(256), 0, stream, ids, K, n_expert, table, (const uint8_t *)vram_lo,
-                      (const uint8_t *)vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd, cpu_count, seq, bell,
-                      layer);
-    else
-        k_hy_classify<<<1, 256, 0, stream>>>(ids, K, n_expert, table, (const uint8_t *)vram_lo,
-                                             (const uint8_t *)vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd,
-                                             cpu_count, seq, bell, layer);
+    st_dec_launch_if(bell != NULL, k_hy_classify, dim3(1), dim3(256), 0, stream, ids, K, n_expert, table,
+                     (const uint8_t *)vram_lo, (const uint8_t *)vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd,
+                     cpu_count, seq, bell, layer);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
 }
@@ -220,12 +212,9 @@ static int hy_combine(const char *fn, const int32_t *ids_gpu, const float *w, co
                       cudaStream_t stream) {
     if (K <= 0 || K > 32 || n_embd <= 0) return st_err("%s: K %d (1..32), n_embd %d", fn, K, n_embd);
     if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("%s: NULL pointer", fn);
-    const dim3 grid((unsigned)((n_embd + 255) / 256));
-    if (bell)  // (as the classify launch: PDL on the doorbell path; the host-node path joins an event first)
-        st_dec_launch(k_hy_combine, grid, dim3(256), 0, stream, ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq,
-                      bell);
-    else
-        k_hy_combine<<<grid, 256, 0, stream>>>(ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
+    // (as the classify launch: PDL on the doorbell path; the host-node path joins an event first)
+    st_dec_launch_if(bell != NULL, k_hy_combine, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, stream, ids_gpu,
+                     w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
 }

@@ -71,9 +71,9 @@ int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gp
 // ---- doorbell: the CPU branch without a host node (the engine's default; STRATA_HY_HOSTNODE=1 for host nodes) --
 //
 // bell: 4 words of page-locked host memory mapped into the device (its device address here), seq: one word of
-// device memory; both zeroed once, one pair per stream of splits. The classify kernel increments *seq (value s);
-// when it exported CPU misses it writes bell[2] = layer and then, after a system fence, bell[0] = s; with none it
-// touches no host memory. A host thread that sees bell[0] change reads the exports, computes those experts into
+// device memory; both zeroed once, one pair per stream of splits. When the classify kernel exported CPU misses it
+// increments *seq (value s), writes bell[2] = layer and then, after a system fence, bell[0] = s; with none it
+// touches neither. A host thread that sees bell[0] change reads the exports, computes those experts into
 // y_cpu and then writes bell[1] = s (release). The combine kernel, when ids_gpu holds a CPU rank (-1), first waits
 // until bell[1] == *seq, polling system memory (a layer without CPU misses costs no PCIe round trip); after
 // ST_HY_BELL_TIMEOUT_NS it gives up, writes bell[3] = 1 and the CPU rows it reads are NaN, so a lost host thread

@@ -757,24 +757,20 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // x += attention output; xn = ffn_norm(x) (f32 for the router, quantized for gate/up); then
             // x += sum_k w_k down_k(GLU_k(xn)), the down input quantized by the GLU kernel.
             const int F = (int)hp->n_ff_exp, E = (int)hp->n_expert;
-            if (n == 1 && s->moe_cl && !g->hy && !skip &&
-                st_cuda_dec_moe_cl_supported(d, F, E, K, L->router.type, L->gate_exps.type, L->down_exps.type)) {
-                // The whole FFN as thread-block clusters (decode.h: st_cuda_dec_moe_cl), x += attention output first.
+            // The whole FFN in one launch, x += attention output first (decode.h): as thread-block clusters
+            // (st_cuda_dec_moe_cl) or with grid barriers (st_cuda_dec_moe); the arguments but ws / grid are shared.
+            const int cl = n == 1 && s->moe_cl && !g->hy && !skip &&
+                           st_cuda_dec_moe_cl_supported(d, F, E, K, L->router.type, L->gate_exps.type,
+                                                        L->down_exps.type);
+            if (cl || (n == 1 && moe_ffn_one(s, L))) {
                 const st_cuda_dec_moe_args a = {s->x, s->ffn_out, L->ffn_norm, hp->rms_eps, d, L->router.type,
                                                 L->router.d, E, K, hp->expert_weights_norm, L->gate_exps.type,
                                                 L->down_exps.type, (const void *const *)L->experts, F, s->router,
-                                                s->ffn_a, s->xq2, s->d_ids, s->d_wts, s->moe_cl_ws, 0, NULL};
-                if (st_cuda_dec_moe_cl(&a, st)) return -1;
-                continue;
-            }
-            if (n == 1 && moe_ffn_one(s, L)) {
-                // The whole FFN in one launch (decode.h: st_cuda_dec_moe), x += attention output first.
-                const st_cuda_dec_moe_args a = {s->x, s->ffn_out, L->ffn_norm, hp->rms_eps, d, L->router.type,
-                                                L->router.d, E, K, hp->expert_weights_norm, L->gate_exps.type,
-                                                L->down_exps.type, (const void *const *)L->experts, F, s->router,
-                                                s->ffn_a, s->xq2, s->d_ids, s->d_wts, s->moe_ffn_ws, s->moe_ffn_grid,
-                                                NULL};
-                if (st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st))) return -1;
+                                                s->ffn_a, s->xq2, s->d_ids, s->d_wts,
+                                                cl ? s->moe_cl_ws : s->moe_ffn_ws, cl ? 0 : s->moe_ffn_grid, NULL};
+                if (cl ? st_cuda_dec_moe_cl(&a, st)
+                       : st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st)))
+                    return -1;
                 continue;
             }
             const int afmt = st_cuda_act_format(L->gate_exps.type);

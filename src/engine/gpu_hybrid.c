@@ -133,7 +133,7 @@ struct st_hybrid {
     // of host nodes in the graph
     int doorbell;
     uint32_t *bell_h, *bell_dp;   // [4] host / device address (cuda/hybrid.h)
-    uint32_t *bell_seq_d;         // [1] device: the split counter
+    uint32_t *bell_seq_d;         // [1] device: the rings so far (cuda/hybrid.h)
     pthread_t bell_thread;
     int bell_started;
     _Atomic int bell_stop;
@@ -1128,8 +1128,6 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
         stats->pf_records += pf[2];
         stats->pf_bytes += pf[3];
         stats->pf_hits += pf[4];
-    }
-    if (stats)
         for (uint32_t l = 0; l < h->L; l++) {
             const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
             const uint32_t cpu = h->cnt_h[n_rec + 2ull * h->L + l];
@@ -1138,6 +1136,7 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
             stats->cpu_misses += cpu;
             stats->miss_bytes += (uint64_t)(miss > cpu ? miss - cpu : 0) * h->ebytes[l];
         }
+    }
     st_hycache_decay(h->freq, h->cnt_h, n_rec, pow(h->decay, (double)h->since));
     h->since = 0;
     if (h->adapt && !h->n_pend) return start_swaps(h, st, stats);

@@ -21,19 +21,22 @@ const char *st_arena_mode_name(st_arena_mode m) {
     return m == ST_ARENA_MMAP ? "mmap" : m == ST_ARENA_ANON ? "anonymous" : "auto";
 }
 
-int64_t st_rss_anon_bytes(void) {
+int64_t st_rss_bytes(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return -1;
     char line[256];
+    const size_t n = strlen(field);
     int64_t kb = -1;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "RssAnon:", 8)) {
-            kb = strtoll(line + 8, NULL, 10);
+        if (!strncmp(line, field, n) && line[n] == ':') {
+            kb = strtoll(line + n + 1, NULL, 10);
             break;
         }
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
 }
+
+int64_t st_rss_anon_bytes(void) { return st_rss_bytes("RssAnon"); }
 
 // Splits the records (layer-major, expert-minor) into chunks of at most chunk_bytes (at least one record each).
 // Returns the number of chunks; starts[c] is the index of the chunk's first record, sizes[c] its bytes.

@@ -85,7 +85,9 @@ static inline const uint8_t *st_arena_part(const st_arena *a, uint32_t l, uint32
 st_arena_mode st_arena_mode_from_env(void);
 const char *st_arena_mode_name(st_arena_mode m);  // "anonymous", "mmap"
 
-// The process's anonymous resident memory (RssAnon in /proc/self/status) in bytes; -1 where unavailable.
+// A resident-memory field of /proc/self/status ("RssAnon", "RssFile", ...) in bytes; -1 where unavailable.
+int64_t st_rss_bytes(const char *field);
+// The process's anonymous resident memory (RssAnon) in bytes; -1 where unavailable.
 int64_t st_rss_anon_bytes(void);
 
 #ifdef __cplusplus

@@ -17,18 +17,6 @@
 #include "util/err.h"
 #include "util/log.h"  // st_now
 
-// RssFile of /proc/self/status in bytes, -1 where unavailable (st_rss_anon_bytes gives RssAnon).
-static int64_t rss_file_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    int64_t kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "RssFile: %" SCNd64 " kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 static double mib(int64_t b) { return (double)b / (1 << 20); }
 
 int main(int argc, char **argv) {
@@ -55,7 +43,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_arena: %s\n", st_errmsg());
         return 1;
     }
-    const int64_t anon0 = st_rss_anon_bytes(), file0 = rss_file_bytes();
+    const int64_t anon0 = st_rss_anon_bytes(), file0 = st_rss_bytes("RssFile");
     st_arena_opts o;
     memset(&o, 0, sizeof o);
     o.mode = pack ? ST_ARENA_MMAP : ST_ARENA_ANON;
@@ -78,7 +66,7 @@ int main(int argc, char **argv) {
             for (uint64_t off = 0; off < a->layers[l].record_bytes; off += 4096) sum += r[off];
         }
     const double t_touch = st_now() - t1;
-    const int64_t anon1 = st_rss_anon_bytes(), file1 = rss_file_bytes();
+    const int64_t anon1 = st_rss_anon_bytes(), file1 = st_rss_bytes("RssFile");
     const int64_t d_anon = anon1 - anon0, d_file = file1 - file0;
     printf("arena %s: %.1f MiB in %d %s, built in %.2f s, every page read in %.2f s (checksum %" PRIu64 ")\n",
            st_arena_mode_name(a->mode), mib((int64_t)a->bytes), a->n_chunks,
