@@ -45,7 +45,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 t0=$SECONDS
 llama=""
 if [ $llama_on = 1 ]; then
-  if [ -d .carry/llama.cpp ]; then
+  if [ -d .carry/llama.cpp ] || [ -f .carry/peer-bin.tar.xz ]; then
     build_llama_bench
   else
     echo "== no .carry/llama.cpp (bench/prepare-peer.sh puts it there): Strata only"

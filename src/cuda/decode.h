@@ -123,7 +123,7 @@ int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, con
                      float scale, int n_split, void *workspace, cudaStream_t stream);
 // With an f16 cache on sm_80+ and the tensor-core kernel switched on, st_cuda_attn_dec runs a tensor-core kernel
 // (mma.sync m16n8k16; the query and the probabilities as f16 hi + lo pairs, so ~f32 accuracy) that merges more than 8
-// splits in two levels. Off by default for now: STRATA_ATTN_TC=1 or st_cuda_attn_dec_set_tc(1) turns it on
+// splits in two levels. On by default: STRATA_ATTN_TC=0 or st_cuda_attn_dec_set_tc(0) turns it off
 // process-wide (0: off, -1: back to the environment's choice). st_cuda_attn_dec_tc(kv_f16) says which kernel a
 // launch on the current device takes now (1: tensor cores).
 void st_cuda_attn_dec_set_tc(int on);

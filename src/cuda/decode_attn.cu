@@ -683,9 +683,9 @@ extern "C" size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_
     return att_ws(n_head, n_head_kv, head_dim, n_split).total;
 }
 
-// Tensor-core kernel switch and per-device capability (mma.sync needs sm_80). Off unless STRATA_ATTN_TC=1 (or
-// st_cuda_attn_dec_set_tc(1)) until it has run on a GPU again on this branch (it was measured in round 3: 24.5 vs
-// 33.5 us at depth 16K).
+// Tensor-core kernel switch and per-device capability (mma.sync needs sm_80). On by default (2026-11-30e, tg64 at
+// depth 16384: 269.0 vs 243.7 tok/s with the SIMT kernel); STRATA_ATTN_TC=0 (or st_cuda_attn_dec_set_tc(0)) turns
+// it off.
 static int g_att_tc_on = -1;  // -1: from the environment at the first use
 static int g_att_tc_cc[64];  // per device ordinal: 0 unknown, 1 no (below sm_80), 2 yes
 static int g_att_tc_smem[64][2];  // per device: max dynamic shared memory set for k_attn_dec_tc<64>, <128>
@@ -695,7 +695,10 @@ extern "C" int st_cuda_attn_dec_tc(int kv_f16) {
     (void)kv_f16;
     return 0;
 #else
-    if (g_att_tc_on < 0) g_att_tc_on = getenv("STRATA_ATTN_TC") != NULL;
+    if (g_att_tc_on < 0) {
+        const char *e = getenv("STRATA_ATTN_TC");
+        g_att_tc_on = !(e && *e == '0');
+    }
     if (!g_att_tc_on || !kv_f16) return 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
