@@ -4,7 +4,7 @@
 # variant, the tok/s of every round and the mean (one `strata bench` test per run).
 #   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] [-x "ARGS"] NAME=SPEC...
 #   -x: more `strata bench` arguments for every variant (e.g. "--pcie-frac 0.5")
-#   SPEC: base | env:VAR=VAL[,VAR=VAL...] | cflags:FLAGS[;env:VAR=VAL,...]
+#   SPEC: base | env:VAR=VAL[,VAR=VAL...] | args:BENCH-ARGS (e.g. "args:-ub 4096") | cflags:FLAGS[;env:VAR=VAL,...]
 #   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 serial="cflags:-DST_DOWN_ROWS4=0"
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
 # the number is tg128. Logs under $OUT (default /tmp/strata-ab).
@@ -34,13 +34,14 @@ done
 eval "$(scripts/gpu-deps.sh)"
 
 # Per variant: build directory and environment.
-names=(); dirs=(); envs=()
+names=(); dirs=(); envs=(); vargs=()
 for sp in "${specs[@]}"; do
   name=${sp%%=*}; spec=${sp#*=}
-  dir=build-gpu; env=""
+  dir=build-gpu; env=""; va=""
   case "$spec" in
     base) ;;
     env:*) env=${spec#env:} ;;
+    args:*) va=${spec#args:} ;;
     cflags:*)
       rest=${spec#cflags:}; flags=${rest%%;env:*}
       [ "$rest" != "$flags" ] && env=${rest#*;env:}
@@ -49,7 +50,7 @@ for sp in "${specs[@]}"; do
         { echo "ab.sh: build of $name failed" >&2; exit 1; } ;;
     *) echo "ab.sh: variant $name: unknown spec $spec" >&2; exit 2 ;;
   esac
-  names+=("$name"); dirs+=("$dir"); envs+=("${env//,/ }")
+  names+=("$name"); dirs+=("$dir"); envs+=("${env//,/ }"); vargs+=("$va")
 done
 OUT=$out tests/gpu/build.sh || exit 1
 if [ -z "$model" ]; then
@@ -64,7 +65,7 @@ for ((round = 1; round <= rounds; round++)); do
     log="$out/${names[$i]}-$round.log"
     # shellcheck disable=SC2086
     env ${envs[$i]} "${dirs[$i]}/bin/strata" bench -m "$model" -p "$pp" -n "$tg" -d "$depth" -r "$reps" \
-      ${gpumem[@]+"${gpumem[@]}"} $extra > "$log" 2>&1
+      ${gpumem[@]+"${gpumem[@]}"} $extra ${vargs[$i]} > "$log" 2>&1
     v=$(grep -E '^\| ' "$log" | grep -vE '^\| (model|---)' | tail -1 | awk -F'|' '{print $7}' | awk '{print $1}')
     results[$i]="${results[$i]:-} ${v:-fail}"
   done

@@ -42,6 +42,8 @@ typedef struct strata_engine_params {
     // read by the GPU over PCIe and the output is bitwise the all-in-VRAM one (--deterministic).
     bool cpu_misses;
     double pcie_frac;          // with cpu_misses: share of the misses the GPU reads over PCIe, 0..1; < 0: auto
+    int32_t n_ubatch;          // CUDA: tokens per prefill step (-ub); <= 0: 512, in hybrid placement 2048 (each
+                               // chunk streams the experts it needs over PCIe once)
 } strata_engine_params;
 
 strata_engine_params strata_engine_default_params(void);

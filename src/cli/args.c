@@ -85,6 +85,7 @@ bool st_args_hybrid(st_args *a, st_engine_args *e) {
     else if (st_args_is(a, NULL, "--pack")) e->pack = st_args_str(a);
     else if (st_args_is(a, NULL, "--arena-mmap")) e->arena_mmap = true;
     else if (st_args_is(a, NULL, "--deterministic")) e->deterministic = true;
+    else if (st_args_is(a, "-ub", "--ubatch-size")) e->n_ubatch = st_args_int(a, 16, 16384);
     else if (st_args_is(a, NULL, "--pcie-frac")) {
         const char *v = st_args_str(a);
         if (a->failed) return true;
@@ -124,6 +125,9 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.arena_mmap = e->arena_mmap;
     ep.cpu_misses = e->cpu_misses && !e->deterministic;
     ep.pcie_frac = e->pcie_frac;
+    // --deterministic promises the all-in-VRAM engine's output: its prefill steps too (cuBLAS may pick another
+    // algorithm for another step size)
+    ep.n_ubatch = (int32_t)(e->n_ubatch > 0 ? e->n_ubatch : e->deterministic ? 512 : 0);
     if (e->cpu_misses && e->deterministic)
         fprintf(stderr, "strata %s: --deterministic: ignoring --pcie-frac (every miss is read over PCIe)\n", a->cmd);
     strata_engine *eng = strata_engine_load(&ep);

@@ -42,10 +42,11 @@ typedef struct st_engine_args {
     bool cpu_misses;          // --pcie-frac given (and no --deterministic)
     double pcie_frac;         // --pcie-frac F (0..1), or -1 for auto
     bool deterministic;       // --deterministic: every miss over PCIe, whatever --pcie-frac says
+    int64_t n_ubatch;         // -ub, --ubatch-size N (0: the engine's default)
 } st_engine_args;
 
 // Parses argv[i] when it is one of the hybrid placement flags (--gpu-mem, --profile, --pack, --arena-mmap,
-// --pcie-frac, --deterministic); false (nothing consumed) for any other flag.
+// --pcie-frac, --deterministic, -ub); false (nothing consumed) for any other flag.
 bool st_args_hybrid(st_args *a, st_engine_args *e);
 // Help lines for those flags (usage texts).
 #define ST_ARGS_HYBRID_HELP                                                                                        \
@@ -59,7 +60,9 @@ bool st_args_hybrid(st_args *a, st_engine_args *e);
     "                          over PCIe and CPU threads compute the rest at the same time; auto measures both at\n"  \
     "                          load and picks F. Default 1 (every miss over PCIe)\n"                                  \
     "      --deterministic     hybrid output identical to all-in-VRAM (every miss read by the GPU; overrides\n"      \
-    "                          --pcie-frac); the default\n"
+    "                          --pcie-frac; prefill in the all-in-VRAM engine's 512-token steps unless -ub)\n"       \
+    "  -ub, --ubatch-size N    tokens per prefill step on the GPU (default 512; 2048 in hybrid placement, where\n"   \
+    "                          each step streams the experts it needs over PCIe once)\n"
 
 // Parses argv[i] into e when it is one of the flags above; false (nothing consumed) for any other flag.
 bool st_args_engine(st_args *a, st_engine_args *e);

@@ -20,6 +20,8 @@ static void usage(FILE *f) {
             "  -f, --file FILE        read the prompt from FILE\n"
             "      --tokens IDS       evaluate these comma-separated token ids instead of tokenizing a prompt\n"
             "      --top K            logits per position (default 10)\n"
+            "      --last             only the last position's logits (the prompt evaluated as a server does: GPU\n"
+            "                         prefill in -ub-token steps instead of 512-row all-position ones)\n"
             "  -dev, --device DEV     cpu, cuda or cuda:N (default: cuda when available)\n"
             "  -t, --threads N        compute threads (default: all CPUs)\n"
             "  -ctk, --cache-type T   KV cache element type: f32 (default here, exact) or f16\n"
@@ -33,7 +35,7 @@ static void usage(FILE *f) {
 int cmd_logits(int argc, char **argv) {
     const char *prompt = NULL, *prompt_file = NULL, *token_list = NULL;
     int64_t top = 10, n_greedy = 0;
-    bool parse_special = true;
+    bool parse_special = true, last_only = false;
     st_engine_args ea = {.kv_f32 = true};  // exact logits: f32 KV cache by default
     st_args a = {argc, argv, 1, "logits", false};
     for (; a.i < argc && !a.failed; a.i++) {
@@ -45,6 +47,7 @@ int cmd_logits(int argc, char **argv) {
         else if (st_args_is(&a, NULL, "--tokens")) token_list = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--top")) top = st_args_int(&a, 1, 1 << 20);
         else if (st_args_is(&a, NULL, "--no-special")) parse_special = false;
+        else if (st_args_is(&a, NULL, "--last")) last_only = true;
         else if (st_args_is(&a, NULL, "--greedy")) n_greedy = st_args_int(&a, 0, 1 << 20);
         else st_args_unknown(&a);
     }
@@ -90,12 +93,12 @@ int cmd_logits(int argc, char **argv) {
     sp.n_ctx = n + (int32_t)n_greedy;
     sp.kv_f32 = ea.kv_f32;
     s = strata_session_new(e, &sp);
-    logits = malloc(sizeof(float) * (size_t)n * (size_t)nv);
+    logits = malloc(sizeof(float) * (size_t)(last_only ? 1 : n) * (size_t)nv);
     if (!s || !logits) {
         fprintf(stderr, "strata logits: %s\n", s ? "out of memory" : strata_last_error());
         goto done;
     }
-    if (strata_session_eval(s, toks, n, logits, true)) {
+    if (strata_session_eval(s, toks, n, logits, !last_only)) {
         fprintf(stderr, "strata logits: %s\n", strata_last_error());
         goto done;
     }
@@ -104,7 +107,7 @@ int cmd_logits(int argc, char **argv) {
     for (int32_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", toks[i]);
     printf("], \"positions\": [");
     int32_t *best = malloc(sizeof(int32_t) * (size_t)top);
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < (last_only ? 1 : n); i++) {
         const float *l = logits + (size_t)i * (size_t)nv;
         int64_t k = 0;  // insertion into a sorted top list: K is small
         for (int32_t v = 0; v < nv; v++) {
@@ -124,7 +127,7 @@ int cmd_logits(int argc, char **argv) {
     free(best);
     if (n_greedy > 0) {
         printf(", \"greedy\": [");
-        const float *l = logits + (size_t)(n - 1) * (size_t)nv;
+        const float *l = logits + (size_t)(last_only ? 0 : n - 1) * (size_t)nv;
         for (int64_t g = 0; g < n_greedy; g++) {
             int32_t tok = 0;
             for (int32_t v = 1; v < nv; v++)

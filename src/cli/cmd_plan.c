@@ -43,7 +43,7 @@ static void usage(FILE *f) {
             "  --arena-mmap           host arena = the pack mapped read-only (also STRATA_ARENA_MMAP=1)\n"
             "  --staging N            expert slots reserved for streaming prefill (default 2 x experts per token)\n"
             "  --reserve MiB          VRAM for the CUDA context and library workspaces (default %llu)\n"
-            "  --chunk N              prefill chunk the scratch is sized for (default %d)\n"
+            "  -ub, --ubatch-size N   prefill chunk the scratch is sized for (default %d; also --chunk)\n"
             "  --json                 machine-readable output\n"
             "  -h, --help             this text\n",
             ST_PLAN_RESERVE_DEFAULT >> 20, ST_PLAN_PREFILL_CHUNK);
@@ -93,7 +93,8 @@ int cmd_info_plan(int argc, char **argv) {
         else if (st_args_is(&a, NULL, "--arena-mmap")) arena_mmap = true;
         else if (st_args_is(&a, NULL, "--staging")) pp.staging_slots = st_args_int(&a, 0, 1 << 20);
         else if (st_args_is(&a, NULL, "--reserve")) pp.reserve_bytes = st_args_int(&a, 0, 1 << 20) << 20;
-        else if (st_args_is(&a, NULL, "--chunk")) pp.prefill_chunk = st_args_int(&a, 1, 1 << 16);
+        else if (st_args_is(&a, "-ub", "--ubatch-size") || st_args_is(&a, NULL, "--chunk"))
+            pp.prefill_chunk = st_args_int(&a, 16, 16384);
         else if (st_args_is(&a, NULL, "--json")) json = true;
         else if (s[0] != '-' && !model) model = s;
         else st_args_unknown(&a);
@@ -189,7 +190,7 @@ int cmd_info_plan(int argc, char **argv) {
         json_str(d.name);
         printf(", \"budget_bytes\": %" PRIu64 ", \"n_ctx\": %" PRId64 ", \"kv_type\": \"%s\", "
                "\"moe\": %s, \"all_in_vram\": %s, \"dense_bytes\": %" PRIu64 ", \"kv_bytes\": %" PRIu64
-               ", \"scratch_bytes\": %" PRIu64 ", \"reserve_bytes\": %" PRIu64 ", \"staging_bytes\": %" PRIu64
+               ", \"scratch_bytes\": %" PRIu64 ", \"prefill_chunk\": %" PRId64 ", \"reserve_bytes\": %" PRIu64 ", \"staging_bytes\": %" PRIu64
                ", \"min_bytes\": %" PRIu64 ", \"slot_bytes\": %" PRIu64 ", \"n_slots\": %" PRIu64
                ", \"prefetch_per_layer\": %u, \"n_prefetch\": %" PRIu64 ", \"prefetch_bytes\": %" PRIu64
                ", \"cache_bytes\": %" PRIu64 ", \"used_bytes\": %" PRIu64 ", \"n_experts\": %" PRIu64
@@ -197,7 +198,7 @@ int cmd_info_plan(int argc, char **argv) {
                ", \"expected_hit_rate\": %.6f, \"misses_per_token\": %.3f, \"resident_per_layer\": [",
                plan.budget, plan.n_ctx, plan.kv_elem_bytes == 2 ? "F16" : "F32", plan.moe ? "true" : "false",
                plan.all_in_vram ? "true" : "false", plan.dense_bytes, plan.kv_bytes, plan.scratch_bytes,
-               plan.reserve_bytes, plan.staging_bytes, plan.min_bytes, plan.slot_bytes, plan.n_slots,
+               plan.prefill_chunk, plan.reserve_bytes, plan.staging_bytes, plan.min_bytes, plan.slot_bytes, plan.n_slots,
                plan.prefetch_per_layer, plan.n_prefetch, plan.prefetch_bytes, plan.cache_bytes, plan.used_bytes, plan.n_experts_total, plan.experts_bytes, plan.arena_bytes,
                plan.all_in_vram || !plan.moe ? "none" : arena_mmap ? "mmap" : "anonymous", hit, miss_per_tok);
         for (uint32_t l = 0; plan.resident && l < hp->n_layer; l++) printf("%s%u", l ? ", " : "", plan.resident[l]);

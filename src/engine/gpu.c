@@ -27,7 +27,8 @@
 
 #define ARENA_ALIGN 256
 #define SMALL_BATCH ST_MMVQ_MAX_TOK  // tokens per step of the matrix-vector path
-#define PREFILL_CHUNK 512            // tokens per step of the matrix-matrix (GEMM) path
+#define PREFILL_CHUNK 512            // tokens per step of the matrix-matrix (GEMM) path with every weight in VRAM,
+                                     // and the most rows of one all-position logits step (the logits buffer's cap)
 #define GEMM_MIN_DEFAULT 64          // inputs of at least this many tokens take the GEMM path (STRATA_GEMM_MIN)
 
 typedef struct gweight {
@@ -58,6 +59,8 @@ struct st_gpu_model {
     const void **expert_tables;  // device [n_layer][n_expert][3] expert addresses (glayer.experts points into it)
     st_hybrid *hy;         // hybrid placement (gpu_hybrid.h): expert stacks not uploaded, glayer.experts point at
                            // its tables; NULL when every weight is in VRAM
+    int prefill_chunk;     // tokens per step of the GEMM path (-ub; hybrid: the plan's, larger so that each chunk's
+                           // expert staging over PCIe serves more tokens)
 };
 
 struct st_gpu_session {
@@ -68,9 +71,9 @@ struct st_gpu_session {
     void **k_cache, **v_cache;  // [n_layer] -> device [n_ctx][n_head_kv * head_dim] half or float
     int32_t *tokens;            // host [n_ctx]
     int64_t n_past;
-    // device scratch for up to PREFILL_CHUNK tokens (float32 rows [token][features]); the matrix-vector path uses
-    // the first SMALL_BATCH rows
-    int32_t *d_tokens;          // [PREFILL_CHUNK]
+    // device scratch for up to g->prefill_chunk tokens (float32 rows [token][features]); the matrix-vector path
+    // uses the first SMALL_BATCH rows
+    int32_t *d_tokens;          // [prefill_chunk]
     int32_t *d_pos;             // [1] position of the first token of the step
     float *x, *xn;              // [B][n_embd]
     float *q, *k, *v, *attn;    // [B][n_head*hd], [B][n_kv*hd] x2, [B][n_head*hd_v]
@@ -106,9 +109,9 @@ struct st_gpu_session {
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     void *attn_ws;
     int n_split;
-    int32_t *h_io;              // pinned host [PREFILL_CHUNK + 1]: tokens, then the position
+    int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
     st_actdump *actdump;        // STRATA_DUMP_ACT (engine/actdump.h): per-layer activations; NULL: off
-    float *h_dump;              // host [PREFILL_CHUNK][n_embd]: a dumped residual stream
+    float *h_dump;              // host [prefill_chunk][n_embd]: a dumped residual stream
     cudaGraphExec_t graph;      // the one-token decode step
     int graph_ready;
     int graph_failed;
@@ -280,6 +283,9 @@ st_gpu_model *st_gpu_model_load_opts(const st_model *m, int device, const st_gpu
     g->layers = calloc(m->hp.n_layer, sizeof *g->layers);
     if (!g->layers || st_cuda_init(&g->ctx, device, 1, 0)) goto fail;
     if (st_hybrid_plan(m, opts, &g->hy)) goto fail;  // a budget below the model's size: hybrid placement
+    g->prefill_chunk = g->hy ? st_hybrid_prefill_chunk(g->hy) : opts && opts->n_ubatch > 0 ? opts->n_ubatch
+                                                                                             : PREFILL_CHUNK;
+    if (g->prefill_chunk <= SMALL_BATCH) g->prefill_chunk = SMALL_BATCH + 1;
     const int skip = g->hy != NULL;
     placer p = {g, 0, 0, 0, NULL, skip};
     place_all(&p);
@@ -352,9 +358,11 @@ static int prefill_moe_engine(const st_gpu_model *g, const glayer *L) {
     return -1;
 }
 
-// The largest scratch any prefill GEMM or MoE call of a PREFILL_CHUNK-token chunk needs.
+// The largest scratch any prefill GEMM or MoE call of a g->prefill_chunk-token chunk needs (the LM head's at most
+// PREFILL_CHUNK rows: st_gpu_session_eval's all-position logits steps are capped there).
 static size_t gemm_scratch_need(const st_gpu_model *g) {
     const st_hparams *hp = &g->m->hp;
+    const int P = g->prefill_chunk;
     size_t need = 0;
 #define NEED(w, n)                                                                                                 \
     do {                                                                                                           \
@@ -363,20 +371,20 @@ static size_t gemm_scratch_need(const st_gpu_model *g) {
             if (b_ > need) need = b_;                                                                              \
         }                                                                                                          \
     } while (0)
-    NEED(&g->output, PREFILL_CHUNK);
+    NEED(&g->output, P < PREFILL_CHUNK ? P : PREFILL_CHUNK);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const glayer *L = &g->layers[l];
-        NEED(&L->wq, PREFILL_CHUNK);
-        NEED(&L->wk, PREFILL_CHUNK);
-        NEED(&L->wv, PREFILL_CHUNK);
-        NEED(&L->wo, PREFILL_CHUNK);
-        NEED(&L->ffn_gate, PREFILL_CHUNK);
-        NEED(&L->ffn_up, PREFILL_CHUNK);
-        NEED(&L->ffn_down, PREFILL_CHUNK);
+        NEED(&L->wq, P);
+        NEED(&L->wk, P);
+        NEED(&L->wv, P);
+        NEED(&L->wo, P);
+        NEED(&L->ffn_gate, P);
+        NEED(&L->ffn_up, P);
+        NEED(&L->ffn_down, P);
         if (g->m->layers[l].gate_exps.data) {  // (hybrid: the stack is on the host, its MoE scratch still needed)
             const int eng = prefill_moe_engine(g, L);
             size_t b = st_cuda_moe_scratch_bytes(eng < 0 ? ST_MOE_MMQ : eng, L->gate_exps.type, L->down_exps.type, hp->n_embd,
-                                                 hp->n_ff_exp, (int)hp->n_expert, PREFILL_CHUNK,
+                                                 hp->n_ff_exp, (int)hp->n_expert, P,
                                                  (int)hp->n_expert_used);
             if (b > need) need = b;
         }
@@ -427,7 +435,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->kv_f16 = kv_f16;
     s->stream = g->ctx.streams[0];
     int fail = 0;
-    size_t B = SMALL_BATCH, P = PREFILL_CHUNK, K = hp->n_expert_used ? hp->n_expert_used : 1, d = hp->n_embd;
+    size_t B = SMALL_BATCH, P = (size_t)g->prefill_chunk, K = hp->n_expert_used ? hp->n_expert_used : 1, d = hp->n_embd;
     size_t kd = (size_t)hp->n_head_kv * hp->head_dim_k, qd = (size_t)hp->n_head * hp->head_dim_k;
     size_t ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
     size_t el = kv_f16 ? 2 : 4;
@@ -439,7 +447,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         s->k_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
         s->v_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
     }
-    // FFN rows: SMALL_BATCH * K (token, expert) pairs on the matrix-vector path, PREFILL_CHUNK tokens of a dense
+    // FFN rows: SMALL_BATCH * K (token, expert) pairs on the matrix-vector path, P tokens of a dense
     // FFN on the GEMM path (the MoE GEMM path keeps its pairs in gemm_scratch).
     size_t ffn_rows = B * K > P ? B * K : P;
     s->d_tokens = dalloc(s, sizeof(int32_t) * P, "tokens", &fail);
@@ -884,7 +892,7 @@ static int attn_prefill(st_gpu_session *s, uint32_t l, int n, float scale) {
                                 scale, s->stream);
 }
 
-// One chunk of PREFILL_CHUNK >= n > SMALL_BATCH tokens through matrix-matrix products (tensor cores): the same
+// One chunk of g->prefill_chunk >= n > SMALL_BATCH tokens through matrix-matrix products (tensor cores): the same
 // operators as step(), with GEMMs for the projections and the grouped MoE.
 static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
     st_gpu_model *g = s->g;
@@ -981,7 +989,9 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
     for (int64_t off = 0; off < n;) {
         int64_t left = n - off;
         int big = left >= s->gemm_min && left > SMALL_BATCH;
-        int c_n = (int)(big ? (left < PREFILL_CHUNK ? left : PREFILL_CHUNK) : (left < SMALL_BATCH ? left : SMALL_BATCH));
+        // all-position logits: at most PREFILL_CHUNK rows a step, so the logits buffer stays within the plan
+        const int chunk = all_logits && logits && g->prefill_chunk > PREFILL_CHUNK ? PREFILL_CHUNK : g->prefill_chunk;
+        int c_n = (int)(big ? (left < chunk ? left : chunk) : (left < SMALL_BATCH ? left : SMALL_BATCH));
         int last_chunk = off + c_n == n;
         int want = logits && (all_logits || last_chunk);
         int out_first = all_logits ? 0 : c_n - 1, out_rows = want ? (all_logits ? c_n : 1) : 0;
@@ -995,10 +1005,10 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
             }
         }
         memcpy(s->h_io, tokens + off, sizeof(int32_t) * (size_t)c_n);
-        s->h_io[PREFILL_CHUNK] = (int32_t)s->n_past;
+        s->h_io[g->prefill_chunk] = (int32_t)s->n_past;
         if (cudaMemcpyAsync(s->d_tokens, s->h_io, sizeof(int32_t) * (size_t)c_n, cudaMemcpyHostToDevice,
                             s->stream) != cudaSuccess ||
-            cudaMemcpyAsync(s->d_pos, s->h_io + PREFILL_CHUNK, sizeof(int32_t), cudaMemcpyHostToDevice, s->stream) !=
+            cudaMemcpyAsync(s->d_pos, s->h_io + g->prefill_chunk, sizeof(int32_t), cudaMemcpyHostToDevice, s->stream) !=
                 cudaSuccess) {
             s->n_past = start;
             return st_err("copying tokens to the GPU: %s", cudaGetErrorString(cudaGetLastError()));

@@ -25,6 +25,8 @@ typedef struct st_gpu_load_opts {
                                // miss read by the GPU over PCIe (output bitwise equal to all-in-VRAM)
     double pcie_frac;          // with cpu_misses: share F in [0, 1] of each layer's misses the GPU reads over PCIe
                                // (the rest on the CPU); < 0: auto (measured at load); >= 1: as cpu_misses = 0
+    int n_ubatch;              // tokens per prefill step on the GEMM path (-ub); <= 0: 512, or in hybrid placement
+                               // the planner's ST_PLAN_PREFILL_CHUNK
 } st_gpu_load_opts;
 
 // Hybrid placement counters of a session (all zero when the model is entirely in VRAM).

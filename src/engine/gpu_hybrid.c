@@ -190,6 +190,7 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
     pp.gpu_mem_gib = o->gpu_mem_gib;
     pp.n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
     pp.kv_elem_bytes = o->kv_elem_bytes == 4 ? 4 : 2;
+    pp.prefill_chunk = o->n_ubatch;
     if (o->profile_path) {
         if (st_profile_read(&h->prof, o->profile_path, m)) goto fail;
         h->have_prof = 1;
@@ -207,12 +208,13 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
         st_err("%s: a dense model does not fit in --gpu-mem %.2f GiB", m->path, o->gpu_mem_gib);
         goto fail;
     }
-    st_info("hybrid placement: --gpu-mem %.2f GiB < %s for every weight; dense %s + KV %s + scratch %s + reserve %s "
-            "in VRAM, experts in a host arena with a VRAM cache",
+    char rb[32];
+    st_info("hybrid placement: --gpu-mem %.2f GiB < %s for every weight; dense %s + KV %s + scratch %s (%lld-token "
+            "prefill chunks) + reserve %s in VRAM, experts in a host arena with a VRAM cache",
             o->gpu_mem_gib, st_fmt_bytes(b[0], 32, (double)(h->plan.min_bytes + h->plan.experts_vram_bytes)),
             st_fmt_bytes(b[1], 32, (double)h->plan.dense_bytes), st_fmt_bytes(b[2], 32, (double)h->plan.kv_bytes),
-            st_fmt_bytes(b[3], 32, (double)h->plan.scratch_bytes),
-            st_fmt_bytes(b[0], 32, (double)h->plan.reserve_bytes));
+            st_fmt_bytes(b[3], 32, (double)h->plan.scratch_bytes), (long long)h->plan.prefill_chunk,
+            st_fmt_bytes(rb, 32, (double)h->plan.reserve_bytes));
     *out = h;
     return 0;
 fail:
@@ -866,6 +868,7 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 // ---- lookahead prefetch ----------------------------------------------------------------------------------------
 
 int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
+int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_chunk; }
 
 // Sets up the prefetch when h->pf_P > 0 (st_hybrid_init) and its slots hold 3 sets of P. With CPU misses
 // too, the classify kernel sees a prefetched expert as a hit (its entry lies in the slot buffer), after the layer's

@@ -62,6 +62,8 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
 // (forks a side branch: layer l+1's router on xn picks P experts, the missing ones are copied and published),
 // st_hybrid_step_end before the LM head (joins the branch). No-ops when the prefetch is off.
 int st_hybrid_prefetch_on(const st_hybrid *h);
+// Tokens per prefill chunk the plan's scratch is for (-ub, else ST_PLAN_PREFILL_CHUNK).
+int st_hybrid_prefill_chunk(const st_hybrid *h);
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st);
 int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
                        cudaStream_t st);

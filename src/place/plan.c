@@ -189,7 +189,8 @@ uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
         switch (t->spec.role) {
             case ST_T_ATTN_Q: case ST_T_ATTN_K: case ST_T_ATTN_V: case ST_T_ATTN_OUT: case ST_T_FFN_GATE:
             case ST_T_FFN_UP: case ST_T_FFN_DOWN: case ST_T_OUTPUT: {
-                uint64_t b = gemm_scratch(t->type, t->spec.ne[0], t->spec.ne[1], (int64_t)P);
+                const uint64_t rows = t->spec.role == ST_T_OUTPUT && P > ST_PLAN_LOGITS_ROWS ? ST_PLAN_LOGITS_ROWS : P;
+                uint64_t b = gemm_scratch(t->type, t->spec.ne[0], t->spec.ne[1], (int64_t)rows);
                 if (b > need) need = b;
                 break;
             }
@@ -301,7 +302,8 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     }
     // gpu.c allocates K and V per layer, each n_ctx * n_head_kv * head_dim_k elements.
     out->kv_bytes = st_hparams_kv_bytes(hp, (uint64_t)out->n_ctx, out->kv_elem_bytes);
-    out->scratch_bytes = st_plan_scratch_bytes(d, pp->prefill_chunk);
+    out->prefill_chunk = pp->prefill_chunk > 0 ? pp->prefill_chunk : ST_PLAN_PREFILL_CHUNK;
+    out->scratch_bytes = st_plan_scratch_bytes(d, out->prefill_chunk);
     out->reserve_bytes = pp->reserve_bytes >= 0 ? (uint64_t)pp->reserve_bytes : ST_PLAN_RESERVE_DEFAULT;
     uint64_t base = out->dense_bytes + out->kv_bytes + out->scratch_bytes + out->reserve_bytes;
 

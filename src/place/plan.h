@@ -23,7 +23,11 @@ extern "C" {
 #endif
 
 #define ST_PLAN_ALIGN 256             // device sub-allocation alignment (gpu.c ARENA_ALIGN, gemm.cu GEMM_ALIGN)
-#define ST_PLAN_PREFILL_CHUNK 512     // tokens per prefill chunk on the GEMM path (gpu.c PREFILL_CHUNK)
+// Tokens per prefill chunk on the GEMM path in hybrid placement (-ub overrides): every chunk stages the experts it
+// routes to that are not in VRAM (nearly all of them from ~512 tokens on), so a long prompt in larger chunks moves
+// fewer bytes over PCIe per token. All in VRAM the engine keeps 512 (gpu.c PREFILL_CHUNK).
+#define ST_PLAN_PREFILL_CHUNK 2048
+#define ST_PLAN_LOGITS_ROWS 512       // the most LM-head rows of one prefill step (gpu.c PREFILL_CHUNK)
 #define ST_PLAN_DECODE_BATCH 8        // tokens per step of the matrix-vector path (ST_MMVQ_MAX_TOK)
 #define ST_PLAN_SM_COUNT 132          // streaming multiprocessors assumed for the attention workspace (H200)
 // CUDA context, cuBLAS handle + workspace, graphs, allocator slack: ~700 MiB measured on an H200 (nvidia-smi peak
@@ -118,6 +122,7 @@ typedef struct st_plan {
     uint64_t dense_bytes;      // every non-expert tensor as uploaded (256-aligned, norms as F32)
     uint64_t kv_bytes;         // K and V of n_ctx positions, all layers
     uint64_t scratch_bytes;    // st_plan_scratch_bytes
+    int64_t prefill_chunk;     // the chunk scratch_bytes is for (tokens)
     uint64_t reserve_bytes;    // CUDA context and library workspaces
     uint64_t staging_bytes;    // n_staging slots for streaming prefill (hybrid mode only)
     uint64_t min_bytes;        // dense + kv + scratch + reserve + staging: the least budget that runs

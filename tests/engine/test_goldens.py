@@ -38,8 +38,8 @@ def cpu_has_avx512():
     return all(x in flags for x in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
 
 
-def strata_logits(strata, model, prompt, n_greedy):
-    cmd = [strata, "logits", "-m", model, "-p", prompt, "--top", "5", "-ctk", "f32"]
+def strata_logits(strata, model, prompt, n_greedy, last=False):
+    cmd = [strata, "logits", "-m", model, "-p", prompt, "--top", "5", "-ctk", "f32"] + (["--last"] if last else [])
     if n_greedy:
         cmd += ["--greedy", str(n_greedy)]
     res = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
@@ -81,6 +81,10 @@ def check_model(strata, model_path, golden, strict, greedy_strict):
                 k = next((j for j, (a, b) in enumerate(zip(g, case["greedy"])) if a != b), len(g))
                 msg = f"case {i}: greedy continuation differs at token {k}: {g[k:k+5]} vs {case['greedy'][k:k+5]}"
                 (problems if greedy_strict else notes).append(msg)
+        if i == 0:  # --last: the same last position and continuation as the all-position run
+            last = strata_logits(strata, model_path, case["prompt"], len(case["greedy"]), last=True)
+            if last["positions"] != out["positions"][-1:] or last.get("greedy") != out.get("greedy"):
+                problems.append(f"case {i}: logits --last differs from the last position of the full run")
     return positions, agree, max_diff, problems, notes
 
 

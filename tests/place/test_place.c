@@ -104,7 +104,10 @@ static void test_planner(const st_model *m) {
     uint64_t all = base + p.experts_vram_bytes;
     CHECK(p.used_bytes == all, "all-in-VRAM used %" PRIu64 " != %" PRIu64, p.used_bytes, all);
     CHECK(p.kv_bytes == st_hparams_kv_bytes(&m->hp, 1024, 2), "kv bytes");
-    CHECK(p.scratch_bytes > 0 && p.scratch_bytes < st_plan_scratch_bytes(&d, 2048), "scratch grows with the chunk");
+    CHECK(p.prefill_chunk == ST_PLAN_PREFILL_CHUNK && p.scratch_bytes == st_plan_scratch_bytes(&d, ST_PLAN_PREFILL_CHUNK),
+          "default chunk %lld", (long long)p.prefill_chunk);
+    CHECK(st_plan_scratch_bytes(&d, 512) > 0 && st_plan_scratch_bytes(&d, 512) < p.scratch_bytes &&
+              p.scratch_bytes < st_plan_scratch_bytes(&d, 4096), "scratch grows with the chunk");
     st_plan_free(&p);
     // Exactly all: still all in VRAM; one byte less: hybrid with fewer slots than experts.
     pp.gpu_budget = all;
