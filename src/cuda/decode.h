@@ -186,22 +186,6 @@ size_t st_cuda_dec_moe_ws_bytes(int64_t n_ff, int n_used);
 int st_cuda_dec_moe_grid(int64_t n_embd, int blocks_per_sm);
 int st_cuda_dec_moe(const st_cuda_dec_moe_args *a, cudaStream_t stream);
 
-// The same FFN (bit for bit) as thread-block clusters (decode_moe_cl.cu; sm_90+): one cluster of
-// ST_DEC_MOE_CL_SIZE blocks per selected expert, every dependency inside the FFN (logits, route, the GLU output the
-// down projection needs) kept inside its cluster, the clusters meeting only for the final rank-order sum; each block
-// bulk-prefetches all its weight rows into L2 once the route is known. Uses from `a`: x, add, norm_w, eps, n_embd,
-// router_type, router, n_expert, n_used, norm_topk, gu_type, down_type, table, n_ff, logits, ids, weights, stamps
-// (phases as st_cuda_dec_moe's: 1 norm + quantization, 2 logits, 3 past the first cluster barrier, 4 routed, 5 GLU
-// rows, 6 down input quantized, 7 down rows, 8 end, only in the blocks that sum), and ws: st_cuda_dec_moe_cl_ws_bytes
-// bytes, 16-byte aligned, ZEROED once (counters that return to zero, then the experts' down rows); act, actq, grid
-// are unused. Needs n_embd % 64 == 0, n_ff % 16 == 0, n_used <= 16, and n_used clusters resident at once:
-// st_cuda_dec_moe_cl_supported says (1) or not (0) on the current device.
-#define ST_DEC_MOE_CL_SIZE 16
-size_t st_cuda_dec_moe_cl_ws_bytes(int64_t n_embd, int n_used);
-int st_cuda_dec_moe_cl_supported(int64_t n_embd, int64_t n_ff, int n_expert, int n_used, int router_type,
-                                 int gu_type, int down_type);
-int st_cuda_dec_moe_cl(const st_cuda_dec_moe_args *a, cudaStream_t stream);
-
 #ifdef __cplusplus
 }
 #endif

@@ -56,18 +56,6 @@ __device__ __forceinline__ void st_prefetch_l2(const void *p) {
 #endif
 }
 
-// Asks this SM's bulk-copy unit to bring [p, p + bytes) into L2 in one instruction (sm_90; the range is trimmed
-// inward to the 16-byte bounds the instruction requires). Before sm_90: nothing. For weights whose address is known
-// early and whose use comes later in the same kernel.
-__device__ __forceinline__ void st_prefetch_l2_bulk(const void *p, unsigned long long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned long long a = ((unsigned long long)p + 15) & ~15ull, e = ((unsigned long long)p + bytes) & ~15ull;
-    if (e > a) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((unsigned)(e - a)) : "memory");
-#else
-    (void)p, (void)bytes;
-#endif
-}
-
 // Whether launches on the current device use PDL (decode.cu: process-wide switch, then the device's compute
 // capability, cached per device ordinal).
 int st_dec_pdl_enabled(void);

@@ -151,9 +151,8 @@ __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_P
     return g32_sum_f(sum);
 }
 
-// The CPU's route of one token by one 32-lane group: logits l[E] (read from L2, or plain loads when SHARED: logits in
-// shared memory) -> ids/weights in rank order.
-template <int PL, bool SHARED = false>
+// The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
+template <int PL>
 static __device__ void route_group_t(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
     const int lane = threadIdx.x % G32;
     float p[PL];
@@ -161,7 +160,7 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
 #pragma unroll
     for (int j = 0; j < PL; j++) {
         const int e = lane + j * G32;
-        p[j] = e < E ? (SHARED ? l[e] : __ldcg(l + e)) : -INFINITY;
+        p[j] = e < E ? __ldcg(l + e) : -INFINITY;
         mx = fmaxf(mx, p[j]);
     }
     mx = g32_max(mx);
@@ -225,11 +224,6 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
 static __device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
     if (E <= 4 * G32) route_group_t<4>(l, E, K, norm, ids, weights);
     else route_group_t<ROUTER_MAX_PER_LANE>(l, E, K, norm, ids, weights);
-}
-// The same from logits in shared memory.
-static __device__ void route_group_shared(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
-    if (E <= 4 * G32) route_group_t<4, true>(l, E, K, norm, ids, weights);
-    else route_group_t<ROUTER_MAX_PER_LANE, true>(l, E, K, norm, ids, weights);
 }
 
 // N rows against N activation rows in one pass (rows[n] NULL: skipped, out[n] NaN); same per-row arithmetic and

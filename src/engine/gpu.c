@@ -91,8 +91,6 @@ struct st_gpu_session {
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
                                 // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
-    int moe_cl;                 // one-token MoE FFN as thread-block clusters (st_cuda_dec_moe_cl; STRATA_MOE_CL=1, A/B)
-    void *moe_cl_ws;            // its counters and per-expert rows [st_cuda_dec_moe_cl_ws_bytes], zeroed once
     int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
                                 // (STRATA_MOE_ONE=1; STRATA_FFN_BPS=N: N blocks per SM): 239 vs 327 tok/s so far
     unsigned dec_dup;           // timing experiment only (STRATA_DEC_DUP, same bits): kernel classes launched twice
@@ -483,12 +481,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         s->moe_ffn_ws = dalloc(s, wsb, "decode counters", &fail);
         if (!fail && st_cuda_memset(&g->ctx, s->moe_ffn_ws, 0, wsb, NULL)) fail = 1;
     }
-    if (hp->n_expert && getenv("STRATA_MOE_CL")) {
-        const size_t wsb = st_cuda_dec_moe_cl_ws_bytes((int64_t)d, (int)K);
-        s->moe_cl_ws = dalloc(s, wsb, "decode counters", &fail);
-        if (!fail && st_cuda_memset(&g->ctx, s->moe_cl_ws, 0, wsb, NULL)) fail = 1;
-        s->moe_cl = !fail;
-    }
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     const char *skip = getenv("STRATA_DEC_SKIP");
     if (skip) {
@@ -549,7 +541,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
                     s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->moe_cl_ws};
+                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -765,20 +757,14 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // x += attention output; xn = ffn_norm(x) (f32 for the router, quantized for gate/up); then
             // x += sum_k w_k down_k(GLU_k(xn)), the down input quantized by the GLU kernel.
             const int F = (int)hp->n_ff_exp, E = (int)hp->n_expert;
-            // The whole FFN in one launch, x += attention output first (decode.h): as thread-block clusters
-            // (st_cuda_dec_moe_cl) or with grid barriers (st_cuda_dec_moe); the arguments but ws / grid are shared.
-            const int cl = n == 1 && s->moe_cl && !g->hy && !skip &&
-                           st_cuda_dec_moe_cl_supported(d, F, E, K, L->router.type, L->gate_exps.type,
-                                                        L->down_exps.type);
-            if (cl || (n == 1 && moe_ffn_one(s, L))) {
+            if (n == 1 && moe_ffn_one(s, L)) {
+                // The whole FFN in one launch (decode.h: st_cuda_dec_moe), x += attention output first.
                 const st_cuda_dec_moe_args a = {s->x, s->ffn_out, L->ffn_norm, hp->rms_eps, d, L->router.type,
                                                 L->router.d, E, K, hp->expert_weights_norm, L->gate_exps.type,
                                                 L->down_exps.type, (const void *const *)L->experts, F, s->router,
-                                                s->ffn_a, s->xq2, s->d_ids, s->d_wts,
-                                                cl ? s->moe_cl_ws : s->moe_ffn_ws, cl ? 0 : s->moe_ffn_grid, NULL};
-                if (cl ? st_cuda_dec_moe_cl(&a, st)
-                       : st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st)))
-                    return -1;
+                                                s->ffn_a, s->xq2, s->d_ids, s->d_wts, s->moe_ffn_ws, s->moe_ffn_grid,
+                                                NULL};
+                if (st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st))) return -1;
                 continue;
             }
             const int afmt = st_cuda_act_format(L->gate_exps.type);

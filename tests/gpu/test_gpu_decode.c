@@ -685,19 +685,9 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
     if (moved < d / 2) printf("  moe_ffn: the reference barely moved x (%lld of %d)\n", (long long)moved, d), g_fail_cur++;
     void *ws = dalloc(st_cuda_dec_moe_ws_bytes(F, K));
     CK(cudaMemset(ws, 0, st_cuda_dec_moe_ws_bytes(F, K)));
-    // The cluster version (grid index 4 below), where this device and shape take it.
-    const int cl_ok = st_cuda_dec_moe_cl_supported(d, F, E, K, rt, gu_type, down_type);
-    void *ws_cl = dalloc(st_cuda_dec_moe_cl_ws_bytes(d, K));
-    CK(cudaMemset(ws_cl, 0, st_cuda_dec_moe_cl_ws_bytes(d, K)));
-    if (!cl_ok && d % 64 == 0 && F % 16 == 0 && K <= 16 && E <= 512) {
-        printf("  moe_cl: router %s %s/%s E %d K %d d %d F %d unexpectedly unsupported on this device\n",
-               st_type_name(rt), st_type_name(gu_type), st_type_name(down_type), E, K, d, F);
-        g_fail_cur++;
-    }
     int sm = g_ctx.sm_count;
-    const int grids[] = {st_cuda_dec_moe_grid(d, 0), st_cuda_dec_moe_grid(d, 1), st_cuda_dec_moe_grid(d, 8), 2 * sm - 7,
-                         cl_ok ? 1 : 0};
-    for (int gi = 0; gi < 5; gi++) {
+    const int grids[] = {st_cuda_dec_moe_grid(d, 0), st_cuda_dec_moe_grid(d, 1), st_cuda_dec_moe_grid(d, 8), 2 * sm - 7};
+    for (int gi = 0; gi < 4; gi++) {
         if (grids[gi] <= 0) continue;
         if (gi == 3 && (d + grids[gi] - 1) / grids[gi] > 64) continue;
         for (int rep = 0; rep < 3; rep++) {  // (three: the counters must come back to zero twice)
@@ -705,53 +695,44 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
             poison(dlog, sizeof(float) * E), poison(dact, sizeof(float) * K * F), poison(daq, aqb);
             poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
             st_cuda_dec_moe_args a = {dx, dadd, dnw, 1e-6f, d, rt, drouter, E, K, norm, gu_type, down_type,
-                                      (const void *const *)dtbl, F, dlog, dact, daq, dids, dw, gi == 4 ? ws_cl : ws,
-                                      gi == 4 ? 0 : grids[gi], NULL};
-            if (gi == 4) CKL(st_cuda_dec_moe_cl(&a, 0));
-            else CKL(st_cuda_dec_moe(&a, 0));
+                                      (const void *const *)dtbl, F, dlog, dact, daq, dids, dw, ws, grids[gi], NULL};
+            CKL(st_cuda_dec_moe(&a, 0));
             d2h(got, dx, sizeof(float) * d), d2h(gids, dids, sizeof(int32_t) * K), d2h(gw, dw, sizeof(float) * K);
             int64_t bad = 0;
             for (int i = 0; i < d; i++) bad += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
             const int idbad = memcmp(gids, rids, sizeof(int32_t) * K) != 0, wbad = memcmp(gw, rw, sizeof(float) * K) != 0;
             if (bad || idbad || wbad) {
-                printf("  moe_%s router %s %s/%s E %d K %d d %d F %d norm %d grid %d rep %d: %lld of %d outputs "
+                printf("  moe_ffn router %s %s/%s E %d K %d d %d F %d norm %d grid %d rep %d: %lld of %d outputs "
                        "differ (x[0] %.9g vs %.9g), ids %s, weights %s\n",
-                       gi == 4 ? "cl" : "ffn", st_type_name(rt), st_type_name(gu_type), st_type_name(down_type), E, K, d,
-                       F, norm, grids[gi],
+                       st_type_name(rt), st_type_name(gu_type), st_type_name(down_type), E, K, d, F, norm, grids[gi],
                        rep, (long long)bad, d, got[0], ref[0], idbad ? "DIFFER" : "same", wbad ? "DIFFER" : "same");
                 g_fail_cur++;
             }
         }
     }
-    for (int var = 0; getenv("STRATA_FFN_STAMPS") && d >= 2048 && var < (cl_ok ? 2 : 1); var++) {
+    if (getenv("STRATA_FFN_STAMPS") && d >= 2048) {
         // Diagnostics (no check): where the time goes inside the launch, weights from HBM (L2 flushed before each
-        // run), per phase the median and the largest duration over the blocks, from clock64 stamps; var 1: the
-        // cluster version (its last phase only in the blocks that sum).
-        const int grid = var ? K * ST_DEC_MOE_CL_SIZE : st_cuda_dec_moe_grid(d, atoi(getenv("STRATA_FFN_STAMPS")));
+        // run), per phase the median and the largest duration over the blocks, from clock64 stamps.
+        const int grid = st_cuda_dec_moe_grid(d, atoi(getenv("STRATA_FFN_STAMPS")));
         long long *dst = dalloc(sizeof(long long) * grid * ST_DEC_MOE_STAMPS), *hst = xmalloc(sizeof(long long) * grid * ST_DEC_MOE_STAMPS);
         const size_t flush_b = (size_t)256 << 20;
         void *flush = dalloc(flush_b);
         int khz = 0;
         CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-        static const char *names_grid[] = {"norm+quant", "router logits", "barrier 1", "route", "GLU rows",
-                                           "chunk quant", "barrier 2", "down + sum"};
-        static const char *names_cl[] = {"norm+quant", "router logits", "cluster sync", "gather + route", "GLU rows",
-                                         "GLU gather+q", "down rows", "rank sum"};
-        const char *const *names = var ? names_cl : names_grid;
+        static const char *names[] = {"norm+quant", "router logits", "barrier 1", "route", "GLU rows", "chunk quant",
+                                      "barrier 2", "down + sum"};
         double med[8] = {0}, mx[8] = {0}, tot = 0;
         const int runs = 5;
         for (int run = 0; run < runs; run++) {
             CK(cudaMemset(flush, run, flush_b));
             CK(cudaMemset(dst, 0, sizeof(long long) * grid * ST_DEC_MOE_STAMPS));
             st_cuda_dec_moe_args a = {dx, dadd, dnw, 1e-6f, d, rt, drouter, E, K, norm, gu_type, down_type,
-                                      (const void *const *)dtbl, F, dlog, dact, daq, dids, dw, var ? ws_cl : ws,
-                                      var ? 0 : grid, dst};
+                                      (const void *const *)dtbl, F, dlog, dact, daq, dids, dw, ws, grid, dst};
             cudaEvent_t e0, e1;
             CK(cudaEventCreate(&e0));
             CK(cudaEventCreate(&e1));
             CK(cudaEventRecord(e0, 0));
-            if (var) CKL(st_cuda_dec_moe_cl(&a, 0));
-            else CKL(st_cuda_dec_moe(&a, 0));
+            CKL(st_cuda_dec_moe(&a, 0));
             CK(cudaEventRecord(e1, 0));
             CK(cudaEventSynchronize(e1));
             float ms = 0;
@@ -778,14 +759,13 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
                 free(v);
             }
         }
-        printf("  moe_%s stamps, grid %d, %s/%s E %d K %d d %d F %d: launch %.2f us (events); per phase median / max "
-               "over blocks (us):\n", var ? "cl" : "ffn", grid, st_type_name(gu_type), st_type_name(down_type), E, K,
-               d, F, tot);
+        printf("  moe_ffn stamps, grid %d, %s/%s E %d K %d d %d F %d: launch %.2f us (events); per phase median / max "
+               "over blocks (us):\n", grid, st_type_name(gu_type), st_type_name(down_type), E, K, d, F, tot);
         for (int ph = 0; ph < 8; ph++) printf("    %-14s %7.2f %7.2f\n", names[ph], med[ph], mx[ph]);
         cudaFree(dst), cudaFree(flush), free(hst);
     }
     free(hg), free(hu), free(hd), free(hr), free(tbl), free(x0), free(add), free(nw), free(ref), free(got);
-    void *bufs[] = {dg, du, ddn, drouter, dtbl, dx, dadd, dnw, dxn, dlog, dact, dw, dids, dxq, daq, dcnt, ws, ws_cl};
+    void *bufs[] = {dg, du, ddn, drouter, dtbl, dx, dadd, dnw, dxn, dlog, dact, dw, dids, dxq, daq, dcnt, ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
 }
 
@@ -797,8 +777,7 @@ static void test_moe_ffn(void) {
     test_moe_ffn_case(ST_TYPE_BF16, ST_TYPE_Q8_0, ST_TYPE_Q4_0, 32, 2, 256, 96, 1);  // Q8_0 inputs, 32-row chunks
     test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q4_1, ST_TYPE_Q5_1, 8, 8, 256, 512, 1);   // Q8_1 inputs, all experts
     if (!g_quick) test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q2_K, ST_TYPE_Q8_0, 64, 6, 4096, 1536, 1);
-    report("moe_ffn, moe_cl (norm + router + top-k + GLU + down in one launch, grid barriers / clusters == the "
-           "four-launch path, bit for bit)");
+    report("moe_ffn (norm + router + top-k + GLU + down in one launch == the four-launch path, bit for bit)");
 }
 
 // ---- attention v2 ------------------------------------------------------------------------------------------------
