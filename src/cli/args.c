@@ -127,7 +127,7 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.pcie_frac = e->pcie_frac;
     // --deterministic promises the all-in-VRAM engine's output: its prefill steps too (cuBLAS may pick another
     // algorithm for another step size)
-    ep.n_ubatch = (int32_t)(e->n_ubatch > 0 ? e->n_ubatch : e->deterministic ? 512 : 0);
+    ep.n_ubatch = (int32_t)(e->n_ubatch > 0 ? e->n_ubatch : e->deterministic ? STRATA_UBATCH_DEFAULT : 0);
     if (e->cpu_misses && e->deterministic)
         fprintf(stderr, "strata %s: --deterministic: ignoring --pcie-frac (every miss is read over PCIe)\n", a->cmd);
     strata_engine *eng = strata_engine_load(&ep);

@@ -60,8 +60,8 @@ bool st_args_hybrid(st_args *a, st_engine_args *e);
     "                          over PCIe and CPU threads compute the rest at the same time; auto measures both at\n"  \
     "                          load and picks F. Default 1 (every miss over PCIe)\n"                                  \
     "      --deterministic     hybrid output identical to all-in-VRAM (every miss read by the GPU; overrides\n"      \
-    "                          --pcie-frac; prefill in the all-in-VRAM engine's 512-token steps unless -ub)\n"       \
-    "  -ub, --ubatch-size N    tokens per prefill step on the GPU (default 512; 2048 in hybrid placement, where\n"   \
+    "                          --pcie-frac; prefill in the all-in-VRAM engine's steps unless -ub)\n"                 \
+    "  -ub, --ubatch-size N    tokens per prefill step on the GPU (default 2048; 4096 in hybrid placement, where\n"  \
     "                          each step streams the experts it needs over PCIe once)\n"
 
 // Parses argv[i] into e when it is one of the flags above; false (nothing consumed) for any other flag.

@@ -21,14 +21,15 @@
 #include "cuda/runtime.h"
 #include "engine/actdump.h"
 #include "engine/gpu_hybrid.h"
+#include "strata.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/log.h"
 
 #define ARENA_ALIGN 256
 #define SMALL_BATCH ST_MMVQ_MAX_TOK  // tokens per step of the matrix-vector path
-#define PREFILL_CHUNK 512            // tokens per step of the matrix-matrix (GEMM) path with every weight in VRAM,
-                                     // and the most rows of one all-position logits step (the logits buffer's cap)
+#define PREFILL_CHUNK STRATA_UBATCH_DEFAULT  // tokens per step of the matrix-matrix (GEMM) path, all in VRAM
+#define LOGITS_ROWS 512              // the most rows of one all-position logits step (the logits buffer's cap)
 #define GEMM_MIN_DEFAULT 64          // inputs of at least this many tokens take the GEMM path (STRATA_GEMM_MIN)
 
 typedef struct gweight {
@@ -357,7 +358,7 @@ static int prefill_moe_engine(const st_gpu_model *g, const glayer *L) {
 }
 
 // The largest scratch any prefill GEMM or MoE call of a g->prefill_chunk-token chunk needs (the LM head's at most
-// PREFILL_CHUNK rows: st_gpu_session_eval's all-position logits steps are capped there).
+// LOGITS_ROWS rows: st_gpu_session_eval's all-position logits steps are capped there).
 static size_t gemm_scratch_need(const st_gpu_model *g) {
     const st_hparams *hp = &g->m->hp;
     const int P = g->prefill_chunk;
@@ -369,7 +370,7 @@ static size_t gemm_scratch_need(const st_gpu_model *g) {
             if (b_ > need) need = b_;                                                                              \
         }                                                                                                          \
     } while (0)
-    NEED(&g->output, P < PREFILL_CHUNK ? P : PREFILL_CHUNK);
+    NEED(&g->output, P < LOGITS_ROWS ? P : LOGITS_ROWS);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const glayer *L = &g->layers[l];
         NEED(&L->wq, P);
@@ -975,8 +976,8 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
     for (int64_t off = 0; off < n;) {
         int64_t left = n - off;
         int big = left >= s->gemm_min && left > SMALL_BATCH;
-        // all-position logits: at most PREFILL_CHUNK rows a step, so the logits buffer stays within the plan
-        const int chunk = all_logits && logits && g->prefill_chunk > PREFILL_CHUNK ? PREFILL_CHUNK : g->prefill_chunk;
+        // all-position logits: at most LOGITS_ROWS rows a step, so the logits buffer stays within the plan
+        const int chunk = all_logits && logits && g->prefill_chunk > LOGITS_ROWS ? LOGITS_ROWS : g->prefill_chunk;
         int c_n = (int)(big ? (left < chunk ? left : chunk) : (left < SMALL_BATCH ? left : SMALL_BATCH));
         int last_chunk = off + c_n == n;
         int want = logits && (all_logits || last_chunk);

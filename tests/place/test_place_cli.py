@@ -45,7 +45,7 @@ with tempfile.TemporaryDirectory() as d:
           out + err)
     rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "1", "--json")
     j = json.loads(out) if rc == 0 else {}
-    check(rc == 0 and j.get("prefill_chunk") == 2048, "default hybrid prefill chunk", out + err)
+    check(rc == 0 and j.get("prefill_chunk") == 4096, "default hybrid prefill chunk", out + err)
     rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.001", "--reserve", "0")
     check(rc == 1 and "too small" in err and "at least" in err and "dense weights" in err, "too small", err)
     rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "-ub", "512",
