@@ -896,7 +896,8 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
             qk_rope_kv(s, L, l, n) ||
             attn_prefill(s, l, n, scale) ||
             gemm(s, &L->wo, s->attn, n, s->ffn_out) ||
-            st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st))
+            st_cuda_rmsnorm(s->xn, NULL, s->x, s->ffn_out, L->ffn_norm, n, d, hp->rms_eps, st) ||
+            dump_act(s, l, 'a', n))  // x = x + attention output (the FFN norm wrote it back)
             return -1;
         if (hp->n_expert == 0) {
             int ff = (int)hp->n_ff;
@@ -915,7 +916,7 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
                                          s->d_wts, n, K, s->ffn_out, s->gemm_scratch, s->gemm_scratch_bytes, st)))
                 return -1;
         }
-        if (st_cuda_add(s->x, s->x, s->ffn_out, (int64_t)n * d, st)) return -1;
+        if (st_cuda_add(s->x, s->x, s->ffn_out, (int64_t)n * d, st) || dump_act(s, l, 'f', n)) return -1;
     }
     if (out_rows > 0) {
         if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
