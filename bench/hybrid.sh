@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Hybrid expert placement (issue #6) on one GPU, Strata vs llama.cpp at the same VRAM budgets, same file, same run:
-# Strata `bench --gpu-mem G` for G = 16, 12, 8 GiB against llama-bench with `--n-cpu-moe N` for N = 12, 24, 36
-# (the experts of the first N layers stay in host RAM; issue #6 measured those as the llama.cpp settings that fit
-# 16 / 12 / 8 GiB), plus both with everything in VRAM. Peak VRAM of every run is sampled with nvidia-smi, so the
+# Strata `bench --gpu-mem G` for G = 16, 12, 8 GiB against llama-bench with `--n-cpu-moe N` for N = 7, 19, 31
+# (the experts of the first N layers stay in host RAM): the smallest N whose peak VRAM fits each budget on the
+# Qwen3-30B-A3B shape, measured 2026-11-30e (peaks 16,061 / 11,979 / 7,897 MiB; one layer's experts are 349 MiB).
+# Issue #6's table used N = 12, 24, 36 (2 GiB under each budget): `--ncmoe "12 24 36"` reproduces it. Plus both
+# engines with everything in VRAM. Peak VRAM of every run is sampled with nvidia-smi, so the
 # table shows whether each run kept to its budget. Builds like bench/peer.sh (llama-bench from .carry/llama.cpp).
 # Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
 #   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
@@ -18,7 +20,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-hybrid}
 mkdir -p "$out"
 preset=qwen3-30b-a3b; mix=Q4_K_M; skew=0; pp=512; tg=128; reps=3; threads=16; llama_on=1
-budgets="16 12 8"; ncmoe="12 24 36"; pcie=(); agent=0
+budgets="16 12 8"; ncmoe="7 19 31"; pcie=(); agent=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift ;;
@@ -35,7 +37,7 @@ while [ $# -gt 0 ]; do
     --agent) agent=1 ;;
     --prefetch) export STRATA_HY_PREFETCH=$2; shift ;;
     --host-node) export STRATA_HY_HOSTNODE=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
   esac
   shift
 done
