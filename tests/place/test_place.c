@@ -107,7 +107,7 @@ static void test_planner(const st_model *m) {
     CHECK(p.prefill_chunk == ST_PLAN_PREFILL_CHUNK && p.scratch_bytes == st_plan_scratch_bytes(&d, ST_PLAN_PREFILL_CHUNK),
           "default chunk %lld", (long long)p.prefill_chunk);
     CHECK(st_plan_scratch_bytes(&d, 512) > 0 && st_plan_scratch_bytes(&d, 512) < p.scratch_bytes &&
-              p.scratch_bytes < st_plan_scratch_bytes(&d, 4096), "scratch grows with the chunk");
+              p.scratch_bytes < st_plan_scratch_bytes(&d, 2 * ST_PLAN_PREFILL_CHUNK), "scratch grows with the chunk");
     st_plan_free(&p);
     // Exactly all: still all in VRAM; one byte less: hybrid with fewer slots than experts.
     pp.gpu_budget = all;
