@@ -112,6 +112,12 @@ bool st_args_have_model(const st_args *a, const st_engine_args *e) {
     return false;
 }
 
+int32_t st_args_ubatch(const st_engine_args *e) {
+    // --deterministic promises the all-in-VRAM engine's output: its prefill steps too (cuBLAS may pick another
+    // algorithm for another step size)
+    return (int32_t)(e->n_ubatch > 0 ? e->n_ubatch : e->deterministic ? STRATA_UBATCH_DEFAULT : 0);
+}
+
 strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     strata_engine_params ep = strata_engine_default_params();
     ep.model_path = e->model;
@@ -125,9 +131,7 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.arena_mmap = e->arena_mmap;
     ep.cpu_misses = e->cpu_misses && !e->deterministic;
     ep.pcie_frac = e->pcie_frac;
-    // --deterministic promises the all-in-VRAM engine's output: its prefill steps too (cuBLAS may pick another
-    // algorithm for another step size)
-    ep.n_ubatch = (int32_t)(e->n_ubatch > 0 ? e->n_ubatch : e->deterministic ? STRATA_UBATCH_DEFAULT : 0);
+    ep.n_ubatch = st_args_ubatch(e);
     if (e->cpu_misses && e->deterministic)
         fprintf(stderr, "strata %s: --deterministic: ignoring --pcie-frac (every miss is read over PCIe)\n", a->cmd);
     strata_engine *eng = strata_engine_load(&ep);

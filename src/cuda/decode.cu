@@ -67,22 +67,21 @@ static int dec_switch_forced(void) {
 // ---- PDL switch -------------------------------------------------------------------------------------------------
 
 static int g_pdl_on = 1;     // process-wide A/B switch (st_cuda_dec_set_pdl); not device state
-static int g_pdl_cc[64];     // per device ordinal: 0 unknown, 1 no PDL (below sm_90), 2 PDL
+static int g_cc_major[64];   // per device ordinal: compute capability major, 0 unknown
 
 extern "C" void st_cuda_dec_set_pdl(int on) { g_pdl_on = on != 0; }
 extern "C" int st_cuda_dec_pdl(void) { return st_dec_pdl_enabled(); }
 
-int st_dec_pdl_enabled(void) {
-    if (!g_pdl_on) return 0;
+int st_dec_device_major(void) {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-    if (!g_pdl_cc[dev]) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
-        g_pdl_cc[dev] = major >= 9 ? 2 : 1;
-    }
-    return g_pdl_cc[dev] == 2;
+    if (!g_cc_major[dev] &&
+        cudaDeviceGetAttribute(&g_cc_major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        g_cc_major[dev] = 0;
+    return g_cc_major[dev];
 }
+
+int st_dec_pdl_enabled(void) { return g_pdl_on && st_dec_device_major() >= 9; }
 
 // ---- RMSNorm + residual + quantization ---------------------------------------------------------------------------
 

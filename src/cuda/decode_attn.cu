@@ -687,7 +687,6 @@ extern "C" size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_
 // depth 16384: 269.0 vs 243.7 tok/s with the SIMT kernel); STRATA_ATTN_TC=0 (or st_cuda_attn_dec_set_tc(0)) turns
 // it off.
 static int g_att_tc_on = -1;  // -1: from the environment at the first use
-static int g_att_tc_cc[64];  // per device ordinal: 0 unknown, 1 no (below sm_80), 2 yes
 static int g_att_tc_smem[64][2];  // per device: max dynamic shared memory set for k_attn_dec_tc<64>, <128>
 extern "C" void st_cuda_attn_dec_set_tc(int on) { g_att_tc_on = on < 0 ? -1 : on != 0; }
 extern "C" int st_cuda_attn_dec_tc(int kv_f16) {
@@ -699,15 +698,7 @@ extern "C" int st_cuda_attn_dec_tc(int kv_f16) {
         const char *e = getenv("STRATA_ATTN_TC");
         g_att_tc_on = !(e && *e == '0');
     }
-    if (!g_att_tc_on || !kv_f16) return 0;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-    if (!g_att_tc_cc[dev]) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
-        g_att_tc_cc[dev] = major >= 8 ? 2 : 1;
-    }
-    return g_att_tc_cc[dev] == 2;
+    return g_att_tc_on && kv_f16 && st_dec_device_major() >= 8;
 #endif
 }
 

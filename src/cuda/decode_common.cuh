@@ -56,8 +56,9 @@ __device__ __forceinline__ void st_prefetch_l2(const void *p) {
 #endif
 }
 
-// Whether launches on the current device use PDL (decode.cu: process-wide switch, then the device's compute
-// capability, cached per device ordinal).
+// The current device's compute capability major (decode.cu; cached per device ordinal), 0 when unknown.
+int st_dec_device_major(void);
+// Whether launches on the current device use PDL (decode.cu: process-wide switch, then sm_90+).
 int st_dec_pdl_enabled(void);
 
 // Launches kernel k with PDL when enabled and stream is a created stream (captured into graphs as a programmatic

@@ -973,12 +973,12 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
     int64_t start = s->n_past;
     size_t nv = hp->n_vocab;
     int64_t n_dec = 0, n_pre = 0;  // tokens through step() / step_prefill() (hybrid counters)
+    // all-position logits: at most LOGITS_ROWS rows a step, so the logits buffer stays within the plan
+    const int chunk = all_logits && logits && g->prefill_chunk > LOGITS_ROWS ? LOGITS_ROWS : g->prefill_chunk;
     if (g->hy && st_hybrid_before_eval(g->hy, s->stream)) return -1;
     for (int64_t off = 0; off < n;) {
         int64_t left = n - off;
         int big = left >= s->gemm_min && left > SMALL_BATCH;
-        // all-position logits: at most LOGITS_ROWS rows a step, so the logits buffer stays within the plan
-        const int chunk = all_logits && logits && g->prefill_chunk > LOGITS_ROWS ? LOGITS_ROWS : g->prefill_chunk;
         int c_n = (int)(big ? (left < chunk ? left : chunk) : (left < SMALL_BATCH ? left : SMALL_BATCH));
         int last_chunk = off + c_n == n;
         int want = logits && (all_logits || last_chunk);
