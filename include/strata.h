@@ -131,6 +131,7 @@ typedef struct strata_hybrid_stats {
     uint64_t prefetch_bytes;
     uint64_t prefetch_hits;    // selections served from a prefetched copy (counted as hits, not misses)
     uint64_t prefetch_late;    // layers whose prefetch was dropped because their MoE had already started
+    uint64_t prefetch_prefill; // (layer, expert) records prefill chunks read from prefetch copies instead of staging
 } strata_hybrid_stats;
 int strata_session_hybrid_stats(strata_session *session, strata_hybrid_stats *out);
 

@@ -253,6 +253,7 @@ int strata_session_hybrid_stats(strata_session *s, strata_hybrid_stats *out) {
     out->prefetch_bytes = h.pf_bytes;
     out->prefetch_hits = h.pf_hits;
     out->prefetch_late = h.pf_late;
+    out->prefetch_prefill = h.pf_prefill;
     return 0;
 }
 

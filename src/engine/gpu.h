@@ -54,6 +54,7 @@ typedef struct st_gpu_hybrid_stats {
     uint64_t pf_bytes;         // their bytes (over PCIe, off the critical path)
     uint64_t pf_hits;          // selections served from a prefetched copy (counted as hits)
     uint64_t pf_late;          // layers whose prefetch was skipped: their MoE had started
+    uint64_t pf_prefill;       // (layer, expert) records prefill chunks read from prefetch copies, not staged
 } st_gpu_hybrid_stats;
 
 // 1 when this build has the CUDA backend and a usable device exists (the reason otherwise in st_errmsg).

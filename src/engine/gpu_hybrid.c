@@ -6,8 +6,9 @@
 //           expert cache, then the prefill staging buffers (buffer b starts at slot n_cache + b * stage_per_buf)
 //   tab_d   [n_layer][n_expert][3] const void *: gate/up/down address of every expert (VRAM slot or mapped host
 //           record), read by the fused decode kernels (decode.h)
-//   pmap_d  [n_layer][n_expert] int32: prefill slot map, the cache slot of a resident expert or the staging slot
-//           of a missing one (staging buffer l % n_bufs)
+//   pmap_d  [n_layer][n_expert] int32: prefill slot map, the cache slot of a resident expert, else the prefetch
+//           slot that holds a copy of it (own-slot sets, below), else the staging slot of a missing one (staging
+//           buffer l % n_bufs)
 //   cnt_d   [n_layer][n_expert] uint32 routed counts since the last read-back, then [n_layer][2] uint32 decode
 //           selections and misses, then [n_layer] uint32 misses computed by the CPU
 //
@@ -26,7 +27,9 @@
 // they hold them, at least 3, layer l using set l % n_sets; a prefill resets them) and their table entries flipped
 // to the copies. A copy stays until its layer's predictions move on, so the sets also act as a fast-adapting
 // per-layer cache (most of their hits are copies made for earlier tokens); joined
-// before the LM head. Bitwise equal to all-in-VRAM (the same bytes at either address). Buffers:
+// before the LM head. Bitwise equal to all-in-VRAM (the same bytes at either address). Own-slot sets are filled at
+// load (hy_pf_fill) and a prefill reads whatever copies they hold instead of staging those experts (a prefill chunk
+// uses nearly every expert of a layer, so each copy saves one record of PCIe traffic per chunk). Buffers:
 //   home_d [L][E][3]: tab_h's copy (the entries without prefetch); rec_d [L][E]: rec_dev; pf_meta_d [L][4]
 //   (slot bytes, part offsets); owner/work/done/progress/stats (hybrid.h st_hy_pf); pred_* : the prediction
 // Doorbell (the default; STRATA_HY_HOSTNODE=1 for host nodes): no host node, fork or join; the classify kernel rings
@@ -146,6 +149,9 @@ struct st_hybrid {
     const uint8_t **rec_d;
     long long *pf_meta_d;
     int32_t *pf_owner_d, *pf_work_d, *pf_progress_d;
+    int32_t *pf_owner_h;          // pinned host [n_sets * P]: pf_owner_d as last read (own-slot sets, for the pmap)
+    int pf_owner_stale;           // decode steps ran since that read (their plans may have moved the owners)
+    uint64_t pf_in_pmap;          // non-resident experts the current pmap reads from prefetch copies
     uint32_t *pf_done_d;
     unsigned long long *pf_stats_d;  // [5]: st_hy_pf stats [4], then hits (st_hy_count_pf)
     float *pred_logits_d, *pred_w_d;  // [E], [32]
@@ -300,13 +306,33 @@ static void table_entry(st_hybrid *h, uint32_t l, uint32_t e, const void *out[3]
     for (int k = 0; k < 3; k++) out[k] = base + x->off[k];
 }
 
+// First slot of the prefetch's own sets (after the cache and the staging).
+static int64_t pf_own_slot0(const st_hybrid *h) {
+    return (int64_t)h->lay.n_cache + (int64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
+}
+
+// The prefill slot map from slot_of and, with own-slot prefetch sets, the copies they hold (pf_owner_h): a cached
+// expert reads its cache slot, a copied one its prefetch slot, the rest get staging slots in expert order.
 static void rebuild_pmap(st_hybrid *h) {
     const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    const uint64_t n_rec = (uint64_t)h->L * h->E;
+    for (uint64_t i = 0; i < n_rec; i++) h->pmap_h[i] = -1;
+    h->pf_in_pmap = 0;
+    if (h->pf_on && h->pf_own && h->pf_owner_h)
+        for (int j = 0; j < h->pf.n_sets * h->pf_P; j++) {
+            const int32_t o = h->pf_owner_h[j];
+            if (o >= 0 && (uint64_t)o < n_rec && h->slot_of[o] < 0) {
+                h->pmap_h[o] = (int32_t)(pf_own_slot0(h) + j);
+                h->pf_in_pmap++;
+            }
+        }
     for (uint32_t l = 0; l < h->L; l++) {
         int64_t j = (int64_t)h->lay.n_cache + (int64_t)(l % bufs) * h->lay.stage_per_buf;
         for (uint32_t e = 0; e < h->E; e++) {
-            const int32_t s = h->slot_of[(uint64_t)l * h->E + e];
-            h->pmap_h[(uint64_t)l * h->E + e] = s >= 0 ? s : (int32_t)j++;
+            const uint64_t i = (uint64_t)l * h->E + e;
+            const int32_t s = h->slot_of[i];
+            if (s >= 0) h->pmap_h[i] = s;
+            else if (h->pmap_h[i] < 0) h->pmap_h[i] = (int32_t)j++;
         }
     }
 }
@@ -804,6 +830,7 @@ void st_hybrid_free(st_hybrid *h) {
             if (cb[i]) st_cuda_free(ctx, cb[i]);
     }
     if (h->pmap_h) cudaFreeHost(h->pmap_h);
+    if (h->pf_owner_h) cudaFreeHost(h->pf_owner_h);
     if (h->cnt_h) cudaFreeHost(h->cnt_h);
     cudaEvent_t evs[] = {h->ev_start, h->ev_staged[0], h->ev_staged[1], h->ev_done[0], h->ev_done[1], h->ev_victims,
                          h->ev_copied};
@@ -869,6 +896,63 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 
 int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
 int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_chunk; }
+
+// Fills the own-slot prefetch sets at load: set s (layer s's, n_sets == L in own mode; a set shared by several
+// layers takes its first layer's) gets copies of P of the layer's non-resident experts, the most used first by the
+// decayed frequencies (the profile's shape when one was loaded), else the lowest ids. Their decode-table entries
+// point at the copies, as if the prefetch had made them, and the first prefill reads them instead of staging them.
+static int hy_pf_fill(st_hybrid *h) {
+    const int P = h->pf_P, n_sets = h->pf.n_sets;
+    const uint64_t n_own = (uint64_t)n_sets * (uint64_t)P;
+    HY_CHECK(cudaMallocHost((void **)&h->pf_owner_h, sizeof(int32_t) * n_own));
+    for (uint64_t j = 0; j < n_own; j++) h->pf_owner_h[j] = -1;
+    st_hy_update u[ST_HY_MAX_UPDATES];
+    int n_u = 0;
+    uint64_t bytes = 0;
+    for (int set = 0; set < n_sets && (uint32_t)set < h->L; set++) {
+        const uint32_t l = (uint32_t)set;
+        const uint64_t row = (uint64_t)l * h->E;
+        uint32_t pick[32];
+        int n = 0;
+        for (; n < P; n++) {  // P passes of a selection (P <= 32, E small): the likeliest not yet taken
+            int best = -1;
+            for (uint32_t e = 0; e < h->E; e++) {
+                if (h->slot_of[row + e] >= 0) continue;
+                int taken = 0;
+                for (int k = 0; k < n; k++) taken |= pick[k] == e;
+                if (!taken && (best < 0 || h->freq[row + e] > h->freq[row + (uint32_t)best])) best = (int)e;
+            }
+            if (best < 0) break;
+            pick[n] = (uint32_t)best;
+        }
+        for (int a = 1; a < n; a++)  // expert order: neighbouring records merge into one copy
+            for (int b = a; b > 0 && pick[b - 1] > pick[b]; b--) {
+                const uint32_t t = pick[b];
+                pick[b] = pick[b - 1];
+                pick[b - 1] = t;
+            }
+        const int64_t slot0 = pf_own_slot0(h) + (int64_t)set * P;
+        if (n && copy_records(h, l, pick, n, slot0, h->copy, &bytes)) return -1;
+        const st_xlayer *x = &h->arena->layers[l].x;
+        for (int j = 0; j < n; j++) {
+            h->pf_owner_h[(uint64_t)set * P + (uint64_t)j] = (int32_t)(row + pick[j]);
+            u[n_u].index = (int64_t)(row + pick[j]);
+            for (int k = 0; k < 3; k++) u[n_u].ptr[k] = slot_ptr(h, slot0 + j) + x->off[k];
+            if (++n_u == ST_HY_MAX_UPDATES) {
+                if (st_cuda_hy_set_table(h->tab_d, u, n_u, h->copy)) return -1;  // after the copies (stream order)
+                n_u = 0;
+            }
+        }
+    }
+    if (n_u && st_cuda_hy_set_table(h->tab_d, u, n_u, h->copy)) return -1;
+    HY_CHECK(cudaMemcpyAsync(h->pf_owner_d, h->pf_owner_h, sizeof(int32_t) * n_own, cudaMemcpyHostToDevice, h->copy));
+    HY_CHECK(cudaStreamSynchronize(h->copy));
+    h->pmap_dirty = 1;
+    char b[32];
+    st_info("hybrid: prefetch slots filled at load (%s): a prefill reads those experts from VRAM",
+            st_fmt_bytes(b, sizeof b, (double)bytes));
+    return 0;
+}
 
 // Sets up the prefetch when h->pf_P > 0 (st_hybrid_init) and its slots hold 3 sets of P. With CPU misses
 // too, the classify kernel sees a prefetched expert as a hit (its entry lies in the slot buffer), after the layer's
@@ -945,7 +1029,7 @@ static int hy_pf_init(st_hybrid *h) {
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
             "%d copy blocks)", h->pf_P, pf->n_sets, h->pf_P, h->pf_own ? "own slots" : "in the prefill staging",
             max_copies, max_copies == 1 ? "y" : "ies", h->pf_blocks);
-    return 0;
+    return h->pf_own && env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h) : 0;
 }
 
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
@@ -1014,8 +1098,8 @@ static int stage_layer(st_hybrid *h, uint32_t l, cudaEvent_t wait) {
     int n = 0;
     const int32_t *pm = h->pmap_h + (uint64_t)l * h->E;
     const int64_t base = (int64_t)h->lay.n_cache + (int64_t)(l % bufs) * h->lay.stage_per_buf;
-    for (uint32_t e = 0; e < h->E; e++)
-        if (pm[e] >= base) miss[n++] = e;  // staging slots are numbered in expert order (rebuild_pmap)
+    for (uint32_t e = 0; e < h->E; e++)  // staging slots are numbered in expert order (rebuild_pmap)
+        if (pm[e] >= base && pm[e] < base + (int64_t)h->lay.stage_per_buf) miss[n++] = e;
     if (n && copy_records(h, l, miss, n, base, h->copy, &h->staged_chunk)) return -1;
     HY_CHECK(cudaEventRecord(h->ev_staged[l % bufs], h->copy));
     return 0;
@@ -1027,19 +1111,30 @@ int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream
         HY_CHECK(cudaEventSynchronize(h->ev_copied));
         if (flip_pending(h, st)) return -1;
     }
+    // Prefetch sets in the staging: every prefetched entry points home again first. Own-slot sets keep their
+    // copies, and the prefill reads them (the owners as the last decode steps left them).
+    if (h->pf_on && !h->pf_own && st_cuda_hy_pf_reset(&h->pf, st)) return -1;
+    if (h->pf_on && h->pf_own && h->pf_owner_stale) {
+        HY_CHECK(cudaMemcpyAsync(h->pf_owner_h, h->pf_owner_d, sizeof(int32_t) * (size_t)h->pf.n_sets * h->pf_P,
+                                 cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaStreamSynchronize(st));  // (the engine synchronises after every evaluation anyway)
+        h->pf_owner_stale = 0;
+        h->pmap_dirty = 1;
+    }
     if (h->pmap_dirty) {
         rebuild_pmap(h);
         HY_CHECK(cudaMemcpyAsync(h->pmap_d, h->pmap_h, sizeof(int32_t) * h->L * h->E, cudaMemcpyHostToDevice, st));
         h->pmap_dirty = 0;
     }
-    // The prefetch slots are the first staging slots: every prefetched entry points home again first.
-    if (h->pf_on && st_cuda_hy_pf_reset(&h->pf, st)) return -1;
     // Staging may reuse the buffers only after the previous chunk's (and the flips') work on `st`.
     HY_CHECK(cudaEventRecord(h->ev_start, st));
     const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
     for (uint32_t l = 0; l < bufs && l < h->L; l++)
         if (stage_layer(h, l, l == 0 ? h->ev_start : NULL)) return -1;
-    if (stats) stats->prefill_chunks++;
+    if (stats) {
+        stats->prefill_chunks++;
+        stats->pf_prefill += h->pf_in_pmap;
+    }
     return 0;
 }
 
@@ -1108,6 +1203,7 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
     if (h->doorbell && ((volatile uint32_t *)h->bell_h)[3])
         return st_err("%s: the CPU-miss doorbell thread did not answer within %.0f s (its outputs are NaN)",
                       h->m->path, (double)ST_HY_BELL_TIMEOUT_NS * 1e-9);
+    if (n_decode && h->pf_on) h->pf_owner_stale = 1;  // (graph replays included: no other hook sees them)
     if (stats) {
         stats->decode_tokens += (uint64_t)n_decode;
         stats->prefill_tokens += (uint64_t)n_prefill;

@@ -129,8 +129,9 @@ int main(int argc, char **argv) {
         printf("PASS prefill logits: %d positions x %d bitwise identical\n", n_prompt, nv);
     }
     strata_session_hybrid_stats(sb, &hs);
-    printf("prefill: %" PRIu64 " tokens in %" PRIu64 " chunks, %.3f GB staged (%.2f MB/token)\n", hs.prefill_tokens,
-           hs.prefill_chunks, (double)hs.staged_bytes / 1e9, (double)hs.staged_bytes / 1e6 / (double)(hs.prefill_tokens ? hs.prefill_tokens : 1));
+    printf("prefill: %" PRIu64 " tokens in %" PRIu64 " chunks, %.3f GB staged (%.2f MB/token), %" PRIu64
+           " records read from prefetch copies\n", hs.prefill_tokens, hs.prefill_chunks, (double)hs.staged_bytes / 1e9,
+           (double)hs.staged_bytes / 1e6 / (double)(hs.prefill_tokens ? hs.prefill_tokens : 1), hs.prefetch_prefill);
     // Decode.
     int32_t ta = argmax(la + (size_t)(n_prompt - 1) * nv, nv), tb = argmax(lb + (size_t)(n_prompt - 1) * nv, nv);
     size_t used0 = 0, total = 0, used_min = SIZE_MAX, used_max = 0;
@@ -217,6 +218,8 @@ int main(int argc, char **argv) {
         int32_t toks2[N_PROMPT2];
         for (int i = 0; i < N_PROMPT2; i++) toks2[i] = (int32_t)st_rng_below(&r, (uint32_t)nv);
         float *la2 = malloc(sizeof(float) * (size_t)nv * N_PROMPT2), *lb2 = malloc(sizeof(float) * (size_t)nv * N_PROMPT2);
+        strata_session_hybrid_stats(sb, &hs);
+        const uint64_t pf_prefill0 = hs.prefetch_prefill;
         if (strata_session_eval(sa, toks2, N_PROMPT2, la2, true) || strata_session_eval(sb, toks2, N_PROMPT2, lb2, true)) {
             fprintf(stderr, "FAIL: second prefill: %s\n", strata_last_error());
             return 1;
@@ -243,6 +246,8 @@ int main(int argc, char **argv) {
         free(la2);
         free(lb2);
         strata_session_hybrid_stats(sb, &hs);
+        printf("second prefill: %" PRIu64 " records read from the prefetch copies the decode left\n",
+               hs.prefetch_prefill - pf_prefill0);
     }
     if (hs.prefetch_per_layer > 0) {  // on by default (STRATA_HY_PREFETCH=0: off)
         const double t = hs.decode_tokens ? (double)hs.decode_tokens : 1;
