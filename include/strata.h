@@ -42,6 +42,10 @@ typedef struct strata_engine_params {
     // read by the GPU over PCIe and the output is bitwise the all-in-VRAM one (--deterministic).
     bool cpu_misses;
     double pcie_frac;          // with cpu_misses: share of the misses the GPU reads over PCIe, 0..1; < 0: auto
+    // Hybrid prefill in steps of up to 1024 tokens: CPU threads compute a share of each layer's non-resident
+    // experts while the rest are staged over PCIe (CPU arithmetic for those). true: every one staged (bitwise the
+    // all-in-VRAM output, with cpu_misses false).
+    bool no_prefill_cpu;
     int32_t n_ubatch;          // CUDA: tokens per prefill step (-ub); <= 0: STRATA_UBATCH_DEFAULT, in hybrid
                                // placement 4096 (each step streams the experts it needs over PCIe once)
 } strata_engine_params;
@@ -132,6 +136,7 @@ typedef struct strata_hybrid_stats {
     uint64_t prefetch_hits;    // selections served from a prefetched copy (counted as hits, not misses)
     uint64_t prefetch_late;    // layers whose prefetch was dropped because their MoE had already started
     uint64_t prefetch_prefill; // (layer, expert) records prefill chunks read from prefetch copies instead of staging
+    uint64_t prefill_cpu;      // (layer, expert) records of prefill chunks computed by CPU threads instead of staging
 } strata_hybrid_stats;
 int strata_session_hybrid_stats(strata_session *session, strata_hybrid_stats *out);
 

@@ -85,6 +85,7 @@ bool st_args_hybrid(st_args *a, st_engine_args *e) {
     else if (st_args_is(a, NULL, "--pack")) e->pack = st_args_str(a);
     else if (st_args_is(a, NULL, "--arena-mmap")) e->arena_mmap = true;
     else if (st_args_is(a, NULL, "--deterministic")) e->deterministic = true;
+    else if (st_args_is(a, NULL, "--no-prefill-cpu")) e->no_prefill_cpu = true;
     else if (st_args_is(a, "-ub", "--ubatch-size")) e->n_ubatch = st_args_int(a, 16, 16384);
     else if (st_args_is(a, NULL, "--pcie-frac")) {
         const char *v = st_args_str(a);
@@ -131,6 +132,7 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.arena_mmap = e->arena_mmap;
     ep.cpu_misses = e->cpu_misses && !e->deterministic;
     ep.pcie_frac = e->pcie_frac;
+    ep.no_prefill_cpu = e->no_prefill_cpu || e->deterministic;
     ep.n_ubatch = st_args_ubatch(e);
     if (e->cpu_misses && e->deterministic)
         fprintf(stderr, "strata %s: --deterministic: ignoring --pcie-frac (every miss is read over PCIe)\n", a->cmd);

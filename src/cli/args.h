@@ -41,12 +41,13 @@ typedef struct st_engine_args {
     int64_t plan_n_ctx;       // KV positions the budget reserves: set by the command from its context size
     bool cpu_misses;          // --pcie-frac given (and no --deterministic)
     double pcie_frac;         // --pcie-frac F (0..1), or -1 for auto
-    bool deterministic;       // --deterministic: every miss over PCIe, whatever --pcie-frac says
+    bool deterministic;       // --deterministic: every miss over PCIe, whatever --pcie-frac says; no prefill CPU share
+    bool no_prefill_cpu;      // --no-prefill-cpu: hybrid prefill stages every non-resident expert
     int64_t n_ubatch;         // -ub, --ubatch-size N (0: the engine's default)
 } st_engine_args;
 
 // Parses argv[i] when it is one of the hybrid placement flags (--gpu-mem, --profile, --pack, --arena-mmap,
-// --pcie-frac, --deterministic, -ub); false (nothing consumed) for any other flag.
+// --pcie-frac, --no-prefill-cpu, --deterministic, -ub); false (nothing consumed) for any other flag.
 bool st_args_hybrid(st_args *a, st_engine_args *e);
 // Help lines for those flags (usage texts).
 #define ST_ARGS_HYBRID_HELP                                                                                        \
@@ -59,8 +60,11 @@ bool st_args_hybrid(st_args *a, st_engine_args *e);
     "      --pcie-frac F|auto  hybrid decode: the GPU reads a share F (0..1) of each layer's expert-cache misses\n"   \
     "                          over PCIe and CPU threads compute the rest at the same time; auto measures both at\n"  \
     "                          load and picks F. Default 1 (every miss over PCIe)\n"                                  \
+    "      --no-prefill-cpu    hybrid prefill: stage every non-resident expert over PCIe (by default, in steps of\n"\
+    "                          up to 1024 tokens CPU threads compute a share of them at the same time)\n"             \
     "      --deterministic     hybrid output identical to all-in-VRAM (every miss read by the GPU; overrides\n"      \
-    "                          --pcie-frac; prefill in the all-in-VRAM engine's steps unless -ub)\n"                 \
+    "                          --pcie-frac; no prefill CPU share; prefill in the all-in-VRAM engine's steps unless\n"\
+    "                          -ub)\n"                                                                                \
     "  -ub, --ubatch-size N    tokens per prefill step on the GPU (default 2048; 4096 in hybrid placement, where\n"  \
     "                          each step streams the experts it needs over PCIe once)\n"
 

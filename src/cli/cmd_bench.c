@@ -60,6 +60,7 @@ static strata_hybrid_stats hy_diff(const strata_hybrid_stats *a, const strata_hy
     d.prefetch_hits -= a->prefetch_hits;
     d.prefetch_late -= a->prefetch_late;
     d.prefetch_prefill -= a->prefetch_prefill;
+    d.prefill_cpu -= a->prefill_cpu;
     return d;
 }
 
@@ -81,6 +82,7 @@ static void hy_add(strata_hybrid_stats *acc, const strata_hybrid_stats *d) {
     acc->prefetch_hits += a.prefetch_hits;
     acc->prefetch_late += a.prefetch_late;
     acc->prefetch_prefill += a.prefetch_prefill;
+    acc->prefill_cpu += a.prefill_cpu;
 }
 
 // Per-token figures of a hybrid result: hit rate, misses and PCIe bytes per decoded token, staged bytes per

@@ -102,6 +102,7 @@ int cmd_serve(int argc, char **argv) {
     c.arena_mmap = hy.arena_mmap;
     c.cpu_misses = hy.cpu_misses && !hy.deterministic;
     c.pcie_frac = hy.pcie_frac;
+    c.no_prefill_cpu = hy.no_prefill_cpu || hy.deterministic;
     c.n_ubatch = st_args_ubatch(&hy);
     if (hy.cpu_misses && hy.deterministic && c.worker_fd < 0)
         fprintf(stderr, "strata serve: --deterministic: ignoring --pcie-frac (every miss is read over PCIe)\n");

@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(const mmq_args a) {
     int row0, nrows;
     if (a.tile_e) {
         const int tile = blockIdx.y;
-        if (tile >= *a.n_tiles) return;
+        if (tile >= *a.n_tiles || a.tile_e[tile] < 0) return;  // (< 0: no slot, k_moe_remap_tiles)
         W += (size_t)a.tile_e[tile] * (size_t)a.expert_bytes;
         row0 = a.tile_r0[tile];
         nrows = a.tile_n[tile];
@@ -980,10 +980,14 @@ static int moe_cublas_proj(st_gemm_ctx *g, int engine, const __half *Wh, int64_t
 
 // Hybrid placement (st_cuda_moe_ffn_slots): tile t's expert id becomes the slot that holds the expert, so the
 // kernels' `tile_e * expert_bytes` lands on the slot. Runs after k_moe_place; tiles past *n_tiles are left alone.
+// An expert without a slot (slot -1: the CPU computes it, engine/gpu_hybrid.c) keeps tile -1, which the GEMM
+// kernels skip, and its pairs leave the weighted sum (inv -1; the caller adds the CPU's share).
 __global__ void k_moe_remap_tiles(int32_t *__restrict__ tile_e, const int32_t *__restrict__ n_tiles, int max_tiles,
-                                  const int32_t *__restrict__ slot_of) {
+                                  const int32_t *__restrict__ slot_of, const int32_t *__restrict__ ids, int np,
+                                  int n_expert, int32_t *__restrict__ inv) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < max_tiles && t < *n_tiles) tile_e[t] = slot_of[tile_e[t]];
+    if (t < np && ids[t] >= 0 && ids[t] < n_expert && slot_of[ids[t]] < 0) inv[t] = -1;
 }
 
 static int moe_ffn_impl(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate, const void *Wup, int type_down,
@@ -1060,8 +1064,9 @@ static int moe_ffn_impl(st_gemm_ctx *g, int engine, int type_gu, const void *Wga
     if (st_cuda_check_launch(ctx, "moe_place")) return -1;
     const int32_t *n_valid = b.offsets + n_expert;
     if (slot_of) {
-        const int max_tiles = np / bn + n_expert;
-        k_moe_remap_tiles<<<(max_tiles + 255) / 256, 256, 0, stream>>>(b.tile_e, b.n_tiles, max_tiles, slot_of);
+        const int max_tiles = np / bn + n_expert, n_thr = max_tiles > np ? max_tiles : np;
+        k_moe_remap_tiles<<<(n_thr + 255) / 256, 256, 0, stream>>>(b.tile_e, b.n_tiles, max_tiles, slot_of, ids, np,
+                                                                   n_expert, b.inv);
         if (st_cuda_check_launch(ctx, "moe_remap_tiles")) return -1;
     }
 

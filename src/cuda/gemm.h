@@ -110,7 +110,8 @@ int st_cuda_moe_ffn(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate_d
 // As st_cuda_moe_ffn, for experts that are not one contiguous stack (hybrid placement, docs/HYBRID.md): expert e's
 // gate rows are at Wgate0 + slot_of_dev[e] * slot_stride, its up rows at Wup0 + slot_of_dev[e] * slot_stride and its
 // down rows at Wdown0 + slot_of_dev[e] * slot_stride (slots of one device buffer, each holding gate|up|down at fixed
-// offsets). slot_of_dev: device int32 [n_expert], every entry a valid slot for the experts the ids select.
+// offsets). slot_of_dev: device int32 [n_expert], a valid slot for each expert the ids select, or -1 for an
+// expert left out: its pairs contribute nothing to Y (the caller adds them; hybrid prefill's CPU share).
 // Tensor-core and int8 engines only (the cuBLAS engines dequantize whole stacks). The arithmetic is exactly
 // st_cuda_moe_ffn's: the same tiles over the same bytes, only the addresses differ, so results are bit-identical.
 int st_cuda_moe_ffn_slots(st_gemm_ctx *g, int engine, int type_gu, const void *Wgate0, const void *Wup0,

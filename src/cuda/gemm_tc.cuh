@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) k_gemm_tc(const tc_args a) {
     int row0, nrows;
     if (a.tile_e) {
         const int tile = blockIdx.y;
-        if (tile >= *a.n_tiles) return;
+        if (tile >= *a.n_tiles || a.tile_e[tile] < 0) return;  // (< 0: no slot, k_moe_remap_tiles in gemm.cu)
         const size_t eoff = (size_t)a.tile_e[tile] * (size_t)a.expert_bytes;
         W1 += eoff;
         if (W2) W2 += eoff;

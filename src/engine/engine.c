@@ -79,6 +79,7 @@ static int pick_gpu(strata_engine *e, const char *device, const strata_engine_pa
     o.arena_mode = p->arena_mmap ? 2 : 0;  // st_arena_mode: ST_ARENA_MMAP, or AUTO (STRATA_ARENA_MMAP)
     o.cpu_misses = p->cpu_misses;
     o.pcie_frac = p->pcie_frac;
+    o.prefill_cpu = !p->no_prefill_cpu;
     o.n_ubatch = p->n_ubatch;
     e->gpu = st_gpu_model_load_opts(e->model, index, &o);
     // A budget was asked for: falling back to the CPU silently would hide the error.
@@ -254,6 +255,7 @@ int strata_session_hybrid_stats(strata_session *s, strata_hybrid_stats *out) {
     out->prefetch_hits = h.pf_hits;
     out->prefetch_late = h.pf_late;
     out->prefetch_prefill = h.pf_prefill;
+    out->prefill_cpu = h.prefill_cpu;
     return 0;
 }
 

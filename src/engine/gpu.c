@@ -888,7 +888,7 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
     int d = (int)hp->n_embd, hd = (int)hp->head_dim_k;
     float scale = 1.0f / sqrtf((float)hd);
     if (embed_tokens(s, n)) return -1;
-    if (g->hy && st_hybrid_prefill_begin(g->hy, &s->hstats, st)) return -1;  // hybrid: stage layers 0 (and 1)
+    if (g->hy && st_hybrid_prefill_begin(g->hy, n, &s->hstats, st)) return -1;  // hybrid: stage layers 0 (and 1)
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st) ||

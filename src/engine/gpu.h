@@ -27,6 +27,8 @@ typedef struct st_gpu_load_opts {
                                // (the rest on the CPU); < 0: auto (measured at load); >= 1: as cpu_misses = 0
     int n_ubatch;              // tokens per prefill step on the GEMM path (-ub); <= 0: 512, or in hybrid placement
                                // the planner's ST_PLAN_PREFILL_CHUNK
+    int prefill_cpu;           // hybrid prefill: CPU threads compute a share of each small chunk's non-resident
+                               // experts (docs/HYBRID.md); 0: every one staged (bitwise all-in-VRAM; --deterministic)
 } st_gpu_load_opts;
 
 // Hybrid placement counters of a session (all zero when the model is entirely in VRAM).
@@ -55,6 +57,7 @@ typedef struct st_gpu_hybrid_stats {
     uint64_t pf_hits;          // selections served from a prefetched copy (counted as hits)
     uint64_t pf_late;          // layers whose prefetch was skipped: their MoE had started
     uint64_t pf_prefill;       // (layer, expert) records prefill chunks read from prefetch copies, not staged
+    uint64_t prefill_cpu;      // (layer, expert) records of prefill chunks computed by the CPU (not staged)
 } st_gpu_hybrid_stats;
 
 // 1 when this build has the CUDA backend and a usable device exists (the reason otherwise in st_errmsg).

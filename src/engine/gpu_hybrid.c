@@ -32,6 +32,14 @@
 // uses nearly every expert of a layer, so each copy saves one record of PCIe traffic per chunk). Buffers:
 //   home_d [L][E][3]: tab_h's copy (the entries without prefetch); rec_d [L][E]: rec_dev; pf_meta_d [L][4]
 //   (slot bytes, part offsets); owner/work/done/progress/stats (hybrid.h st_hy_pf); pred_* : the prediction
+// Prefill CPU share (opts.prefill_cpu, on unless --deterministic; chunks of at most pc_max_tok tokens): a chunk
+// that stages every non-resident expert is bound by the PCIe link, so CPU threads compute some of each layer's
+// non-resident experts instead (the least used; how many from costs measured at load, hy_pc_plan) while the rest
+// are staged: the layer's rows, ids and weights go to pinned memory, a host function wakes the prefill CPU thread,
+// the GPU computes its experts (the CPU's get slot -1: st_cuda_moe_ffn_slots leaves them out), a second host
+// function waits for the CPU, and Y += the CPU's rank-order sum (mapped memory). Not bitwise (the CPU's
+// arithmetic for those experts), so --deterministic turns it off. Buffers: pc_x [pc_max_tok][n_embd] f32,
+// pc_ids / pc_w [pc_max_tok][K], pc_y [pc_max_tok][n_embd] f32 (mapped), all page-locked.
 // Doorbell (the default; STRATA_HY_HOSTNODE=1 for host nodes): no host node, fork or join; the classify kernel rings
 // a doorbell in mapped memory that a host thread polls, and the combine kernel polls for its answer (cuda/hybrid.h):
 //   bell [4] uint32 page-locked, mapped; bell_seq_d [1] uint32 device
@@ -52,6 +60,7 @@
 #include "cuda/hybrid.h"
 #include "cuda/hybrid_split.h"
 #include "cuda/mmvq.h"
+#include "cuda/ops.h"
 #include "cuda/quantize_act.h"
 #include "place/arena.h"
 #include "place/cache_policy.h"
@@ -66,10 +75,12 @@
 #define HY_SWAPS_DEFAULT 4         // experts swapped per period at most (each costs one slot of PCIe copy)
 #define HY_RATIO 1.5               // hysteresis: swap when freq(in) > HY_RATIO * freq(out) + HY_MIN_FREQ
 #define HY_MIN_FREQ 1.0
+#define HY_PC_MAX_TOK_DEFAULT 1024  // prefill CPU share: chunks up to this many tokens (larger ones are compute-bound)
 
 typedef struct hy_job {  // a host node's argument: the layer whose CPU misses it computes
     struct st_hybrid *h;
     uint32_t l;
+    uint64_t seq;  // prefill CPU share: the request number of this layer's job in the chunk in progress
 } hy_job;
 
 typedef struct hy_pending {
@@ -159,6 +170,26 @@ struct st_hybrid {
     cudaStream_t pf_side;
     cudaEvent_t pf_fork, pf_join;
     int pf_forked;                // this step started a side branch (joined by st_hybrid_step_end)
+    // prefill CPU share (see the top of this file)
+    st_hy_cpu *pcpu;              // its workers: h->cpu when the decode split made them, else pcpu_own
+    st_hy_cpu *pcpu_own;
+    int pc_max_tok;               // chunks of at most this many tokens use it (0: off)
+    double pc_t_stage;            // seconds to stage one expert record (measured at load)
+    double pc_t0, pc_t1;          // CPU seconds per expert: pc_t0 + pc_t1 * its tokens (measured at load)
+    int pc_n_tok;                 // the chunk in progress (0: no CPU share in it)
+    uint32_t *pc_count;           // [L] experts the CPU computes per layer in this chunk
+    uint8_t *pc_on;               // [L][E] 1: the CPU computes (l, e) in this chunk (pmap -1, not staged)
+    float *pc_x, *pc_w, *pc_y, *pc_y_dp;  // page-locked (pc_y mapped: pc_y_dp is its device address)
+    int32_t *pc_ids;
+    hy_job *pc_jobs;              // [L]: the host functions' arguments (seq: the request number)
+    uint64_t pc_seq_enq;          // requests enqueued so far (host, enqueue side)
+    pthread_t pc_thread;
+    int pc_started;
+    pthread_mutex_t pc_mu;
+    pthread_cond_t pc_cv;
+    uint64_t pc_req_seq, pc_done_seq;  // guarded by pc_mu: the last request and the last finished one
+    uint32_t pc_req_layer;
+    int pc_stop;
 };
 
 static int env_int(const char *name, int def, int lo, int hi) {
@@ -332,10 +363,12 @@ static void rebuild_pmap(st_hybrid *h) {
             const uint64_t i = (uint64_t)l * h->E + e;
             const int32_t s = h->slot_of[i];
             if (s >= 0) h->pmap_h[i] = s;
+            else if (h->pc_on && h->pc_on[i]) h->pmap_h[i] = -1;  // the CPU's in this chunk
             else if (h->pmap_h[i] < 0) h->pmap_h[i] = (int32_t)j++;
         }
     }
 }
+
 
 // Copies the records of `n` experts into consecutive slots from `slot0`, merging runs of consecutive records into
 // one 2D copy (source pitch: record bytes; destination pitch: the slot stride). Returns the bytes copied.
@@ -498,7 +531,7 @@ static int hy_cpu_init(st_hybrid *h) {
         hy_map_alloc((void **)&h->xrow_h, (void **)&h->xrow_dp, sizeof(float) * (size_t)d, "CPU-miss activations") ||
         hy_map_alloc((void **)&h->ycpu_h, (void **)&h->ycpu_dp, sizeof(float) * (size_t)h->K * d, "CPU expert outputs"))
         return -1;
-    for (uint32_t l = 0; l < h->L; l++) h->jobs[l] = (hy_job){h, l};
+    for (uint32_t l = 0; l < h->L; l++) h->jobs[l] = (hy_job){h, l, 0};
     HY_CHECK(cudaStreamCreateWithFlags(&h->side, cudaStreamNonBlocking));
     HY_CHECK(cudaEventCreateWithFlags(&h->ev_fork, cudaEventDisableTiming));
     HY_CHECK(cudaEventCreateWithFlags(&h->ev_join, cudaEventDisableTiming));
@@ -654,6 +687,217 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
 
 // ---- init / free ------------------------------------------------------------------------------------------------
 
+// ---- prefill CPU share ---------------------------------------------------------------------------------------------
+
+// Picks, for a chunk of n_tok tokens, how many non-resident experts of each layer the CPU computes and which (the
+// least used by the decayed frequencies), from the costs measured at load: staging m - c records over PCIe takes
+// (m - c) * t_stage; the CPU's c experts of ~n_tok * K / E tokens each take t_fix + c * (t0 + t1 * tokens), t_fix
+// being the rows' and the result's trips over PCIe plus the two host functions. Equal times give c; fewer than 2
+// is not worth the fixed cost. Marks pmap_dirty when the choice changed.
+static void hy_pc_plan(st_hybrid *h, int n_tok) {
+    if (!h->pcpu) return;
+    const st_hparams *hp = &h->m->hp;
+    const uint64_t n_rec = (uint64_t)h->L * h->E;
+    const int on = n_tok > 0 && n_tok <= h->pc_max_tok;
+    const double tok_per_expert = (double)n_tok * (double)hp->n_expert_used / (double)h->E;
+    const double t_cpu = h->pc_t0 + h->pc_t1 * tok_per_expert;
+    const double t_fix = 2.0 * (double)n_tok * (double)hp->n_embd * 4.0 / 40e9 + 60e-6;
+    // A prefetch copy counts as resident (rebuild_pmap reads it from VRAM).
+    uint8_t *copied = calloc(n_rec, 1);
+    if (!copied) return;  // (keep the previous choice)
+    if (h->pf_on && h->pf_own && h->pf_owner_h)
+        for (int j = 0; j < h->pf.n_sets * h->pf_P; j++)
+            if (h->pf_owner_h[j] >= 0 && (uint64_t)h->pf_owner_h[j] < n_rec) copied[h->pf_owner_h[j]] = 1;
+    int changed = h->pc_n_tok != (on ? n_tok : 0);
+    h->pc_n_tok = on ? n_tok : 0;
+    for (uint32_t l = 0; l < h->L; l++) {
+        const uint64_t row = (uint64_t)l * h->E;
+        uint32_t m = 0;
+        for (uint32_t e = 0; e < h->E; e++) m += h->slot_of[row + e] < 0 && !copied[row + e];
+        double c = on ? ((double)m * h->pc_t_stage - t_fix) / (h->pc_t_stage + t_cpu) : 0;
+        uint32_t n = c >= 2 ? (uint32_t)c : 0;
+        if (n > m) n = m;
+        // The n least used candidates (ties: the highest ids, which stage last anyway).
+        uint8_t *pick = h->pc_on + row;
+        uint8_t before[1024];
+        memcpy(before, pick, h->E);
+        memset(pick, 0, h->E);
+        for (uint32_t k = 0; k < n; k++) {
+            int best = -1;
+            for (uint32_t e = 0; e < h->E; e++)
+                if (h->slot_of[row + e] < 0 && !copied[row + e] && !pick[e] &&
+                    (best < 0 || h->freq[row + e] <= h->freq[row + (uint32_t)best]))
+                    best = (int)e;
+            if (best < 0) break;
+            pick[best] = 1;
+        }
+        h->pc_count[l] = n;
+        changed |= memcmp(before, pick, h->E) != 0;
+    }
+    free(copied);
+    if (changed) h->pmap_dirty = 1;
+}
+
+// The prefill CPU thread: runs each requested layer's CPU experts (st_hy_cpu_tokens) and reports it done.
+static void *hy_pc_main(void *ud) {
+    st_hybrid *h = ud;
+    const int K = (int)h->m->hp.n_expert_used;
+    uint64_t taken = 0;
+    for (;;) {
+        pthread_mutex_lock(&h->pc_mu);
+        while (!h->pc_stop && h->pc_req_seq == taken) pthread_cond_wait(&h->pc_cv, &h->pc_mu);
+        if (h->pc_stop) {
+            pthread_mutex_unlock(&h->pc_mu);
+            return NULL;
+        }
+        taken = h->pc_req_seq;
+        const uint32_t l = h->pc_req_layer;
+        pthread_mutex_unlock(&h->pc_mu);
+        if (st_hy_cpu_tokens(h->pcpu, l, h->pc_x, h->pc_n_tok, h->pc_ids, h->pc_w, K, h->pc_on + (uint64_t)l * h->E,
+                             h->pc_y)) {
+            if (!atomic_exchange(&h->cpu_failed, 1))
+                snprintf(h->cpu_err, sizeof h->cpu_err, "prefill, layer %u: %s", l, st_errmsg());
+            for (int64_t i = 0; i < (int64_t)h->pc_n_tok * h->m->hp.n_embd; i++) h->pc_y[i] = NAN;
+        }
+        pthread_mutex_lock(&h->pc_mu);
+        h->pc_done_seq = taken;
+        pthread_cond_broadcast(&h->pc_cv);
+        pthread_mutex_unlock(&h->pc_mu);
+    }
+}
+
+// Host functions on the compute stream (no CUDA calls): start a layer's CPU job; wait for it (blocks the stream).
+static void CUDART_CB hy_pc_start(void *ud) {
+    hy_job *j = ud;
+    st_hybrid *h = j->h;
+    pthread_mutex_lock(&h->pc_mu);
+    h->pc_req_layer = j->l;
+    h->pc_req_seq = j->seq;
+    pthread_cond_broadcast(&h->pc_cv);
+    pthread_mutex_unlock(&h->pc_mu);
+}
+
+static void CUDART_CB hy_pc_wait(void *ud) {
+    hy_job *j = ud;
+    st_hybrid *h = j->h;
+    pthread_mutex_lock(&h->pc_mu);
+    while (h->pc_done_seq < j->seq && !h->pc_stop) pthread_cond_wait(&h->pc_cv, &h->pc_mu);
+    pthread_mutex_unlock(&h->pc_mu);
+}
+
+// Seconds per record staged (a copy of `n` records of layer 0 into the staging slots, after a warm-up).
+static int hy_time_stage(st_hybrid *h, int n, double *t) {
+    uint32_t ex[64];
+    if (n > 64) n = 64;
+    if ((uint32_t)n > h->E) n = (int)h->E;
+    if ((uint64_t)n > h->lay.stage_per_buf) n = (int)h->lay.stage_per_buf;
+    if (n < 1) return st_err("no staging slots to time");
+    for (int i = 0; i < n; i++) ex[i] = (uint32_t)i;
+    const int64_t slot0 = (int64_t)h->lay.n_cache;
+    cudaEvent_t a, b;
+    HY_CHECK(cudaEventCreate(&a));
+    HY_CHECK(cudaEventCreate(&b));
+    uint64_t bytes = 0;
+    int rc = copy_records(h, 0, ex, n, slot0, h->copy, &bytes);  // warm-up
+    if (!rc) rc = cudaEventRecord(a, h->copy) != cudaSuccess;
+    if (!rc) rc = copy_records(h, h->L > 1 ? 1 : 0, ex, n, slot0, h->copy, &bytes);
+    if (!rc) rc = cudaEventRecord(b, h->copy) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess;
+    float ms = 0;
+    if (!rc) rc = cudaEventElapsedTime(&ms, a, b) != cudaSuccess;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGetLastError();
+    if (rc) return st_err("timing the staging copies failed");
+    *t = (double)ms * 1e-3 / n;
+    return 0;
+}
+
+// CPU seconds per expert for batches of `tok` tokens: 8 experts of a layer, `tok` tokens each (after a warm-up).
+static int hy_time_cpu_tokens(st_hybrid *h, uint32_t l, int tok, double *t) {
+    const int K = (int)h->m->hp.n_expert_used, E = (int)h->E, n_ex = E < 8 ? E : 8;
+    const int64_t n_tok = (int64_t)tok * E / K, d = h->m->hp.n_embd;
+    if (n_tok > h->pc_max_tok || n_tok < 1) return st_err("CPU timing batch of %lld tokens", (long long)n_tok);
+    for (int64_t i = 0; i < n_tok * d; i++) h->pc_x[i] = 0.5f * sinf(0.37f * (float)i);
+    for (int64_t i = 0; i < n_tok * K; i++) {  // every expert gets tok pairs, each token K distinct experts
+        h->pc_ids[i] = (int32_t)(((i / K) * K + (i % K)) % E);
+        h->pc_w[i] = 1.0f / K;
+    }
+    uint8_t *on = h->pc_on + (uint64_t)l * h->E;
+    memset(on, 0, h->E);
+    for (int e = 0; e < n_ex; e++) on[(e * 7 + (int)l) % E] = 1;
+    const double t0 = st_now();
+    const int rc = st_hy_cpu_tokens(h->pcpu, l, h->pc_x, n_tok, h->pc_ids, h->pc_w, K, on, h->pc_y);
+    *t = (st_now() - t0) / n_ex;
+    memset(on, 0, h->E);
+    return rc;
+}
+
+static int hy_pc_init(st_hybrid *h) {
+    const st_hparams *hp = &h->m->hp;
+    const int K = (int)hp->n_expert_used;
+    if (!h->opts.prefill_cpu || !env_int("STRATA_HY_PREFILL_CPU", 1, 0, 1) || K < 1 || K > 32 || h->E > 1024) return 0;
+    h->pc_max_tok = env_int("STRATA_HY_PREFILL_CPU_MAX", HY_PC_MAX_TOK_DEFAULT, 0, 1 << 20);
+    if (h->pc_max_tok > (int)h->plan.prefill_chunk) h->pc_max_tok = (int)h->plan.prefill_chunk;
+    const int64_t need = (int64_t)h->E / K * 32;  // the timing batch below
+    if (h->pc_max_tok < need) {
+        h->pc_max_tok = 0;
+        return 0;
+    }
+    if (h->cpu) {
+        h->pcpu = h->cpu;
+    } else {
+        const int n_cpu = st_cpu_count();
+        const int threads = env_int("STRATA_HYBRID_CPU_THREADS", n_cpu > 2 ? n_cpu - 1 : 1, 1, 1024);
+        h->pcpu = h->pcpu_own = st_hy_cpu_create(h->arena, hp->n_embd, hp->n_ff_exp, K, threads);
+        if (!h->pcpu) return st_err_prefix("%s: prefill CPU share: ", h->m->path);
+    }
+    const size_t rows = (size_t)h->pc_max_tok, d = (size_t)hp->n_embd;
+    h->pc_count = calloc(h->L, sizeof *h->pc_count);
+    h->pc_on = calloc((size_t)h->L * h->E, 1);
+    h->pc_jobs = calloc(h->L, sizeof *h->pc_jobs);
+    if (!h->pc_count || !h->pc_on || !h->pc_jobs) return st_err("out of memory");
+    for (uint32_t l = 0; l < h->L; l++) h->pc_jobs[l] = (hy_job){h, l, 0};
+    HY_CHECK(cudaMallocHost((void **)&h->pc_x, sizeof(float) * rows * d));
+    HY_CHECK(cudaMallocHost((void **)&h->pc_w, sizeof(float) * rows * (size_t)K));
+    HY_CHECK(cudaMallocHost((void **)&h->pc_ids, sizeof(int32_t) * rows * (size_t)K));
+    if (hy_map_alloc((void **)&h->pc_y, (void **)&h->pc_y_dp, sizeof(float) * rows * d, "prefill CPU results"))
+        return -1;
+    double t8 = 0, t32 = 0;
+    if (hy_time_stage(h, 16, &h->pc_t_stage) || hy_time_cpu_tokens(h, 0, 8, &t8) ||  // (the first: a warm-up)
+        hy_time_cpu_tokens(h, h->L > 1 ? 1 : 0, 8, &t8) || hy_time_cpu_tokens(h, h->L > 2 ? 2 : 0, 32, &t32))
+        return st_err_prefix("%s: prefill CPU share: ", h->m->path);
+    h->pc_t1 = t32 > t8 ? (t32 - t8) / 24.0 : t32 / 32.0;
+    h->pc_t0 = t8 - 8.0 * h->pc_t1 > 0 ? t8 - 8.0 * h->pc_t1 : 0;
+    if (pthread_mutex_init(&h->pc_mu, NULL) || pthread_cond_init(&h->pc_cv, NULL) ||
+        pthread_create(&h->pc_thread, NULL, hy_pc_main, h))
+        return st_err("prefill CPU share: cannot start its thread");
+    h->pc_started = 1;
+    st_info("hybrid prefill: CPU share for chunks up to %d tokens (%d threads): staging %.0f us per expert, CPU "
+            "%.0f us + %.1f us per token per expert",
+            h->pc_max_tok, st_hy_cpu_threads(h->pcpu), h->pc_t_stage * 1e6, h->pc_t0 * 1e6, h->pc_t1 * 1e6);
+    return 0;
+}
+
+static void hy_pc_free(st_hybrid *h) {
+    if (h->pc_started) {
+        pthread_mutex_lock(&h->pc_mu);
+        h->pc_stop = 1;
+        pthread_cond_broadcast(&h->pc_cv);
+        pthread_mutex_unlock(&h->pc_mu);
+        pthread_join(h->pc_thread, NULL);
+        pthread_mutex_destroy(&h->pc_mu);
+        pthread_cond_destroy(&h->pc_cv);
+    }
+    st_hy_cpu_free(h->pcpu_own);
+    if (h->pc_x) cudaFreeHost(h->pc_x);
+    if (h->pc_w) cudaFreeHost(h->pc_w);
+    if (h->pc_ids) cudaFreeHost(h->pc_ids);
+    if (h->pc_y) cudaFreeHost(h->pc_y);
+    free(h->pc_count);
+    free(h->pc_on);
+    free(h->pc_jobs);
+}
+
 int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     const st_hparams *hp = &h->m->hp;
     h->ctx = ctx;
@@ -782,7 +1026,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         for (uint64_t i = 0; i < n_rec; i++)
             h->freq[i] = h->prof.n_tokens ? (float)((double)h->prof.counts[i] * half / (double)h->prof.n_tokens) : 0;
 
-    if (hy_cpu_init(h) || hy_pf_init(h)) return -1;
+    if (hy_cpu_init(h) || hy_pf_init(h) || hy_pc_init(h)) return -1;
 
     size_t fr = 0, tot = 0;
     st_cuda_mem_info(ctx, &fr, &tot);
@@ -809,6 +1053,7 @@ void st_hybrid_free(st_hybrid *h) {
         atomic_store(&h->bell_stop, 1);
         pthread_join(h->bell_thread, NULL);
     }
+    hy_pc_free(h);  // (before h->cpu, which its thread may share)
     if (h->bell_h) cudaFreeHost(h->bell_h);
     if (h->bell_seq_d && h->ctx) st_cuda_free(h->ctx, h->bell_seq_d);
     st_hy_cpu_free(h->cpu);
@@ -1105,7 +1350,7 @@ static int stage_layer(st_hybrid *h, uint32_t l, cudaEvent_t wait) {
     return 0;
 }
 
-int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream_t st) {
+int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats, cudaStream_t st) {
     if (h->E > 1024) return st_err("hybrid prefill: %u experts per layer (at most 1024)", h->E);
     if (h->n_pend) {  // the slot maps must not name a slot that is being filled
         HY_CHECK(cudaEventSynchronize(h->ev_copied));
@@ -1121,6 +1366,7 @@ int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream
         h->pf_owner_stale = 0;
         h->pmap_dirty = 1;
     }
+    hy_pc_plan(h, n_tok);  // (after the owners: a prefetch copy is not the CPU's)
     if (h->pmap_dirty) {
         rebuild_pmap(h);
         HY_CHECK(cudaMemcpyAsync(h->pmap_d, h->pmap_h, sizeof(int32_t) * h->L * h->E, cudaMemcpyHostToDevice, st));
@@ -1134,6 +1380,8 @@ int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream
     if (stats) {
         stats->prefill_chunks++;
         stats->pf_prefill += h->pf_in_pmap;
+        if (h->pc_n_tok)
+            for (uint32_t l = 0; l < h->L; l++) stats->prefill_cpu += h->pc_count[l];
     }
     return 0;
 }
@@ -1146,6 +1394,17 @@ int st_hybrid_moe_prefill(st_hybrid *h, st_gemm_ctx *gemm, int engine, uint32_t 
     const st_xlayer *x = &h->arena->layers[l].x;
     const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
     const int K = (int)hp->n_expert_used;
+    // The CPU's experts of this layer (hy_pc_plan): its inputs to pinned memory, then wake the CPU thread.
+    const int cpu = h->pc_n_tok == n_tok && h->pc_count[l] > 0;
+    hy_job *job = cpu ? &h->pc_jobs[l] : NULL;
+    if (cpu) {
+        const size_t rows = (size_t)n_tok;
+        HY_CHECK(cudaMemcpyAsync(h->pc_x, X, sizeof(float) * rows * hp->n_embd, cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaMemcpyAsync(h->pc_ids, ids, sizeof(int32_t) * rows * K, cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaMemcpyAsync(h->pc_w, w, sizeof(float) * rows * K, cudaMemcpyDeviceToHost, st));
+        job->seq = ++h->pc_seq_enq;
+        HY_CHECK(cudaLaunchHostFunc(st, hy_pc_start, job));
+    }
     HY_CHECK(cudaStreamWaitEvent(st, h->ev_staged[l % bufs], 0));
     if (st_hybrid_count(h, l, ids, n_tok * K, 0, st) ||
         st_cuda_moe_ffn_slots(gemm, engine, ml->gate_exps.type, h->slots + x->off[0], h->slots + x->off[1],
@@ -1155,6 +1414,10 @@ int st_hybrid_moe_prefill(st_hybrid *h, st_gemm_ctx *gemm, int engine, uint32_t 
         return -1;
     HY_CHECK(cudaEventRecord(h->ev_done[l % bufs], st));
     if (l + bufs < h->L && stage_layer(h, l + bufs, h->ev_done[l % bufs])) return -1;
+    if (cpu) {  // the stream waits for the CPU's share, then adds it (read from mapped memory)
+        HY_CHECK(cudaLaunchHostFunc(st, hy_pc_wait, job));
+        if (st_cuda_add(Y, Y, h->pc_y_dp, (int64_t)n_tok * hp->n_embd, st)) return -1;
+    }
     return 0;
 }
 

@@ -32,8 +32,9 @@ const void *const *st_hybrid_layer_table(const st_hybrid *h, uint32_t l);
 
 // Enqueued in the forward pass (capturable): counts layer l's routed experts; decode = 1 also counts hits/misses.
 int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st);
-// Start of a prefill chunk: finishes swaps in flight, refreshes the slot maps, starts staging layers 0 (and 1).
-int st_hybrid_prefill_begin(st_hybrid *h, st_gpu_hybrid_stats *stats, cudaStream_t st);
+// Start of a prefill chunk of n_tok tokens: finishes swaps in flight, picks the CPU's share of the experts (small
+// chunks), refreshes the slot maps, starts staging layers 0 (and 1).
+int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats, cudaStream_t st);
 // Layer l's MoE of a prefill chunk (after st_hybrid_prefill_begin): waits for its staging, runs the grouped GEMM
 // through the slot map, then queues the staging of layer l + n_buffers. Same arguments as st_cuda_moe_ffn.
 int st_hybrid_moe_prefill(st_hybrid *h, st_gemm_ctx *gemm, int engine, uint32_t l, const float *X,

@@ -16,6 +16,9 @@
 
 #define GU_ROWS 32    // gate/up rows per task (a multiple of 8: 8-row tiled types keep their order)
 #define DOWN_ROWS 64  // down rows per task
+#define TOK_GU_ROWS 64     // multi-token calls: gate/up rows per task (multiples of 8, as above)
+#define TOK_DOWN_ROWS 128  // multi-token calls: down rows per task
+#define TOK_PAIRS 16       // multi-token calls: pairs per quantization task, tokens per sum task
 
 struct st_hy_cpu {
     const st_arena *a;
@@ -33,6 +36,21 @@ struct st_hy_cpu {
     float *const *out;
     int n_gu_chunks, n_down_chunks;
     _Atomic int failed;
+    // multi-token calls (st_hy_cpu_tokens): the chunk's CPU pairs in expert order, buffers grown on demand
+    int64_t cap_pairs, cap_tk;
+    int32_t *pair_tok;   // [cap_pairs] token of each pair
+    int32_t *pair_of;    // [cap_tk] pair index of (t, k) at t * K + k, or -1 (not a CPU pair)
+    uint8_t *tq;         // [cap_pairs][xq_stride] the pairs' input rows, quantized in the gate format
+    float *tg, *tu;      // [cap_pairs][n_ff] gate products (then SwiGLU), up products
+    uint8_t *taq;        // [cap_pairs][aq_stride] SwiGLU rows in the down format
+    float *ty;           // [cap_pairs][n_embd] unweighted expert outputs
+    size_t xq_stride;
+    int32_t *ex_id, *ex_off;  // [n_expert], [n_expert + 1]: experts with pairs and their first pair
+    int32_t *ex_cur;          // [n_expert]: per expert id, its pair count, then its next free pair index
+    int n_ex, tK, n_tgu, n_tdown;
+    int64_t n_pairs, t_tok;
+    const float *tX, *tw;
+    float *tY;
 };
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -78,6 +96,14 @@ st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int
         st_hy_cpu_free(c);
         return st_err("CPU miss workers: cannot start %d threads", n_threads), NULL;
     }
+    c->xq_stride = align64(xq_bytes);
+    c->ex_id = malloc(sizeof *c->ex_id * a->n_expert);
+    c->ex_off = malloc(sizeof *c->ex_off * (a->n_expert + 1));
+    c->ex_cur = malloc(sizeof *c->ex_cur * a->n_expert);
+    if (!c->ex_id || !c->ex_off || !c->ex_cur) {
+        st_hy_cpu_free(c);
+        return st_err("CPU miss workers: out of memory"), NULL;
+    }
     c->n_gu_chunks = (int)((n_ff + GU_ROWS - 1) / GU_ROWS);
     c->n_down_chunks = (int)((n_embd + DOWN_ROWS - 1) / DOWN_ROWS);
     return c;
@@ -90,6 +116,16 @@ void st_hy_cpu_free(st_hy_cpu *c) {
     free(c->g);
     free(c->u);
     free(c->aq);
+    free(c->pair_tok);
+    free(c->pair_of);
+    free(c->tq);
+    free(c->tg);
+    free(c->tu);
+    free(c->taq);
+    free(c->ty);
+    free(c->ex_id);
+    free(c->ex_off);
+    free(c->ex_cur);
     free(c);
 }
 
@@ -154,6 +190,170 @@ int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const
             return -1;
     st_pool_run(c->pool, (int64_t)n * c->n_down_chunks, down_task, c);
     if (atomic_load(&c->failed)) return st_err("CPU miss workers: layer %u: down product failed", layer);
+    return 0;
+}
+
+// ---- multi-token calls -------------------------------------------------------------------------------------------
+
+static int grow(void **p, size_t bytes) {
+    void *q = NULL;
+    if (posix_memalign(&q, 64, bytes ? bytes : 64)) return -1;
+    free(*p);
+    *p = q;
+    return 0;
+}
+
+static int tok_reserve(st_hy_cpu *c, int64_t pairs, int64_t tk) {
+    if (tk > c->cap_tk) {
+        if (grow((void **)&c->pair_of, sizeof(int32_t) * (size_t)tk)) return st_err("CPU prefill workers: out of memory");
+        c->cap_tk = tk;
+    }
+    if (pairs <= c->cap_pairs) return 0;
+    const size_t n = (size_t)pairs, ffs = align64(sizeof(float) * (size_t)c->n_ff);
+    if (grow((void **)&c->pair_tok, sizeof(int32_t) * n) || grow((void **)&c->tq, c->xq_stride * n) ||
+        grow((void **)&c->tg, ffs * n) || grow((void **)&c->tu, ffs * n) || grow((void **)&c->taq, c->aq_stride * n) ||
+        grow((void **)&c->ty, sizeof(float) * (size_t)c->n_embd * n)) {
+        c->cap_pairs = 0;
+        return st_err("CPU prefill workers: out of memory for %lld (token, expert) pairs", (long long)pairs);
+    }
+    c->cap_pairs = pairs;
+    return 0;
+}
+
+static void tok_quant_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    const int fmt = st_cpu_act_type(c->a->layers[c->layer].x.type[0]);
+    const st_cpu_isa isa = st_cpu_isa_active();
+    for (int64_t i = task * TOK_PAIRS; i < c->n_pairs && i < (task + 1) * TOK_PAIRS; i++)
+        if (st_cpu_quantize_act(fmt, c->tX + (size_t)c->pair_tok[i] * (size_t)c->n_embd, c->tq + (size_t)i * c->xq_stride,
+                                c->n_embd, isa))
+            atomic_store(&c->failed, 1);
+}
+
+// Task (expert j, chunk r): gate and up rows [r0, r0 + nr) for every token of the expert, then their SwiGLU.
+static void tok_gu_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    const int j = (int)(task / c->n_tgu);
+    const int64_t r0 = (task % c->n_tgu) * TOK_GU_ROWS, nr = r0 + TOK_GU_ROWS <= c->n_ff ? TOK_GU_ROWS : c->n_ff - r0;
+    const st_xlayer *x = &c->a->layers[c->layer].x;
+    const uint32_t e = (uint32_t)c->ex_id[j];
+    const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
+    const size_t ffs = ff_stride(c);
+    float *g = c->tg + (size_t)p0 * ffs + r0, *u = c->tu + (size_t)p0 * ffs + r0;
+    const uint8_t *xq = c->tq + (size_t)p0 * c->xq_stride;
+    if (st_cpu_matmul_rows_q(NULL, x->type[0], st_arena_part(c->a, c->layer, e, 0), c->n_embd, r0, nr, xq,
+                             c->xq_stride, np, g, (int64_t)ffs, ST_MM_EXPERT) ||
+        st_cpu_matmul_rows_q(NULL, x->type[1], st_arena_part(c->a, c->layer, e, 1), c->n_embd, r0, nr, xq,
+                             c->xq_stride, np, u, (int64_t)ffs, ST_MM_EXPERT)) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    for (int64_t t = 0; t < np; t++) st_swiglu(g + (size_t)t * ffs, g + (size_t)t * ffs, u + (size_t)t * ffs, nr);
+}
+
+static void tok_quant_down_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    const int fmt = st_cpu_act_type(c->a->layers[c->layer].x.type[2]);
+    const st_cpu_isa isa = st_cpu_isa_active();
+    for (int64_t i = task * TOK_PAIRS; i < c->n_pairs && i < (task + 1) * TOK_PAIRS; i++)
+        if (st_cpu_quantize_act(fmt, c->tg + (size_t)i * ff_stride(c), c->taq + (size_t)i * c->aq_stride, c->n_ff, isa))
+            atomic_store(&c->failed, 1);
+}
+
+static void tok_down_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    const int j = (int)(task / c->n_tdown);
+    const int64_t r0 = (task % c->n_tdown) * TOK_DOWN_ROWS,
+                  nr = r0 + TOK_DOWN_ROWS <= c->n_embd ? TOK_DOWN_ROWS : c->n_embd - r0;
+    const st_xlayer *x = &c->a->layers[c->layer].x;
+    const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
+    if (st_cpu_matmul_rows_q(NULL, x->type[2], st_arena_part(c->a, c->layer, (uint32_t)c->ex_id[j], 2), c->n_ff, r0,
+                             nr, c->taq + (size_t)p0 * c->aq_stride, c->aq_stride, np,
+                             c->ty + (size_t)p0 * (size_t)c->n_embd + r0, c->n_embd, ST_MM_EXPERT))
+        atomic_store(&c->failed, 1);
+}
+
+// Tokens [t0, t1): the rank-order weighted sum of their CPU pairs.
+static void tok_sum_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    const int64_t d = c->n_embd;
+    for (int64_t t = task * TOK_PAIRS; t < c->t_tok && t < (task + 1) * TOK_PAIRS; t++) {
+        float *y = c->tY + (size_t)t * (size_t)d;
+        memset(y, 0, sizeof(float) * (size_t)d);
+        for (int k = 0; k < c->tK; k++) {
+            const int32_t p = c->pair_of[t * c->tK + k];
+            if (p < 0) continue;
+            const float wk = c->tw[t * c->tK + k], *src = c->ty + (size_t)p * (size_t)d;
+            for (int64_t i = 0; i < d; i++) y[i] += wk * src[i];
+        }
+    }
+}
+
+int st_hy_cpu_tokens(st_hy_cpu *c, uint32_t layer, const float *X, int64_t n_tok, const int32_t *ids, const float *w,
+                     int K, const uint8_t *on_cpu, float *Y) {
+    const uint32_t E = c->a->n_expert;
+    if (layer >= c->a->n_layer || n_tok < 0 || K <= 0 || (uint32_t)K > E)
+        return st_err("CPU prefill workers: layer %u of %u, %lld tokens, %d experts per token", layer, c->a->n_layer,
+                      (long long)n_tok, K);
+    if (n_tok == 0) return 0;
+    const int64_t tk = n_tok * K;
+    // Counting pass (bad ids are an error, as in st_hy_cpu_experts).
+    int64_t n_pairs = 0;
+    for (int64_t i = 0; i < tk; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= E)
+            return st_err("CPU prefill workers: layer %u: expert id %d of %u at pair %lld", layer, ids[i], E,
+                          (long long)i);
+        if (on_cpu[ids[i]]) n_pairs++;
+    }
+    if (tok_reserve(c, n_pairs, tk)) return -1;
+    // Experts in id order, their pairs in token order: counts, offsets, then placement.
+    int32_t *cur = c->ex_cur;
+    memset(cur, 0, sizeof *cur * E);
+    for (int64_t i = 0; i < tk; i++)
+        if (on_cpu[ids[i]]) cur[ids[i]]++;
+    c->n_ex = 0;
+    int32_t run = 0;
+    for (uint32_t e = 0; e < E; e++)
+        if (cur[e]) {
+            c->ex_id[c->n_ex] = (int32_t)e;
+            c->ex_off[c->n_ex++] = run;
+            const int32_t n = cur[e];
+            cur[e] = run;  // from here: e's next free pair index
+            run += n;
+        }
+    c->ex_off[c->n_ex] = run;
+    for (int64_t i = 0; i < tk; i++) {
+        c->pair_of[i] = -1;
+        if (!on_cpu[ids[i]]) continue;
+        const int32_t p = cur[ids[i]]++;
+        c->pair_of[i] = p;
+        c->pair_tok[p] = (int32_t)(i / K);
+    }
+    c->layer = layer;
+    c->n_pairs = n_pairs;
+    c->t_tok = n_tok;
+    c->tK = K;
+    c->tX = X;
+    c->tw = w;
+    c->tY = Y;
+    c->n_tgu = (int)((c->n_ff + TOK_GU_ROWS - 1) / TOK_GU_ROWS);
+    c->n_tdown = (int)((c->n_embd + TOK_DOWN_ROWS - 1) / TOK_DOWN_ROWS);
+    atomic_store(&c->failed, 0);
+    const int64_t q_tasks = (n_pairs + TOK_PAIRS - 1) / TOK_PAIRS;
+    if (n_pairs) {
+        st_pool_run(c->pool, q_tasks, tok_quant_task, c);
+        st_pool_run(c->pool, (int64_t)c->n_ex * c->n_tgu, tok_gu_task, c);
+        if (atomic_load(&c->failed)) return st_err("CPU prefill workers: layer %u: gate/up product failed", layer);
+        st_pool_run(c->pool, q_tasks, tok_quant_down_task, c);
+        st_pool_run(c->pool, (int64_t)c->n_ex * c->n_tdown, tok_down_task, c);
+        if (atomic_load(&c->failed)) return st_err("CPU prefill workers: layer %u: down product failed", layer);
+    }
+    st_pool_run(c->pool, (n_tok + TOK_PAIRS - 1) / TOK_PAIRS, tok_sum_task, c);
     return 0;
 }
 

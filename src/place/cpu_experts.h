@@ -37,6 +37,15 @@ int st_hy_cpu_threads(const st_hy_cpu *c);
 // work). Not reentrant (one call at a time per st_hy_cpu). 0, or -1 with st_errmsg (expert id out of range).
 int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out);
 
+// Multi-token (hybrid prefill, docs/HYBRID.md "prefill CPU share"): for a chunk's layer with n_tok rows X
+// [n_tok][n_embd] (the normalized FFN input) routed by ids/w [n_tok][K] (device order: rank k of token t at
+// t * K + k), the experts e with on_cpu[e] != 0 computed here:
+//   Y[t] = sum over k in rank order with on_cpu[ids[t][k]] of w[t][k] * y_{ids[t][k]}(X[t])     (0 if none)
+// Each expert's tokens go through st_cpu_matmul_rows_q as one batch (its tiled kernels for 8+ tokens), tasks split
+// over (expert, row range). Buffers grow to the chunk's pairs on first use. Not reentrant. 0, or -1 with st_errmsg.
+int st_hy_cpu_tokens(st_hy_cpu *c, uint32_t layer, const float *X, int64_t n_tok, const int32_t *ids, const float *w,
+                     int K, const uint8_t *on_cpu, float *Y);
+
 // Measures the CPU expert throughput: `reps` calls of max_experts distinct experts each, cycling over layers and
 // experts so the weights come from DRAM, after one warm-up call. Returns seconds per expert (> 0), or -1.
 double st_hy_cpu_time_expert(st_hy_cpu *c, int reps);

@@ -37,6 +37,7 @@ typedef struct st_server_config {
     bool arena_mmap;            // host expert arena = the pack mapped read-only
     bool cpu_misses;            // --pcie-frac given (hybrid decode: a share of the misses computed by CPU threads)
     double pcie_frac;           // its F (0..1), or -1 for auto
+    bool no_prefill_cpu;        // --no-prefill-cpu or --deterministic: hybrid prefill stages every expert
     int n_ubatch;               // -ub: tokens per GPU prefill step; 0: the engine's default
     bool chatml;                // --chat-format chatml: the built-in ChatML format instead of the model's template
     bool prefix_cache;          // reuse the KV of the longest common prefix with the live session

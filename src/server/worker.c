@@ -628,6 +628,7 @@ int st_worker_main(const st_server_config *c) {
     ep.arena_mmap = c->arena_mmap;
     ep.cpu_misses = c->cpu_misses;
     ep.pcie_frac = c->pcie_frac;
+    ep.no_prefill_cpu = c->no_prefill_cpu;
     ep.n_ubatch = c->n_ubatch;
     w.e = strata_engine_load(&ep);
     if (!w.e) {

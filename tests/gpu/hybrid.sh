@@ -11,7 +11,8 @@
 #   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load (prefetch
 #                                   off); the prefetch in the prefill staging with every copy (8), 12 under a swap
 #                                   storm, 6 in its own slots
-#   4. strata logits (CLI)          --gpu-mem vs unlimited: identical JSON (tokens, top logits, 64 greedy tokens);
+#   4. strata logits (CLI)          --gpu-mem --no-prefill-cpu vs unlimited: identical JSON (tokens, top logits, 64
+#                                   greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
 #                                   small (must fail with the minimum named)
 #   5. CPU misses (--pcie-frac)     hybrid_decode on the 8-layer 30B-shape model with F = 0.5 and auto: prefill
@@ -22,12 +23,14 @@
 #                                   host nodes (STRATA_HY_HOSTNODE=1) instead of the doorbell thread and with
 #                                   the lookahead prefetch;
 #                                   strata logits --pcie-frac 0.5 --deterministic == unlimited; a strata bench
-#                                   --pcie-frac auto line
+#                                   --pcie-frac auto line; the prefill CPU share (hybrid_decode prefill-cpu: a
+#                                   600-token chunk, top-1 >= 99% or the control's rule, CPU records > 0)
 #   6. --bench                      strata bench on the full Qwen3-30B-A3B Q4_K_M at unlimited / 16 / 12 / 8 GiB
 #                                   with hit rate, misses/token and PCIe GB/token, and 8 GiB with --pcie-frac auto
 #                                   (bench/hybrid.sh adds llama.cpp)
 # Every check prints PASS or FAIL; the last line is the summary; exit status 1 on any failure.
-#   usage: tests/gpu/hybrid.sh [--bench] [--no-build] [--share F]    (F: share of experts in the VRAM cache, 0.25)
+#   usage: tests/gpu/hybrid.sh [--bench] [--no-build] [--share F] [--only REGEX]
+#   (F: share of experts in the VRAM cache, 0.25; --only: the hybrid_decode cases whose label matches, and the rest)
 # Environment: STRATA_GPU_BUILD (default build-gpu), OUT (logs; default /tmp/strata-hybrid-test), STRATA_SEED.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -35,13 +38,14 @@ ROOT=$PWD
 BUILD=${STRATA_GPU_BUILD:-$ROOT/build-gpu}
 out=${OUT:-/tmp/strata-hybrid-test}
 mkdir -p "$out"
-bench=0; build=1; share=0.25
+bench=0; build=1; share=0.25; only=.
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench) bench=1 ;;
     --no-build) build=0 ;;
     --share) share=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --only) only=$2; shift ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
   esac
   shift
 done
@@ -95,6 +99,7 @@ ls -la $tiny $mid | awk '{print "model:", $NF, $5, "bytes"}'
 # ---- 2./3. bitwise equality, misses, flat memory ------------------------------------------------------------------
 run_decode() {  # label model E n_prompt n_decode [env...]
   local label=$1 model=$2 E=$3 np=$4 nd=$5; shift 5
+  [[ $label =~ $only ]] || return 0
   local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB ($model, prompt $np, decode $nd) $*"
@@ -125,13 +130,13 @@ logits() {  # name model [flags...]: top-5 logits of 130 prompt tokens + 64 gree
   timeout 600 "$S" logits -m "$model" --tokens "$ids" --top 5 --greedy 64 "$@" > "$out/$name.json" 2> "$out/$name.err"
 }
 gmid=$(budget cli $mid 4096 128)
-if logits ref $mid && logits hyb $mid --gpu-mem "$gmid"; then
+if logits ref $mid && logits hyb $mid --gpu-mem "$gmid" --no-prefill-cpu; then
   if cmp -s "$out/ref.json" "$out/hyb.json"; then pass "logits CLI: --gpu-mem $gmid == unlimited (prompt + 64 greedy)"
   else fail "logits-cli: outputs differ (see $out/ref.json, $out/hyb.json)"; fi
   grep -E "hybrid placement" "$out/hyb.err" | tail -1 | sed 's/^/   /'
 else tail -3 "$out/ref.err" "$out/hyb.err"; fail "logits-cli: strata logits failed"; fi
 # mmap arena from a pack
-if "$S" pack -m $mid -o /tmp/hy-mid.pack -q > "$out/pack.log" 2>&1 && logits mmap $mid --gpu-mem "$gmid" --arena-mmap --pack /tmp/hy-mid.pack; then
+if "$S" pack -m $mid -o /tmp/hy-mid.pack -q > "$out/pack.log" 2>&1 && logits mmap $mid --gpu-mem "$gmid" --no-prefill-cpu --arena-mmap --pack /tmp/hy-mid.pack; then
   if cmp -s "$out/ref.json" "$out/mmap.json"; then pass "logits CLI: --arena-mmap --pack == unlimited"
   else fail "logits-mmap: outputs differ"; fi
   grep -E "expert arena|cudaHostRegister|hybrid placement" "$out/mmap.err" | tail -3 | sed 's/^/   /'
@@ -140,7 +145,7 @@ else tail -5 "$out/pack.log" "$out/mmap.err"; fail "logits-mmap: failed"; fi
 printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 1 20) > "$out/prompt.txt"
 gtiny=$(budget cli-tiny $tiny 4096 16)
 if "$S" profile -m $tiny -f "$out/prompt.txt" -n 32 -o "$out/tiny.profile.json" > "$out/profile.log" 2>&1 &&
-   logits pref $tiny && logits pprof $tiny --gpu-mem "$gtiny" --profile "$out/tiny.profile.json"; then
+   logits pref $tiny && logits pprof $tiny --gpu-mem "$gtiny" --no-prefill-cpu --profile "$out/tiny.profile.json"; then
   if cmp -s "$out/pref.json" "$out/pprof.json"; then pass "logits CLI: --profile initial contents == unlimited"
   else fail "logits-profile: outputs differ"; fi
 else tail -5 "$out/profile.log" "$out/pprof.err"; fail "logits-profile: failed"; fi
@@ -152,6 +157,7 @@ else cat "$out/small.err"; fail "small-budget: unexpected error"; fi
 # ---- 5. CPU misses ----------------------------------------------------------------------------------------------------
 run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
   local label=$1 model=$2 E=$3 np=$4 nd=$5 frac=$6; shift 6
+  [[ $label =~ $only ]] || return 0
   local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd) $*"
@@ -167,6 +173,9 @@ run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
+# the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
+# with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
+run_cpumiss mid-prefill-cpu $mid 128 600 1000 prefill-cpu
 # --deterministic overrides --pcie-frac: bitwise all-in-VRAM again (ref.json from section 4)
 if logits det $mid --gpu-mem "$gmid" --pcie-frac 0.5 --deterministic; then
   if cmp -s "$out/ref.json" "$out/det.json"; then pass "logits CLI: --pcie-frac 0.5 --deterministic == unlimited"

@@ -14,6 +14,11 @@
 // through the later layers' quantizations; on a random-weight model with a 151,936-token vocabulary the top-2
 // margins are often below that noise. Where the CPU engine itself agrees with the GPU engine at less than 99.5%, the
 // CPU-miss engine passes if it agrees at least as well as the control minus 0.5 point (both rates printed).
+// With PCIE_FRAC "prefill-cpu", the hybrid engine's prefill CPU share is on (every other run turns it off, so that
+// its prefill is bitwise): CPU threads compute some non-resident experts of each layer of the prompt chunk. The
+// prefill logits must then agree on the top-1 token at >= 99% of the positions (or the control's rule above, the
+// CPU engine evaluating the same prompt), the CPU must have computed records (> 0), and the decode is compared
+// teacher-forced as with CPU misses.
 // Without PCIE_FRAC, a second phase follows the decode: another prompt chunk (prefill path, all logits bitwise) and
 // 50 more greedy decode steps (bitwise): a prefill after decode resets the lookahead prefetch's slots
 // (STRATA_HY_PREFETCH), and the prefetch counters must then show copies and selections served from them.
@@ -28,13 +33,15 @@
 #include "strata.h"
 #include "util/rng.h"
 
-static int g_cpu_misses;   // PCIE_FRAC given
+static int g_cpu_misses;   // PCIE_FRAC given (a share or auto)
 static double g_pcie_frac; // its value (-1: auto)
+static int g_prefill_cpu;  // PCIE_FRAC "prefill-cpu": the prefill CPU share on
 
 static strata_engine *load(const char *path, double gib, int32_t n_ctx, const char *device) {
     strata_engine_params p = strata_engine_default_params();
     p.cpu_misses = gib > 0 && g_cpu_misses;
     p.pcie_frac = g_pcie_frac;
+    p.no_prefill_cpu = !g_prefill_cpu;
     p.model_path = path;
     p.device = device;
     p.gpu_mem_gib = gib;
@@ -73,21 +80,24 @@ int main(int argc, char **argv) {
     const char *path = argv[1];
     const double gib = atof(argv[2]);
     const int32_t n_prompt = argc > 3 ? atoi(argv[3]) : 600, n_decode = argc > 4 ? atoi(argv[4]) : 2100;
-    if (argc > 5) {
+    if (argc > 5 && !strcmp(argv[5], "prefill-cpu")) {
+        g_prefill_cpu = 1;
+    } else if (argc > 5) {
         g_cpu_misses = 1;
         g_pcie_frac = !strcmp(argv[5], "auto") ? -1.0 : atof(argv[5]);
     }
+    const int approx = g_cpu_misses || g_prefill_cpu;  // CPU arithmetic in the result: top-1 checks
     const char *env = getenv("STRATA_SEED");
     const uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
     enum { N_PROMPT2 = 100, N_DECODE2 = 50 };  // the second phase (bitwise runs only)
-    const int32_t n_ctx = n_prompt + n_decode + 1 + (g_cpu_misses ? 0 : N_PROMPT2 + N_DECODE2);
+    const int32_t n_ctx = n_prompt + n_decode + 1 + (approx ? 0 : N_PROMPT2 + N_DECODE2);
     printf("hybrid_decode: %s, --gpu-mem %.3f GiB, prompt %d tokens (seed %" PRIu64 "), %d decoded%s%s\n", path, gib,
-           n_prompt, seed, n_decode, g_cpu_misses ? ", --pcie-frac " : " (every miss over PCIe)",
-           g_cpu_misses ? argv[5] : "");
+           n_prompt, seed, n_decode, g_cpu_misses ? ", --pcie-frac " : g_prefill_cpu ? ", prefill CPU share on" :
+           " (every miss over PCIe)", g_cpu_misses ? argv[5] : "");
     strata_engine *ea = load(path, 0, n_ctx, "cuda");
     strata_engine *eb = ea ? load(path, gib, n_ctx, "cuda") : NULL;
-    strata_engine *ec = eb && g_cpu_misses ? load(path, 0, n_ctx, "cpu") : NULL;  // the control
-    if (!ea || !eb || (g_cpu_misses && !ec)) return 1;
+    strata_engine *ec = eb && approx ? load(path, 0, n_ctx, "cpu") : NULL;  // the control
+    if (!ea || !eb || (approx && !ec)) return 1;
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = n_ctx;
     sp.kv_f32 = true;
@@ -111,17 +121,31 @@ int main(int argc, char **argv) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
     for (int32_t i = 0; i < n_prompt; i++) toks[i] = (int32_t)st_rng_below(&r, (uint32_t)nv);
     float *la = malloc(sizeof(float) * (size_t)nv * (size_t)n_prompt), *lb = malloc(sizeof(float) * (size_t)nv * (size_t)n_prompt);
-    float *lc = malloc(sizeof(float) * (size_t)nv);
+    float *lc = malloc(sizeof(float) * (size_t)nv * (size_t)n_prompt);
     int fails = 0;
     // Prefill: all positions' logits (chunks of 512 through the grouped MoE GEMM with staging).
     if (strata_session_eval(sa, toks, n_prompt, la, true) || strata_session_eval(sb, toks, n_prompt, lb, true) ||
-        (sc && strata_session_eval(sc, toks, n_prompt, NULL, false))) {
+        (sc && strata_session_eval(sc, toks, n_prompt, g_prefill_cpu ? lc : NULL, g_prefill_cpu))) {
         fprintf(stderr, "FAIL: prefill: %s\n", strata_last_error());
         return 1;
     }
     double maxd;
     int64_t first = compare(la, lb, (int64_t)nv * n_prompt, &maxd);
-    if (first >= 0) {
+    if (g_prefill_cpu) {  // top-1 per position against all-in-VRAM, the CPU engine as the control
+        int64_t ag = 0, ag_cpu = 0, bad = 0;
+        for (int32_t t = 0; t < n_prompt; t++) {
+            const int32_t ref = argmax(la + (size_t)t * nv, nv);
+            ag += argmax(lb + (size_t)t * nv, nv) == ref;
+            ag_cpu += argmax(lc + (size_t)t * nv, nv) == ref;
+            for (int32_t j = 0; j < nv; j++) bad += !isfinite(lb[(size_t)t * nv + j]);
+        }
+        const double rate = (double)ag / n_prompt, ctrl = (double)ag_cpu / n_prompt;
+        const int ok = (rate >= 0.99 || (ctrl < 0.995 && rate >= ctrl - 0.005)) && bad == 0;
+        printf("%s prefill top-1 (CPU share): %lld of %d positions agree with all in VRAM (%.2f%%; the CPU engine "
+               "%.2f%%), max |logit diff| %g, %lld non-finite\n", ok ? "PASS" : "FAIL", (long long)ag, n_prompt,
+               100.0 * rate, 100.0 * ctrl, maxd, (long long)bad);
+        fails += !ok;
+    } else if (first >= 0) {
         printf("FAIL prefill logits: first difference at position %lld, token %lld (max |diff| %g)\n",
                (long long)(first / nv), (long long)(first % nv), maxd);
         fails++;
@@ -132,6 +156,14 @@ int main(int argc, char **argv) {
     printf("prefill: %" PRIu64 " tokens in %" PRIu64 " chunks, %.3f GB staged (%.2f MB/token), %" PRIu64
            " records read from prefetch copies\n", hs.prefill_tokens, hs.prefill_chunks, (double)hs.staged_bytes / 1e9,
            (double)hs.staged_bytes / 1e6 / (double)(hs.prefill_tokens ? hs.prefill_tokens : 1), hs.prefetch_prefill);
+    if (g_prefill_cpu) {
+        printf("%s prefill CPU share: %" PRIu64 " (layer, expert) records computed by the CPU\n",
+               hs.prefill_cpu > 0 ? "PASS" : "FAIL", hs.prefill_cpu);
+        fails += hs.prefill_cpu == 0;
+    } else if (hs.prefill_cpu) {
+        printf("FAIL prefill CPU share off, yet %" PRIu64 " records computed by the CPU\n", hs.prefill_cpu);
+        fails++;
+    }
     // Decode.
     int32_t ta = argmax(la + (size_t)(n_prompt - 1) * nv, nv), tb = argmax(lb + (size_t)(n_prompt - 1) * nv, nv);
     size_t used0 = 0, total = 0, used_min = SIZE_MAX, used_max = 0;
@@ -166,7 +198,7 @@ int main(int argc, char **argv) {
         }
     }
     strata_session_hybrid_stats(sb, &hs);
-    if (g_cpu_misses) {  // CPU arithmetic in the result: top-1 agreement, finite logits, the split exercised
+    if (approx) {  // CPU arithmetic in the result: top-1 agreement, finite logits, the split exercised
         const double rate = n_decode ? (double)agree / (double)n_decode : 1.0;
         const double ctrl = n_decode ? (double)agree_cpu / (double)n_decode : 1.0;
         printf("control: the CPU engine agrees with the all-in-VRAM engine on the top-1 at %lld of %d positions "
@@ -186,7 +218,9 @@ int main(int argc, char **argv) {
         printf("decode: --pcie-frac %.3f in use (%d CPU threads): %.1f CPU misses/token, %.1f%% of the misses\n",
                hs.pcie_frac, hs.cpu_threads, hs.decode_tokens ? (double)hs.cpu_misses / (double)hs.decode_tokens : 0.0,
                100.0 * share);
-        if (g_pcie_frac >= 0 && g_pcie_frac < 1) {
+        if (!g_cpu_misses) {
+            // (prefill-cpu: decode has no CPU misses; the prefill share was checked above)
+        } else if (g_pcie_frac >= 0 && g_pcie_frac < 1) {
             // error diffusion makes the long-run CPU share exact up to one miss per layer
             const double want = 1.0 - g_pcie_frac;
             if (hs.cpu_misses > 0 && fabs(share - want) <= 0.02)
@@ -213,7 +247,7 @@ int main(int argc, char **argv) {
     } else {
         printf("PASS decode logits: %d steps bitwise identical (greedy tokens identical)\n", n_decode);
     }
-    if (!g_cpu_misses) {
+    if (!approx) {
         // Second phase: prefill after decode, then decode again; both bitwise.
         int32_t toks2[N_PROMPT2];
         for (int i = 0; i < N_PROMPT2; i++) toks2[i] = (int32_t)st_rng_below(&r, (uint32_t)nv);

@@ -288,6 +288,74 @@ static void test_moe(st_cuda_ctx *ctx, st_gemm_ctx *g, int type_gu, int type_d, 
                (long long)n_ff, n_expert, used, n_used, n_tok, worst_rel, worst_el, (long long)nonfinite);
         if (!ok) g_fail = 1;
     }
+    // Slot maps (hybrid placement): each expert's gate | up | down in a slot of a shuffled slot buffer, and about a
+    // third of the experts left out (slot -1, the CPU's share in hybrid prefill). Must be bit-identical to the
+    // contiguous stacks with the left-out pairs' weights set to 0 (0 * finite adds +0 to the rank-order sum).
+    const size_t gu_eb = st_row_size(type_gu, n_embd) * n_ff, d_eb = st_row_size(type_d, n_ff) * n_embd;
+    const long long stride = (long long)((2 * gu_eb + d_eb + 255) / 256 * 256);
+    if (gu_eb % 16 == 0 && d_eb % 16 == 0) {
+        int32_t *slot_of = xmalloc(sizeof(int32_t) * n_expert), *order = xmalloc(sizeof(int32_t) * n_expert);
+        for (int e = 0; e < n_expert; e++) order[e] = e;
+        for (int e = n_expert - 1; e > 0; e--) {
+            const int j = (int)st_rng_below(r, (uint32_t)e + 1), t = order[e];
+            order[e] = order[j], order[j] = t;
+        }
+        uint8_t *slots = xmalloc((size_t)stride * n_expert);
+        memset(slots, 0, (size_t)stride * n_expert);
+        for (int s = 0; s < n_expert; s++) {
+            const int e = order[s];
+            slot_of[e] = st_rng_below(r, 3) == 0 ? -1 : s;
+            memcpy(slots + (size_t)s * stride, wg + (size_t)e * gu_eb, gu_eb);
+            memcpy(slots + (size_t)s * stride + gu_eb, wu + (size_t)e * gu_eb, gu_eb);
+            memcpy(slots + (size_t)s * stride + 2 * gu_eb, wd + (size_t)e * d_eb, d_eb);
+        }
+        slot_of[ids[0]] = -1;  // at least one pair left out
+        float *w0 = xmalloc(sizeof(float) * n_tok * n_used);
+        for (int i = 0; i < n_tok * n_used; i++) w0[i] = slot_of[ids[i]] < 0 ? 0.0f : w[i];
+        uint8_t *dslots = st_cuda_alloc(ctx, (size_t)stride * n_expert, "slots");
+        int32_t *dslot_of = st_cuda_alloc(ctx, sizeof(int32_t) * n_expert, "slot map");
+        float *dw0 = st_cuda_alloc(ctx, sizeof(float) * n_tok * n_used, "w0");
+        float *dy0 = st_cuda_alloc(ctx, sizeof(float) * n_embd * n_tok, "y0");
+        CHECKP(dslots && dslot_of && dw0 && dy0);
+        CHECK(st_cuda_memcpy_h2d(ctx, dslots, slots, (size_t)stride * n_expert, NULL));
+        CHECK(st_cuda_memcpy_h2d(ctx, dslot_of, slot_of, sizeof(int32_t) * n_expert, NULL));
+        CHECK(st_cuda_memcpy_h2d(ctx, dw0, w0, sizeof(float) * n_tok * n_used, NULL));
+        float *y_ref = xmalloc(sizeof(float) * n_embd * n_tok);
+        for (int eng = ST_MOE_MMQ; eng <= ST_MOE_TC; eng += ST_MOE_TC - ST_MOE_MMQ) {
+            if (eng == ST_MOE_MMQ && (!st_cuda_mmq_supported(type_gu) || !st_cuda_mmq_supported(type_d))) continue;
+            if (eng == ST_MOE_TC && (!st_cuda_tc_supported(type_gu) || !st_cuda_tc_supported(type_d) ||
+                                     n_embd % 256 || n_ff % 256))
+                continue;
+            const size_t sb = st_cuda_moe_scratch_bytes(eng, type_gu, type_d, n_embd, n_ff, n_expert, n_tok, n_used);
+            void *scr = st_cuda_alloc(ctx, sb, "moe scratch");
+            CHECKP(scr);
+            poison(ctx, scr, sb);
+            poison(ctx, dy0, sizeof(float) * n_embd * n_tok);
+            CHECK(st_cuda_moe_ffn(g, eng, type_gu, dg, du, type_d, dd, n_embd, n_ff, n_expert, dx, dids, dw0, n_tok,
+                                  n_used, dy0, scr, sb, ctx->streams[0]));
+            CHECK(st_cuda_sync(ctx, ctx->streams[0]));
+            CHECK(st_cuda_memcpy_d2h(ctx, y_ref, dy0, sizeof(float) * n_embd * n_tok, NULL));
+            poison(ctx, scr, sb);
+            poison(ctx, dy0, sizeof(float) * n_embd * n_tok);
+            CHECK(st_cuda_moe_ffn_slots(g, eng, type_gu, dslots, dslots + gu_eb, type_d, dslots + 2 * gu_eb, stride,
+                                        dslot_of, n_embd, n_ff, n_expert, dx, dids, dw, n_tok, n_used, dy0, scr, sb,
+                                        ctx->streams[0]));
+            CHECK(st_cuda_sync(ctx, ctx->streams[0]));
+            CHECK(st_cuda_memcpy_d2h(ctx, y_gpu, dy0, sizeof(float) * n_embd * n_tok, NULL));
+            st_cuda_free(ctx, scr);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n_embd * n_tok && bad < 0; i++)
+                if (memcmp(&y_gpu[i], &y_ref[i], sizeof(float))) bad = i;
+            printf("  %s moe %-14s slots, a third of the experts left out: %s\n", bad < 0 ? "ok  " : "FAIL", names[eng],
+                   bad < 0 ? "bit-identical to the stacks with their weights 0" : "differs");
+            if (bad >= 0) {
+                printf("       element %lld: %g vs %g\n", (long long)bad, y_gpu[bad], y_ref[bad]);
+                g_fail = 1;
+            }
+        }
+        st_cuda_free(ctx, dslots), st_cuda_free(ctx, dslot_of), st_cuda_free(ctx, dw0), st_cuda_free(ctx, dy0);
+        free(slot_of), free(order), free(slots), free(w0), free(y_ref);
+    }
     st_cuda_free(ctx, dg), st_cuda_free(ctx, du), st_cuda_free(ctx, dd), st_cuda_free(ctx, dx);
     st_cuda_free(ctx, dy), st_cuda_free(ctx, dw), st_cuda_free(ctx, dids);
     free(wg), free(wu), free(wd), free(x), free(w), free(ids), free(y_cpu), free(y_gpu), free(cnt);

@@ -7,6 +7,9 @@
 //   4. st_hy_cpu_experts on an arena built from a small Q4_K_M qwen3moe (Q4_K and Q6_K down stacks): bit-equal to
 //      st_cpu_matmul_rows over each whole expert matrix of the model (the CPU engine's products), with 1 and 3
 //      threads; close to a float64 reference from the dequantized weights; bad ids refused; the timing helper
+//   5. st_hy_cpu_tokens (hybrid prefill's CPU share): a chunk of tokens routed top-K, a random subset of experts on
+//      the CPU: bit-equal to the CPU engine's batched products (st_cpu_matmul_rows over each expert's tokens as one
+//      batch) summed in rank order; tokens without a CPU pair get 0; 1 and 3 threads; bad ids refused
 //   usage: test_cpu_experts [TMPDIR]   (STRATA_SEED=N fixes the seed; printed on failure)
 #include <inttypes.h>
 #include <math.h>
@@ -224,6 +227,122 @@ static void test_experts(const st_model *m, st_rng *r) {
     st_arena_free(a);
 }
 
+// The CPU engine's batched way for one expert: its n tokens' rows X [n][d] through whole-matrix products.
+static int ref_expert_batch(const st_model *m, uint32_t l, uint32_t e, const float *X, int64_t n, float *Y,
+                            st_cpu_scratch *s) {
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = &m->layers[l];
+    const int64_t d = hp->n_embd, F = hp->n_ff_exp;
+    float *g = malloc(sizeof(float) * (size_t)(F * n)), *u = malloc(sizeof(float) * (size_t)(F * n));
+    const st_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    const uint8_t *p[3];
+    for (int k = 0; k < 3; k++) p[k] = w[k]->data + (size_t)e * (size_t)w[k]->ne[1] * w[k]->row_bytes;
+    int rc = st_cpu_matmul_rows(NULL, w[0]->type, p[0], d, 0, F, X, n, g, F, s, ST_MM_EXPERT) ||
+             st_cpu_matmul_rows(NULL, w[1]->type, p[1], d, 0, F, X, n, u, F, s, ST_MM_EXPERT);
+    if (!rc) {
+        st_swiglu(g, g, u, F * n);
+        rc = st_cpu_matmul_rows(NULL, w[2]->type, p[2], F, 0, d, g, n, Y, d, s, ST_MM_EXPERT);
+    }
+    free(g);
+    free(u);
+    return rc;
+}
+
+static void test_tokens(const st_model *m, st_rng *r) {
+    const st_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, F = hp->n_ff_exp, n_tok = 37;
+    const int K = (int)hp->n_expert_used;
+    const uint32_t E = hp->n_expert;
+    st_arena_opts ao;
+    memset(&ao, 0, sizeof ao);
+    ao.mode = ST_ARENA_ANON;
+    ao.quiet = true;
+    st_arena *a = st_arena_create(m, &ao);
+    CHECK(a != NULL, "arena: %s", st_errmsg());
+    if (!a) return;
+    float *X = malloc(sizeof(float) * (size_t)(n_tok * d)), *w = malloc(sizeof(float) * (size_t)(n_tok * K));
+    float *got = malloc(sizeof(float) * (size_t)(n_tok * d)), *want = calloc((size_t)(n_tok * d), sizeof(float));
+    float *Xe = malloc(sizeof(float) * (size_t)(n_tok * d)), *Ye = malloc(sizeof(float) * (size_t)(n_tok * d));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_tok * K)), *rows = malloc(sizeof(int32_t) * (size_t)(n_tok * K));
+    uint8_t *on = malloc(E);
+    st_cpu_scratch s = {0};
+    const int threads[2] = {1, 3};
+    for (int ti = 0; ti < 2; ti++) {
+        st_hy_cpu *c = st_hy_cpu_create(a, d, F, K, threads[ti]);
+        CHECK(c != NULL, "st_hy_cpu_create: %s", st_errmsg());
+        if (!c) continue;
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
+            for (int64_t i = 0; i < n_tok * d; i++) X[i] = st_rng_normal(r);
+            for (int64_t t = 0; t < n_tok; t++)  // K distinct experts per token, random weights
+                for (int k = 0; k < K; k++) {
+                    int32_t e;
+                    int dup;
+                    do {
+                        e = (int32_t)st_rng_below(r, E);
+                        dup = 0;
+                        for (int j = 0; j < k; j++) dup |= ids[t * K + j] == e;
+                    } while (dup);
+                    ids[t * K + k] = e;
+                    w[t * K + k] = 0.1f + st_rng_f32(r);
+                }
+            for (uint32_t e = 0; e < E; e++) on[e] = st_rng_below(r, 2);
+            on[ids[0]] = 1;      // at least one CPU pair
+            on[ids[K - 1]] = 0;  // and one GPU pair
+            if (l == 0) {  // one token with no CPU pair at all (its row must be 0), another pair still on the CPU
+                for (int k = 0; k < K; k++) on[ids[(n_tok - 1) * K + k]] = 0;
+                for (int64_t i = 0; i < (n_tok - 1) * K; i++) {
+                    int last = 0;
+                    for (int k = 0; k < K; k++) last |= ids[(n_tok - 1) * K + k] == ids[i];
+                    if (!last) {
+                        on[ids[i]] = 1;
+                        break;
+                    }
+                }
+            }
+            for (int64_t i = 0; i < n_tok * d; i++) got[i] = NAN;
+            CHECK(st_hy_cpu_tokens(c, l, X, n_tok, ids, w, K, on, got) == 0, "layer %u: %s", l, st_errmsg());
+            // Reference: per CPU expert, its tokens' rows in token order as one batch; then rank-order sums.
+            memset(want, 0, sizeof(float) * (size_t)(n_tok * d));
+            float *yp = malloc(sizeof(float) * (size_t)(n_tok * K * d));  // [t * K + k][d]
+            for (uint32_t e = 0; e < E; e++) {
+                if (!on[e]) continue;
+                int64_t n = 0;
+                for (int64_t i = 0; i < n_tok * K; i++)
+                    if (ids[i] == (int32_t)e) {
+                        memcpy(Xe + n * d, X + (i / K) * d, sizeof(float) * (size_t)d);
+                        rows[n++] = (int32_t)i;
+                    }
+                if (!n) continue;
+                CHECK(ref_expert_batch(m, l, e, Xe, n, Ye, &s) == 0, "reference: %s", st_errmsg());
+                for (int64_t j = 0; j < n; j++) memcpy(yp + (size_t)rows[j] * d, Ye + j * d, sizeof(float) * (size_t)d);
+            }
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int k = 0; k < K; k++)
+                    if (on[ids[t * K + k]])
+                        for (int64_t i = 0; i < d; i++) want[t * d + i] += w[t * K + k] * yp[(size_t)(t * K + k) * d + i];
+            free(yp);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n_tok * d && bad < 0; i++)
+                if (memcmp(&got[i], &want[i], sizeof(float))) bad = i;
+            CHECK(bad < 0, "tokens, %d threads, layer %u: element %lld (token %lld) is %g, the CPU engine's %g",
+                  threads[ti], l, (long long)bad, (long long)(bad / d), bad >= 0 ? got[bad] : 0.0,
+                  bad >= 0 ? want[bad] : 0.0);
+            if (l == 0) {
+                int zero = 1;
+                for (int64_t i = 0; i < d; i++) zero &= got[(n_tok - 1) * d + i] == 0.0f;
+                CHECK(zero, "a token without CPU pairs must get a zero row");
+            }
+        }
+        ids[3] = (int32_t)E;
+        CHECK(st_hy_cpu_tokens(c, 0, X, n_tok, ids, w, K, on, got) == -1 && strstr(st_errmsg(), "expert id"),
+              "tokens: an expert id out of range must fail: '%s'", st_errmsg());
+        st_hy_cpu_free(c);
+    }
+    st_cpu_scratch_free(&s);
+    free(X), free(w), free(got), free(want), free(Xe), free(Ye), free(ids), free(rows), free(on);
+    st_arena_free(a);
+}
+
 int main(int argc, char **argv) {
     const char *env = getenv("STRATA_SEED");
     g_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
@@ -259,6 +378,7 @@ int main(int argc, char **argv) {
         failures++;
     } else {
         test_experts(m, &r);
+        test_tokens(m, &r);
         st_model_free(m);
     }
     unlink(path);
