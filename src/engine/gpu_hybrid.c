@@ -175,7 +175,7 @@ struct st_hybrid {
     st_hy_cpu *pcpu_own;
     int pc_max_tok;               // chunks of at most this many tokens use it (0: off)
     double pc_t_stage;            // seconds to stage one expert record (measured at load)
-    double pc_t0, pc_t1;          // CPU seconds per expert: pc_t0 + pc_t1 * its tokens (measured at load)
+    double pc_t32;                // CPU seconds per expert of 32 tokens (measured at load; ~linear in tokens)
     int pc_n_tok;                 // the chunk in progress (0: no CPU share in it)
     uint32_t *pc_count;           // [L] experts the CPU computes per layer in this chunk
     uint8_t *pc_on;               // [L][E] 1: the CPU computes (l, e) in this chunk (pmap -1, not staged)
@@ -691,17 +691,19 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
 
 // Picks, for a chunk of n_tok tokens, how many non-resident experts of each layer the CPU computes and which (the
 // least used by the decayed frequencies), from the costs measured at load: staging m - c records over PCIe takes
-// (m - c) * t_stage; the CPU's c experts of ~n_tok * K / E tokens each take t_fix + c * (t0 + t1 * tokens), t_fix
-// being the rows' and the result's trips over PCIe plus the two host functions. Equal times give c; fewer than 2
-// is not worth the fixed cost. Marks pmap_dirty when the choice changed.
+// (m - c) * t_stage; the CPU's c experts of ~n_tok * K / E tokens each take t_fix + c * t_cpu(tokens), t_fix
+// being the rows' and the result's trips over PCIe plus the two host functions. Equal times give c. The rows'
+// copy, the result's read and the host functions also lengthen the compute stream (t_crit), so a share whose
+// staging saving is under twice that is not taken. Marks pmap_dirty when the choice changed.
 static void hy_pc_plan(st_hybrid *h, int n_tok) {
     if (!h->pcpu) return;
     const st_hparams *hp = &h->m->hp;
     const uint64_t n_rec = (uint64_t)h->L * h->E;
     const int on = n_tok > 0 && n_tok <= h->pc_max_tok;
     const double tok_per_expert = (double)n_tok * (double)hp->n_expert_used / (double)h->E;
-    const double t_cpu = h->pc_t0 + h->pc_t1 * tok_per_expert;
-    const double t_fix = 2.0 * (double)n_tok * (double)hp->n_embd * 4.0 / 40e9 + 60e-6;
+    const double t_cpu = h->pc_t32 * (tok_per_expert > 8 ? tok_per_expert : 8) / 32.0;
+    const double t_crit = 2.0 * (double)n_tok * (double)hp->n_embd * 4.0 / 50e9 + 20e-6;
+    const double t_fix = t_crit + 40e-6;
     // A prefetch copy counts as resident (rebuild_pmap reads it from VRAM).
     uint8_t *copied = calloc(n_rec, 1);
     if (!copied) return;  // (keep the previous choice)
@@ -715,7 +717,7 @@ static void hy_pc_plan(st_hybrid *h, int n_tok) {
         uint32_t m = 0;
         for (uint32_t e = 0; e < h->E; e++) m += h->slot_of[row + e] < 0 && !copied[row + e];
         double c = on ? ((double)m * h->pc_t_stage - t_fix) / (h->pc_t_stage + t_cpu) : 0;
-        uint32_t n = c >= 2 ? (uint32_t)c : 0;
+        uint32_t n = c >= 1 && (double)(uint32_t)c * h->pc_t_stage >= 2.0 * t_crit ? (uint32_t)c : 0;
         if (n > m) n = m;
         // The n least used candidates (ties: the highest ids, which stage last anyway).
         uint8_t *pick = h->pc_on + row;
@@ -862,19 +864,21 @@ static int hy_pc_init(st_hybrid *h) {
     HY_CHECK(cudaMallocHost((void **)&h->pc_ids, sizeof(int32_t) * rows * (size_t)K));
     if (hy_map_alloc((void **)&h->pc_y, (void **)&h->pc_y_dp, sizeof(float) * rows * d, "prefill CPU results"))
         return -1;
-    double t8 = 0, t32 = 0;
-    if (hy_time_stage(h, 16, &h->pc_t_stage) || hy_time_cpu_tokens(h, 0, 8, &t8) ||  // (the first: a warm-up)
-        hy_time_cpu_tokens(h, h->L > 1 ? 1 : 0, 8, &t8) || hy_time_cpu_tokens(h, h->L > 2 ? 2 : 0, 32, &t32))
+    // The best of 3 (one sample swings by 2x on a busy host), after a warm-up; other layers each time (cold weights).
+    double t = 0;
+    h->pc_t32 = 1e30;
+    if (hy_time_stage(h, 16, &h->pc_t_stage) || hy_time_cpu_tokens(h, 0, 8, &t))
         return st_err_prefix("%s: prefill CPU share: ", h->m->path);
-    h->pc_t1 = t32 > t8 ? (t32 - t8) / 24.0 : t32 / 32.0;
-    h->pc_t0 = t8 - 8.0 * h->pc_t1 > 0 ? t8 - 8.0 * h->pc_t1 : 0;
+    for (uint32_t r = 1; r <= 3; r++) {
+        if (hy_time_cpu_tokens(h, r % h->L, 32, &t)) return st_err_prefix("%s: prefill CPU share: ", h->m->path);
+        if (t < h->pc_t32) h->pc_t32 = t;
+    }
     if (pthread_mutex_init(&h->pc_mu, NULL) || pthread_cond_init(&h->pc_cv, NULL) ||
         pthread_create(&h->pc_thread, NULL, hy_pc_main, h))
         return st_err("prefill CPU share: cannot start its thread");
     h->pc_started = 1;
-    st_info("hybrid prefill: CPU share for chunks up to %d tokens (%d threads): staging %.0f us per expert, CPU "
-            "%.0f us + %.1f us per token per expert",
-            h->pc_max_tok, st_hy_cpu_threads(h->pcpu), h->pc_t_stage * 1e6, h->pc_t0 * 1e6, h->pc_t1 * 1e6);
+    st_info("hybrid prefill: CPU share for steps up to %d tokens (%d threads): staging %.0f us per expert, CPU %.0f us "
+            "per expert of 32 tokens", h->pc_max_tok, st_hy_cpu_threads(h->pcpu), h->pc_t_stage * 1e6, h->pc_t32 * 1e6);
     return 0;
 }
 
