@@ -95,6 +95,8 @@ struct st_gpu_session {
     int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
                                 // (STRATA_MOE_ONE=1; STRATA_FFN_BPS=N: N blocks per SM): 239 vs 327 tok/s so far
     unsigned dec_dup;           // timing experiment only (STRATA_DEC_DUP, same bits): kernel classes launched twice
+    int32_t *fixed_ids;         // timing experiment only (STRATA_DEC_FIXED_ROUTE): device [n_layer][K] expert ids
+                                // copied over the router's after it, or NULL
     unsigned dec_skip;          // timing experiment only (STRATA_DEC_SKIP, bit mask of DEC_SKIP_*): kernel classes
                                 // left out of one-token fused steps, to measure each one's share of the graph; the
                                 // output is wrong
@@ -495,6 +497,31 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         st_warn("STRATA_DEC_DUP=0x%x: decode kernels launched twice for a timing experiment; the output is wrong",
                 s->dec_dup);
     }
+    // Timing experiment: every token routed to fixed experts per layer, contiguous (0..K-1), spread evenly over the
+    // stack, or a fixed random set: does the experts' placement in memory change the MoE kernels' time?
+    const char *fr = getenv("STRATA_DEC_FIXED_ROUTE");
+    if (fr && hp->n_expert) {
+        const int E = (int)hp->n_expert, Kf = (int)hp->n_expert_used;
+        int32_t *ids = malloc(sizeof(int32_t) * hp->n_layer * Kf);
+        uint64_t r = 88172645463325252ull;
+        for (uint32_t l = 0; ids && l < hp->n_layer; l++)
+            for (int k = 0; k < Kf; k++) {
+                int e = !strcmp(fr, "contig") ? k : !strcmp(fr, "spread") ? (k * E / Kf + (int)l * 5) % E : -1;
+                while (e < 0) {  // rand: distinct ids from a fixed xorshift sequence
+                    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                    e = (int)(r % (uint64_t)E);
+                    for (int j = 0; j < k; j++)
+                        if (ids[l * Kf + j] == e) e = -1;
+                }
+                ids[l * Kf + k] = e;
+            }
+        s->fixed_ids = ids ? dalloc(s, sizeof(int32_t) * hp->n_layer * Kf, "fixed routes", &fail) : NULL;
+        if (s->fixed_ids && st_cuda_memcpy_h2d(&g->ctx, s->fixed_ids, ids, sizeof(int32_t) * hp->n_layer * Kf, NULL))
+            fail = 1;
+        free(ids);
+        st_warn("STRATA_DEC_FIXED_ROUTE=%s: every decode token takes fixed experts (timing experiment; the output is "
+                "wrong)", fr);
+    }
     s->n_split2 = st_cuda_attn_dec_splits((int)hp->n_head_kv, g->ctx.sm_count);
     const size_t ws2 = st_cuda_attn_dec_ws_bytes((int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_k, s->n_split2);
     s->attn_ws2 = dalloc(s, ws2, "attention workspace", &fail);
@@ -542,7 +569,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
                     s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws};
+                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -784,6 +811,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                                                 s->dec_counters, st))) {
                 return -1;
             }
+            if (n == 1 && s->fixed_ids &&
+                cudaMemcpyAsync(s->d_ids, s->fixed_ids + (size_t)l * K, sizeof(int32_t) * K, cudaMemcpyDeviceToDevice,
+                                st) != cudaSuccess)
+                return st_err("STRATA_DEC_FIXED_ROUTE: copy failed");
             if (dump_act(s, l, 'a', n)) return -1;  // x = x + attention output (the FFN norm wrote it back)
             if (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)) return -1;  // hybrid: hit/miss counters
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
