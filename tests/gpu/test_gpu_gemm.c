@@ -2,8 +2,9 @@
 // random weights (st_random_blocks) and activations (seed printed; STRATA_SEED overrides):
 //   dense:  every weight type x shapes (ne0 -> n_out) 2048->4096, 4096->2048, 2048->768, 768->2048 x
 //           N in {1, 7, 64, 512}, every engine (cuBLAS f16, int8 mmq, f16 tensor cores on shared-memory-dequantized
-//           tiles ("tc"), the last two where supported), and mmq with STRATA_MMQ_CPU_ACT=1 (activations in the CPU's
-//           format: relative RMS error <= 2e-5, only the float order differs). Outputs are poisoned (NaN)
+//           tiles ("tc"), the last two where supported; mmq with llama.cpp's q8_1 rows, STRATA_MMQ_CPU_ACT=0), and mmq
+//           as by default (activations in the CPU's format: relative RMS error <= 2e-5, only the float order
+//           differs). Outputs are poisoned (NaN)
 //           first. Pass: every |gpu - cpu| <= 1e-2 |W_r| |X_t| (row norms of the dequantized weights and of the
 //           activations) and the relative RMS error of the whole product <= 3e-2 (int8/f16 rounding on both
 //           sides gives ~1e-2).
@@ -109,8 +110,9 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
     for (int ni = 0; ni < n_ns; ni++) {
         const int64_t n_tok = ns[ni];
         CHECK(st_cpu_matmul(g_pool, type, w, ne0, n_out, x, n_tok, y_cpu, &cs));
-        // Every engine; then (cpu_act) mmq once more with STRATA_MMQ_CPU_ACT=1, the activations in the CPU's format:
-        // the same int8 products as the CPU, so only the float order differs (bound 2e-5 relative RMS).
+        // Every engine, mmq with llama.cpp's q8_1 activations (STRATA_MMQ_CPU_ACT=0); then (cpu_act) mmq with the
+        // default, the activations in the CPU's format: the same int8 products as the CPU, so only the float order
+        // differs (bound 2e-5 relative RMS).
         static const int passes[][2] = {{ST_GEMM_CUBLAS, 0}, {ST_GEMM_MMQ, 0}, {ST_GEMM_TC, 0}, {ST_GEMM_MMQ, 1}};
         for (int pi = 0; pi < 4; pi++) {
             const int eng = passes[pi][0], cpu_act = passes[pi][1];
@@ -120,9 +122,9 @@ static void test_dense(st_cuda_ctx *ctx, st_gemm_ctx *g, int type, int64_t ne0, 
             void *scr = st_cuda_alloc(ctx, sb, "scratch");
             CHECKP(scr);
             poison(ctx, dY, sizeof(float) * n_out * n_tok);
-            if (cpu_act) setenv("STRATA_MMQ_CPU_ACT", "1", 1);
+            if (!cpu_act) setenv("STRATA_MMQ_CPU_ACT", "0", 1);
             CHECK(st_cuda_gemm(g, eng, type, dW, ne0, n_out, dX, n_tok, dY, scr, sb, ctx->streams[0]));
-            if (cpu_act) unsetenv("STRATA_MMQ_CPU_ACT");
+            unsetenv("STRATA_MMQ_CPU_ACT");
             CHECK(st_cuda_sync(ctx, ctx->streams[0]));
             CHECK(st_cuda_memcpy_d2h(ctx, y_gpu, dY, sizeof(float) * n_out * n_tok, NULL));
             st_cuda_free(ctx, scr);
