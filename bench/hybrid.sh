@@ -142,8 +142,8 @@ for i, g in enumerate(budgets):  # budget i pairs with the i-th --n-cpu-moe sett
 print(f"# Hybrid placement: {os.path.basename(model)}, pp{pp} / tg{tg}\n")
 print("| budget | Strata pp t/s | llama pp t/s (-ncmoe) | pp ratio | Strata tg t/s | llama tg t/s | tg ratio | "
       "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | CPU misses/tok (F) | PCIe GB/tok | "
-      "staged GB/tok (pp) | prefetched/tok (served) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "staged GB/tok (pp) | pp experts/chunk from copies, CPU | prefetched/tok (served) |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 def f(x, fmt="%.1f"):
     return fmt % x if x is not None else "-"
 for label, sname, lname, n in rows:
@@ -162,6 +162,7 @@ for label, sname, lname, n in rows:
           f"{f(hy.get('cpu_misses_per_token'))}{' (%.2f)' % hy['pcie_frac'] if hy.get('cpu_threads') else ''} | "
           f"{f(hy.get('pcie_gb_per_token'), '%.3f')} | "
           f"{f(hyp.get('staged_gb_per_token'), '%.4f')} | "
+          f"{f(hyp.get('prefill_prefetch_records_per_chunk'), '%.0f')}, {f(hyp.get('prefill_cpu_records_per_chunk'), '%.0f')} | "
           f"{f(hy.get('prefetch_per_token')) + ' (%.1f)' % hy['prefetch_hits_per_token'] if hy.get('prefetch_per_token') else '-'} |")
 print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), sampled every 100 ms; targets (issue #6): "
       "decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget." % idle)

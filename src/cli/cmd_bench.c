@@ -91,6 +91,7 @@ typedef struct {
     double hit_rate, misses_per_tok, pcie_gb_per_tok, pcie_gbps, staged_gb_per_tok;
     double cpu_misses_per_tok;  // of misses_per_tok, computed by the CPU miss workers (--pcie-frac)
     double pf_per_tok, pf_hits_per_tok, pf_late_per_tok;  // lookahead prefetch: copies, selections served, late layers
+    double pf_prefill_per_chunk, cpu_prefill_per_chunk;  // prefill: records read from prefetch copies / by the CPU
 } hy_figs;
 
 static hy_figs hy_figures(const result *r) {
@@ -106,6 +107,9 @@ static hy_figs hy_figures(const result *r) {
     f.pf_per_tok = (double)h->prefetch_records / dt;
     f.pf_hits_per_tok = (double)h->prefetch_hits / dt;
     f.pf_late_per_tok = (double)h->prefetch_late / dt;
+    const double ch = h->prefill_chunks ? (double)h->prefill_chunks : 1;
+    f.pf_prefill_per_chunk = (double)h->prefetch_prefill / ch;
+    f.cpu_prefill_per_chunk = (double)h->prefill_cpu / ch;
     return f;
 }
 
@@ -251,10 +255,12 @@ int cmd_bench(int argc, char **argv) {
                            res[i].name, f.pf_per_tok, (double)h->prefetch_bytes / (double)h->decode_tokens / 1e9,
                            f.pf_hits_per_tok, f.pf_late_per_tok);
                 if (h->prefill_tokens)
-                    printf("hybrid %s: %.4f GB staged/token (%.3f GB per %llu-chunk run, %.1f GB/s at %.1f tok/s)\n",
+                    printf("hybrid %s: %.4f GB staged/token (%.3f GB per %llu-chunk run, %.1f GB/s at %.1f tok/s); "
+                           "per chunk %.1f experts read from prefetch copies, %.1f computed by the CPU\n",
                            res[i].name, f.staged_gb_per_tok, (double)h->staged_bytes / 1e9 / (double)reps,
                            (unsigned long long)(h->prefill_chunks / (uint64_t)reps),
-                           f.staged_gb_per_tok * res[i].mean, res[i].mean);
+                           f.staged_gb_per_tok * res[i].mean, res[i].mean, f.pf_prefill_per_chunk,
+                           f.cpu_prefill_per_chunk);
             }
         } else {
             printf("[");
@@ -273,11 +279,13 @@ int cmd_bench(int argc, char **argv) {
                        "\"misses_per_token\": %.3f, \"pcie_gb_per_token\": %.6f, \"staged_gb_per_token\": %.6f, "
                        "\"swaps\": %llu, \"pcie_frac\": %.4f, \"cpu_misses_per_token\": %.3f, \"cpu_threads\": %d, "
                        "\"prefetch_per_token\": %.3f, \"prefetch_hits_per_token\": %.3f, "
-                       "\"prefetch_late_per_token\": %.3f}}",
+                       "\"prefetch_late_per_token\": %.3f, \"prefill_prefetch_records_per_chunk\": %.1f, "
+                       "\"prefill_cpu_records_per_chunk\": %.1f}}",
                        ea.gpu_mem_gib, (unsigned long long)res[i].hy.n_slots, (unsigned long long)res[i].hy.n_experts,
                        f.hit_rate, f.misses_per_tok, f.pcie_gb_per_tok, f.staged_gb_per_tok,
                        (unsigned long long)res[i].hy.swaps, res[i].hy.pcie_frac, f.cpu_misses_per_tok,
-                       res[i].hy.cpu_threads, f.pf_per_tok, f.pf_hits_per_tok, f.pf_late_per_tok);
+                       res[i].hy.cpu_threads, f.pf_per_tok, f.pf_hits_per_tok, f.pf_late_per_tok,
+                       f.pf_prefill_per_chunk, f.cpu_prefill_per_chunk);
             }
             printf("\n]\n");
         }
