@@ -220,15 +220,27 @@ static int tok_reserve(st_hy_cpu *c, int64_t pairs, int64_t tk) {
     return 0;
 }
 
+// Pairs [16 task, 16 task + 16): part 0 quantizes their input rows (gate format), part 2 their SwiGLU rows (down).
+static void tok_quant(st_hy_cpu *c, int64_t task, int part) {
+    const int fmt = st_cpu_act_type(c->a->layers[c->layer].x.type[part]);
+    const st_cpu_isa isa = st_cpu_isa_active();
+    for (int64_t i = task * TOK_PAIRS; i < c->n_pairs && i < (task + 1) * TOK_PAIRS; i++) {
+        const int rc = part == 0 ? st_cpu_quantize_act(fmt, c->tX + (size_t)c->pair_tok[i] * (size_t)c->n_embd,
+                                                       c->tq + (size_t)i * c->xq_stride, c->n_embd, isa)
+                                 : st_cpu_quantize_act(fmt, c->tg + (size_t)i * ff_stride(c),
+                                                       c->taq + (size_t)i * c->aq_stride, c->n_ff, isa);
+        if (rc) atomic_store(&c->failed, 1);
+    }
+}
+
 static void tok_quant_task(void *ud, int64_t task, int thread) {
     (void)thread;
-    st_hy_cpu *c = ud;
-    const int fmt = st_cpu_act_type(c->a->layers[c->layer].x.type[0]);
-    const st_cpu_isa isa = st_cpu_isa_active();
-    for (int64_t i = task * TOK_PAIRS; i < c->n_pairs && i < (task + 1) * TOK_PAIRS; i++)
-        if (st_cpu_quantize_act(fmt, c->tX + (size_t)c->pair_tok[i] * (size_t)c->n_embd, c->tq + (size_t)i * c->xq_stride,
-                                c->n_embd, isa))
-            atomic_store(&c->failed, 1);
+    tok_quant(ud, task, 0);
+}
+
+static void tok_quant_down_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    tok_quant(ud, task, 2);
 }
 
 // Task (expert j, chunk r): gate and up rows [r0, r0 + nr) for every token of the expert, then their SwiGLU.
@@ -251,16 +263,6 @@ static void tok_gu_task(void *ud, int64_t task, int thread) {
         return;
     }
     for (int64_t t = 0; t < np; t++) st_swiglu(g + (size_t)t * ffs, g + (size_t)t * ffs, u + (size_t)t * ffs, nr);
-}
-
-static void tok_quant_down_task(void *ud, int64_t task, int thread) {
-    (void)thread;
-    st_hy_cpu *c = ud;
-    const int fmt = st_cpu_act_type(c->a->layers[c->layer].x.type[2]);
-    const st_cpu_isa isa = st_cpu_isa_active();
-    for (int64_t i = task * TOK_PAIRS; i < c->n_pairs && i < (task + 1) * TOK_PAIRS; i++)
-        if (st_cpu_quantize_act(fmt, c->tg + (size_t)i * ff_stride(c), c->taq + (size_t)i * c->aq_stride, c->n_ff, isa))
-            atomic_store(&c->failed, 1);
 }
 
 static void tok_down_task(void *ud, int64_t task, int thread) {

@@ -214,6 +214,23 @@ static void moe_cpu(int type_gu, const uint8_t *wg, const uint8_t *wu, int type_
     free(xe), free(g), free(u), free(d), free(tok), free(slot);
 }
 
+// Whether MoE engine eng takes these types and sizes (the mmq and tc engines have limits; cuBLAS takes all).
+static int moe_engine_ok(int eng, int type_gu, int type_d, int64_t n_embd, int64_t n_ff) {
+    if (eng == ST_MOE_MMQ) return st_cuda_mmq_supported(type_gu) && st_cuda_mmq_supported(type_d);
+    if (eng == ST_MOE_TC)
+        return st_cuda_tc_supported(type_gu) && st_cuda_tc_supported(type_d) && n_embd % 256 == 0 && n_ff % 256 == 0;
+    return 1;
+}
+
+// A MoE call's scratch for engine eng, poisoned (NaN); *sb gets its size.
+static void *moe_scratch(st_cuda_ctx *ctx, int eng, int type_gu, int type_d, int64_t n_embd, int64_t n_ff, int n_expert,
+                         int n_tok, int n_used, size_t *sb) {
+    *sb = st_cuda_moe_scratch_bytes(eng, type_gu, type_d, n_embd, n_ff, n_expert, n_tok, n_used);
+    void *scr = st_cuda_alloc(ctx, *sb, "moe scratch");
+    if (scr) poison(ctx, scr, *sb);
+    return scr;
+}
+
 static void test_moe(st_cuda_ctx *ctx, st_gemm_ctx *g, int type_gu, int type_d, int64_t n_embd, int64_t n_ff,
                      int n_expert, int n_used, int n_tok, st_rng *r) {
     uint8_t *wg = random_weights(type_gu, n_embd, n_ff * n_expert, r, NULL);
@@ -244,14 +261,10 @@ static void test_moe(st_cuda_ctx *ctx, st_gemm_ctx *g, int type_gu, int type_d, 
     CHECK(st_cuda_memcpy_h2d(ctx, dids, ids, sizeof(int32_t) * n_tok * n_used, NULL));
     static const char *names[] = {"mmq", "cublas-grouped", "cublas-loop", "tc"};
     for (int eng = ST_MOE_MMQ; eng <= ST_MOE_TC; eng++) {
-        if (eng == ST_MOE_MMQ && (!st_cuda_mmq_supported(type_gu) || !st_cuda_mmq_supported(type_d))) continue;
-        if (eng == ST_MOE_TC && (!st_cuda_tc_supported(type_gu) || !st_cuda_tc_supported(type_d) || n_embd % 256 ||
-                                 n_ff % 256))
-            continue;
-        const size_t sb = st_cuda_moe_scratch_bytes(eng, type_gu, type_d, n_embd, n_ff, n_expert, n_tok, n_used);
-        void *scr = st_cuda_alloc(ctx, sb, "moe scratch");
+        if (!moe_engine_ok(eng, type_gu, type_d, n_embd, n_ff)) continue;
+        size_t sb;
+        void *scr = moe_scratch(ctx, eng, type_gu, type_d, n_embd, n_ff, n_expert, n_tok, n_used, &sb);
         CHECKP(scr);
-        poison(ctx, scr, sb);
         poison(ctx, dy, sizeof(float) * n_embd * n_tok);
         CHECK(st_cuda_moe_ffn(g, eng, type_gu, dg, du, type_d, dd, n_embd, n_ff, n_expert, dx, dids, dw, n_tok, n_used,
                               dy, scr, sb, ctx->streams[0]));
@@ -324,14 +337,10 @@ static void test_moe(st_cuda_ctx *ctx, st_gemm_ctx *g, int type_gu, int type_d, 
         CHECK(st_cuda_memcpy_h2d(ctx, dw0, w0, sizeof(float) * n_tok * n_used, NULL));
         float *y_ref = xmalloc(sizeof(float) * n_embd * n_tok);
         for (int eng = ST_MOE_MMQ; eng <= ST_MOE_TC; eng += ST_MOE_TC - ST_MOE_MMQ) {
-            if (eng == ST_MOE_MMQ && (!st_cuda_mmq_supported(type_gu) || !st_cuda_mmq_supported(type_d))) continue;
-            if (eng == ST_MOE_TC && (!st_cuda_tc_supported(type_gu) || !st_cuda_tc_supported(type_d) ||
-                                     n_embd % 256 || n_ff % 256))
-                continue;
-            const size_t sb = st_cuda_moe_scratch_bytes(eng, type_gu, type_d, n_embd, n_ff, n_expert, n_tok, n_used);
-            void *scr = st_cuda_alloc(ctx, sb, "moe scratch");
+            if (!moe_engine_ok(eng, type_gu, type_d, n_embd, n_ff)) continue;
+            size_t sb;
+            void *scr = moe_scratch(ctx, eng, type_gu, type_d, n_embd, n_ff, n_expert, n_tok, n_used, &sb);
             CHECKP(scr);
-            poison(ctx, scr, sb);
             poison(ctx, dy0, sizeof(float) * n_embd * n_tok);
             CHECK(st_cuda_moe_ffn(g, eng, type_gu, dg, du, type_d, dd, n_embd, n_ff, n_expert, dx, dids, dw0, n_tok,
                                   n_used, dy0, scr, sb, ctx->streams[0]));

@@ -158,17 +158,31 @@ static void f64_expert(const st_model *m, uint32_t l, uint32_t e, const float *x
     free(a);
 }
 
-static void test_experts(const st_model *m, st_rng *r) {
-    const st_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, F = hp->n_ff_exp;
-    const int K = (int)hp->n_expert_used;
+// The model's arena (anonymous, chunk_bytes per registered range; 0: the default), or NULL after a failed CHECK.
+static st_arena *test_arena(const st_model *m, size_t chunk_bytes) {
     st_arena_opts ao;
     memset(&ao, 0, sizeof ao);
     ao.mode = ST_ARENA_ANON;
-    ao.chunk_bytes = 1 << 20;  // several chunks
+    ao.chunk_bytes = chunk_bytes;
     ao.quiet = true;
     st_arena *a = st_arena_create(m, &ao);
     CHECK(a != NULL, "arena: %s", st_errmsg());
+    return a;
+}
+
+// The thread counts every worker test runs with, and the workers for one of them (NULL after a failed CHECK).
+static const int k_threads[2] = {1, 3};
+static st_hy_cpu *test_workers(const st_arena *a, const st_hparams *hp, int threads) {
+    st_hy_cpu *c = st_hy_cpu_create(a, hp->n_embd, hp->n_ff_exp, (int)hp->n_expert_used, threads);
+    CHECK(c != NULL, "st_hy_cpu_create: %s", st_errmsg());
+    return c;
+}
+
+static void test_experts(const st_model *m, st_rng *r) {
+    const st_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd;
+    const int K = (int)hp->n_expert_used;
+    st_arena *a = test_arena(m, 1 << 20);  // several chunks
     if (!a) return;
     int types_seen[2] = {0, 0};
     for (uint32_t l = 0; l < hp->n_layer; l++) types_seen[a->layers[l].x.type[2] == ST_TYPE_Q6_K] = 1;
@@ -179,10 +193,8 @@ static void test_experts(const st_model *m, st_rng *r) {
     float *out[32];
     for (int k = 0; k < K; k++) out[k] = got + (size_t)k * d;
     st_cpu_scratch s = {0};
-    const int threads[2] = {1, 3};
     for (int ti = 0; ti < 2; ti++) {
-        st_hy_cpu *c = st_hy_cpu_create(a, d, F, K, threads[ti]);
-        CHECK(c != NULL, "st_hy_cpu_create: %s", st_errmsg());
+        st_hy_cpu *c = test_workers(a, hp, k_threads[ti]);
         if (!c) continue;
         for (uint32_t l = 0; l < hp->n_layer; l++) {
             for (int64_t i = 0; i < d; i++) x[i] = st_rng_normal(r);
@@ -197,7 +209,7 @@ static void test_experts(const st_model *m, st_rng *r) {
                 for (int64_t j = 0; j < d && bad < 0; j++)
                     if (memcmp(&got[(size_t)i * d + j], &want[j], sizeof(float))) bad = j;
                 CHECK(bad < 0, "%d threads, layer %u, expert %d (%s down): row %lld is %g, the CPU engine's %g",
-                      threads[ti], l, ids[i], st_type_name(a->layers[l].x.type[2]), (long long)bad,
+                      k_threads[ti], l, ids[i], st_type_name(a->layers[l].x.type[2]), (long long)bad,
                       bad >= 0 ? got[(size_t)i * d + bad] : 0.0, bad >= 0 ? want[bad] : 0.0);
                 if (ti == 0 && i == 0) {
                     f64_expert(m, l, (uint32_t)ids[i], x, ref);
@@ -250,15 +262,10 @@ static int ref_expert_batch(const st_model *m, uint32_t l, uint32_t e, const flo
 
 static void test_tokens(const st_model *m, st_rng *r) {
     const st_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, F = hp->n_ff_exp, n_tok = 37;
+    const int64_t d = hp->n_embd, n_tok = 37;
     const int K = (int)hp->n_expert_used;
     const uint32_t E = hp->n_expert;
-    st_arena_opts ao;
-    memset(&ao, 0, sizeof ao);
-    ao.mode = ST_ARENA_ANON;
-    ao.quiet = true;
-    st_arena *a = st_arena_create(m, &ao);
-    CHECK(a != NULL, "arena: %s", st_errmsg());
+    st_arena *a = test_arena(m, 0);
     if (!a) return;
     float *X = malloc(sizeof(float) * (size_t)(n_tok * d)), *w = malloc(sizeof(float) * (size_t)(n_tok * K));
     float *got = malloc(sizeof(float) * (size_t)(n_tok * d)), *want = calloc((size_t)(n_tok * d), sizeof(float));
@@ -266,10 +273,8 @@ static void test_tokens(const st_model *m, st_rng *r) {
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_tok * K)), *rows = malloc(sizeof(int32_t) * (size_t)(n_tok * K));
     uint8_t *on = malloc(E);
     st_cpu_scratch s = {0};
-    const int threads[2] = {1, 3};
     for (int ti = 0; ti < 2; ti++) {
-        st_hy_cpu *c = st_hy_cpu_create(a, d, F, K, threads[ti]);
-        CHECK(c != NULL, "st_hy_cpu_create: %s", st_errmsg());
+        st_hy_cpu *c = test_workers(a, hp, k_threads[ti]);
         if (!c) continue;
         for (uint32_t l = 0; l < hp->n_layer; l++) {
             for (int64_t i = 0; i < n_tok * d; i++) X[i] = st_rng_normal(r);
@@ -325,7 +330,7 @@ static void test_tokens(const st_model *m, st_rng *r) {
             for (int64_t i = 0; i < n_tok * d && bad < 0; i++)
                 if (memcmp(&got[i], &want[i], sizeof(float))) bad = i;
             CHECK(bad < 0, "tokens, %d threads, layer %u: element %lld (token %lld) is %g, the CPU engine's %g",
-                  threads[ti], l, (long long)bad, (long long)(bad / d), bad >= 0 ? got[bad] : 0.0,
+                  k_threads[ti], l, (long long)bad, (long long)(bad / d), bad >= 0 ? got[bad] : 0.0,
                   bad >= 0 ? want[bad] : 0.0);
             if (l == 0) {
                 int zero = 1;
