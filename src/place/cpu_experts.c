@@ -8,6 +8,7 @@
 
 #include "cpu/dot.h"
 #include "cpu/features.h"
+#include "cpu/gemm_amx.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "quant/quant.h"
@@ -47,7 +48,11 @@ struct st_hy_cpu {
     size_t xq_stride;
     int32_t *ex_id, *ex_off;  // [n_expert], [n_expert + 1]: experts with pairs and their first pair
     int32_t *ex_cur;          // [n_expert]: per expert id, its pair count, then its next free pair index
+    uint8_t *tpk;             // AMX: each expert's input rows packed for the tiles (cpu/gemm_amx.h), at pk_off[j]
+    size_t tpk_cap;
+    size_t *pk_off;           // [n_expert]
     int n_ex, tK, n_tgu, n_tdown;
+    int amx_gu, amx_down;     // this call's gate/up and down products on AMX tiles (types it takes, AMX available)
     int64_t n_pairs, t_tok;
     const float *tX, *tw;
     float *tY;
@@ -100,7 +105,8 @@ st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int
     c->ex_id = malloc(sizeof *c->ex_id * a->n_expert);
     c->ex_off = malloc(sizeof *c->ex_off * (a->n_expert + 1));
     c->ex_cur = malloc(sizeof *c->ex_cur * a->n_expert);
-    if (!c->ex_id || !c->ex_off || !c->ex_cur) {
+    c->pk_off = malloc(sizeof *c->pk_off * a->n_expert);
+    if (!c->ex_id || !c->ex_off || !c->ex_cur || !c->pk_off) {
         st_hy_cpu_free(c);
         return st_err("CPU miss workers: out of memory"), NULL;
     }
@@ -126,6 +132,8 @@ void st_hy_cpu_free(st_hy_cpu *c) {
     free(c->ex_id);
     free(c->ex_off);
     free(c->ex_cur);
+    free(c->pk_off);
+    free(c->tpk);
     free(c);
 }
 
@@ -243,6 +251,22 @@ static void tok_quant_down_task(void *ud, int64_t task, int thread) {
     tok_quant(ud, task, 2);
 }
 
+// Expert j's quantized rows packed for the AMX tiles, once for all its row ranges: the input rows (gate/up), or
+// (down) its SwiGLU rows, into the same space once gate/up are done.
+static void tok_pack_task(void *ud, int64_t j, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
+    st_cpu_amx_pack_q8k(c->tq + (size_t)p0 * c->xq_stride, c->xq_stride, c->n_embd, np, c->tpk + c->pk_off[j]);
+}
+
+static void tok_pack_down_task(void *ud, int64_t j, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
+    st_cpu_amx_pack_q8k(c->taq + (size_t)p0 * c->aq_stride, c->aq_stride, c->n_ff, np, c->tpk + c->pk_off[j]);
+}
+
 // Task (expert j, chunk r): gate and up rows [r0, r0 + nr) for every token of the expert, then their SwiGLU.
 static void tok_gu_task(void *ud, int64_t task, int thread) {
     (void)thread;
@@ -255,10 +279,21 @@ static void tok_gu_task(void *ud, int64_t task, int thread) {
     const size_t ffs = ff_stride(c);
     float *g = c->tg + (size_t)p0 * ffs + r0, *u = c->tu + (size_t)p0 * ffs + r0;
     const uint8_t *xq = c->tq + (size_t)p0 * c->xq_stride;
-    if (st_cpu_matmul_rows_q(NULL, x->type[0], st_arena_part(c->a, c->layer, e, 0), c->n_embd, r0, nr, xq,
-                             c->xq_stride, np, g, (int64_t)ffs, ST_MM_EXPERT) ||
-        st_cpu_matmul_rows_q(NULL, x->type[1], st_arena_part(c->a, c->layer, e, 1), c->n_embd, r0, nr, xq,
-                             c->xq_stride, np, u, (int64_t)ffs, ST_MM_EXPERT)) {
+    int rc;
+    if (c->amx_gu) {  // AMX int8 tiles (cpu/gemm_amx.h): the same products in another float order
+        const size_t rb = st_row_size(x->type[0], c->n_embd);
+        const uint8_t *pk = c->tpk + c->pk_off[j];
+        rc = st_cpu_gemm_amx_packed(ST_TYPE_Q4_K, st_arena_part(c->a, c->layer, e, 0) + (size_t)r0 * rb, c->n_embd,
+                                    nr, pk, np, g, (int64_t)ffs) ||
+             st_cpu_gemm_amx_packed(ST_TYPE_Q4_K, st_arena_part(c->a, c->layer, e, 1) + (size_t)r0 * rb, c->n_embd,
+                                    nr, pk, np, u, (int64_t)ffs);
+    } else {
+        rc = st_cpu_matmul_rows_q(NULL, x->type[0], st_arena_part(c->a, c->layer, e, 0), c->n_embd, r0, nr, xq,
+                                  c->xq_stride, np, g, (int64_t)ffs, ST_MM_EXPERT) ||
+             st_cpu_matmul_rows_q(NULL, x->type[1], st_arena_part(c->a, c->layer, e, 1), c->n_embd, r0, nr, xq,
+                                  c->xq_stride, np, u, (int64_t)ffs, ST_MM_EXPERT);
+    }
+    if (rc) {
         atomic_store(&c->failed, 1);
         return;
     }
@@ -273,10 +308,14 @@ static void tok_down_task(void *ud, int64_t task, int thread) {
                   nr = r0 + TOK_DOWN_ROWS <= c->n_embd ? TOK_DOWN_ROWS : c->n_embd - r0;
     const st_xlayer *x = &c->a->layers[c->layer].x;
     const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
-    if (st_cpu_matmul_rows_q(NULL, x->type[2], st_arena_part(c->a, c->layer, (uint32_t)c->ex_id[j], 2), c->n_ff, r0,
-                             nr, c->taq + (size_t)p0 * c->aq_stride, c->aq_stride, np,
-                             c->ty + (size_t)p0 * (size_t)c->n_embd + r0, c->n_embd, ST_MM_EXPERT))
-        atomic_store(&c->failed, 1);
+    const uint8_t *W = st_arena_part(c->a, c->layer, (uint32_t)c->ex_id[j], 2);
+    float *y = c->ty + (size_t)p0 * (size_t)c->n_embd + r0;
+    const int rc = c->amx_down ? st_cpu_gemm_amx_packed(x->type[2], W + (size_t)r0 * st_row_size(x->type[2], c->n_ff),
+                                                        c->n_ff, nr, c->tpk + c->pk_off[j], np, y, c->n_embd)
+                               : st_cpu_matmul_rows_q(NULL, x->type[2], W, c->n_ff, r0, nr,
+                                                      c->taq + (size_t)p0 * c->aq_stride, c->aq_stride, np, y,
+                                                      c->n_embd, ST_MM_EXPERT);
+    if (rc) atomic_store(&c->failed, 1);
 }
 
 // Tokens [t0, t1): the rank-order weighted sum of their CPU pairs.
@@ -344,14 +383,33 @@ int st_hy_cpu_tokens(st_hy_cpu *c, uint32_t layer, const float *X, int64_t n_tok
     c->tw = w;
     c->tY = Y;
     c->n_tgu = (int)((c->n_ff + TOK_GU_ROWS - 1) / TOK_GU_ROWS);
+    const st_xlayer *xl = &c->a->layers[layer].x;
+    const int amx = st_cpu_amx_available();
+    c->amx_gu = amx && st_cpu_amx_supported(xl->type[0]) && xl->type[1] == xl->type[0] && c->n_ff % 16 == 0 &&
+                c->n_embd % 256 == 0;
+    c->amx_down = amx && st_cpu_amx_supported(xl->type[2]) && c->n_embd % 16 == 0 && c->n_ff % 256 == 0;
     c->n_tdown = (int)((c->n_embd + TOK_DOWN_ROWS - 1) / TOK_DOWN_ROWS);
     atomic_store(&c->failed, 0);
+    if (c->amx_gu || c->amx_down) {  // the packed rows' buffer: each expert's at pk_off[j] (gate/up, then down)
+        size_t need = 0;
+        const int64_t ne_max = c->n_embd > c->n_ff ? c->n_embd : c->n_ff;
+        for (int j = 0; j < c->n_ex; j++) {
+            c->pk_off[j] = need;
+            need += st_cpu_amx_pack_bytes(ne_max, c->ex_off[j + 1] - c->ex_off[j]);
+        }
+        if (need > c->tpk_cap) {
+            if (grow((void **)&c->tpk, need)) return st_err("CPU prefill workers: out of memory for packed rows");
+            c->tpk_cap = need;
+        }
+    }
     const int64_t q_tasks = (n_pairs + TOK_PAIRS - 1) / TOK_PAIRS;
     if (n_pairs) {
         st_pool_run(c->pool, q_tasks, tok_quant_task, c);
+        if (c->amx_gu) st_pool_run(c->pool, c->n_ex, tok_pack_task, c);
         st_pool_run(c->pool, (int64_t)c->n_ex * c->n_tgu, tok_gu_task, c);
         if (atomic_load(&c->failed)) return st_err("CPU prefill workers: layer %u: gate/up product failed", layer);
         st_pool_run(c->pool, q_tasks, tok_quant_down_task, c);
+        if (c->amx_down) st_pool_run(c->pool, c->n_ex, tok_pack_down_task, c);
         st_pool_run(c->pool, (int64_t)c->n_ex * c->n_tdown, tok_down_task, c);
         if (atomic_load(&c->failed)) return st_err("CPU prefill workers: layer %u: down product failed", layer);
     }
