@@ -4,7 +4,9 @@
 // activations (seed printed; STRATA_SEED overrides):
 //   - the GPU q8_1 quantizer: each dequantized activation within half a step of its input, s = d * sum(q);
 //   - st_cuda_mmvq against an exact host emulation (cuda/qblock.h item dots on the GPU's own quantized
-//     activations, summed in double): catches any indexing/reduction bug with a tight bound;
+//     activations, summed in double): catches any indexing/reduction bug with a tight bound; once with the q8_1
+//     rows and once with the engine's activation format for the type (st_cuda_act_format: Q8_K rows for the K
+//     and IQ types, what every multi-token decode step feeds it);
 //   - st_cuda_mmvq against st_cpu_matmul (independent CPU path with its own activation quantization):
 //     relative L2 error within a per-type bound;
 // outputs are poisoned with NaN before every launch so unwritten elements fail. The expert-indexed variants
@@ -20,6 +22,7 @@
 #include "cpu/matmul.h"
 #include "cuda/mmvq.h"
 #include "cuda/qblock.h"
+#include "cuda/quantize_act.h"
 #include "cuda/runtime.h"
 #include "quant/quant.h"
 #include "util/err.h"
@@ -165,8 +168,10 @@ static void fill_random_weights(int type, void *dst, int64_t n_elems, st_rng *r)
     CK(st_random_blocks(type, dst, n_elems / ti->block_size, 1.0f, r));
 }
 
-// One plain-mode case: W [n_out, ne0] random, n_tok activation rows.
-static void test_plain(int type, int ne0, int n_out, int n_tok, st_rng *r) {
+// One plain-mode case: W [n_out, ne0] random, n_tok activation rows, quantized by the GPU's q8_1 quantizer (fmt
+// -1) or in a CPU activation format (fmt = st_cuda_act_format(type): what the engine's decode uses; the planar
+// layout is the same, only the scales' rule differs, so the exact emulation applies unchanged).
+static void test_plain_fmt(int type, int ne0, int n_out, int n_tok, int fmt, st_rng *r) {
     const size_t row_bytes = st_row_size(type, ne0), wbytes = row_bytes * (size_t)n_out;
     const size_t xq_stride = (size_t)st_q8_1_row_bytes(ne0);
     uint8_t *W = xmalloc(wbytes);
@@ -187,12 +192,13 @@ static void test_plain(int type, int ne0, int n_out, int n_tok, st_rng *r) {
     CK(st_cuda_memset(&g_ctx, dxq, 0xff, xq_stride * n_tok, NULL));
     CK(st_cuda_memset(&g_ctx, dy, 0xff, sizeof(float) * ny, NULL));  // NaN poison
     cudaStream_t s = g_ctx.streams[0];
-    CK(st_cuda_quantize_q8_1(&g_ctx, dx, dxq, n_tok, ne0, s));
+    if (fmt < 0) CK(st_cuda_quantize_q8_1(&g_ctx, dx, dxq, n_tok, ne0, s));
+    else CK(st_cuda_quantize_act(&g_ctx, fmt, dx, dxq, n_tok, ne0, s));
     CK(st_cuda_mmvq(&g_ctx, type, dW, ne0, n_out, dxq, n_tok, dy, s));
     CK(st_cuda_sync(&g_ctx, s));
     CK(st_cuda_memcpy_d2h(&g_ctx, y, dy, sizeof(float) * ny, NULL));
     CK(st_cuda_memcpy_d2h(&g_ctx, xq, dxq, xq_stride * n_tok, NULL));
-    check_quant(x, xq, n_tok, ne0);
+    if (fmt < 0) check_quant(x, xq, n_tok, ne0);  // (the q8_1 rule; the CPU formats: test_gpu_decode)
 
     CK(st_cpu_matmul(g_pool, type, W, ne0, n_out, x, n_tok, y_cpu, &g_scratch));
     int xrows[ST_MMVQ_MAX_TOK];
@@ -202,7 +208,7 @@ static void test_plain(int type, int ne0, int n_out, int n_tok, st_rng *r) {
     cmp_result res;
     compare(y, y_cpu, y_em, mag, ny, &res);
     char what[64];
-    snprintf(what, sizeof what, "mmvq %dx%d n_tok %d", ne0, n_out, n_tok);
+    snprintf(what, sizeof what, "mmvq %dx%d n_tok %d%s", ne0, n_out, n_tok, fmt < 0 ? "" : " cpu-act");
     report(what, type, &res);
 
     st_cuda_free(&g_ctx, dW);
@@ -210,6 +216,14 @@ static void test_plain(int type, int ne0, int n_out, int n_tok, st_rng *r) {
     st_cuda_free(&g_ctx, dx);
     st_cuda_free(&g_ctx, dy);
     free(W), free(x), free(y), free(y_cpu), free(y_em), free(mag), free(xq);
+}
+
+static void test_plain(int type, int ne0, int n_out, int n_tok, st_rng *r) {
+    test_plain_fmt(type, ne0, n_out, n_tok, -1, r);
+    // The engine's activation format for this type too (Q8_K rows for the K and IQ types: the decode path of
+    // every multi-token step), where the shape allows it.
+    const int fmt = st_cuda_act_format(type);
+    if (fmt >= 0 && (fmt != ST_TYPE_Q8_K || ne0 % 256 == 0)) test_plain_fmt(type, ne0, n_out, n_tok, fmt, r);
 }
 
 // Expert-indexed case: stack of n_expert matrices [n_out, ne0]; n_tok tokens x n_slot slots selected.
