@@ -122,7 +122,7 @@ static void unpack_rows_q6k(const uint8_t *W, size_t row_bytes, int b, int8_t *A
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
     for (int r = 0; r < 16; r++) {
         const block_q6_K *w = (const block_q6_K *)(W + (size_t)r * row_bytes) + b;
-        d[r] = st_f16_to_f32(w->d);
+        d[r] = _cvtsh_ss(w->d);
         for (int sb = 0; sb < 16; sb++) sc[sb * 16 + r] = w->scales[sb];
         for (int h = 0; h < 2; h++) {
             const __m256i lo = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h));
@@ -151,8 +151,8 @@ static void unpack_rows_q6k(const uint8_t *W, size_t row_bytes, int b, int8_t *A
 static void unpack_rows(const uint8_t *W, size_t row_bytes, int b, uint8_t *A, int32_t *sc, float *d, float *m) {
     for (int r = 0; r < 16; r++) {
         const block_q4_K *w = (const block_q4_K *)(W + (size_t)r * row_bytes) + b;
-        const float dmin = st_f16_to_f32(w->dmin);
-        d[r] = st_f16_to_f32(w->d);
+        const float dmin = _cvtsh_ss(w->dmin);  // (F16C, inline: st_f16_to_f32 is a call per row)
+        d[r] = _cvtsh_ss(w->d);
         for (int j = 0; j < 8; j++) {
             int s, mn;
             if (j < 4) {
@@ -229,10 +229,13 @@ int st_cpu_gemm_amx_packed(int type, const void *W, int64_t ne0, int64_t n_rows,
                 }
             }
         }
-        for (int tt = 0; tt < n_tt; tt++) {  // acc[tt][r] lane n = row r0 + r, token 16 tt + n
+        const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(16));
+        for (int tt = 0; tt < n_tt; tt++) {  // acc[tt][r] lane n = row r0 + r, token 16 tt + n: one column per token
             const int nt = n_tok - 16 * tt < 16 ? (int)(n_tok - 16 * tt) : 16;
-            for (int r = 0; r < 16; r++)
-                for (int n = 0; n < nt; n++) Y[(16 * (int64_t)tt + n) * ldy + r0 + r] = acc[(size_t)tt * 256 + r * 16 + n];
+            for (int n = 0; n < nt; n++)
+                _mm512_storeu_ps(Y + (16 * (int64_t)tt + n) * ldy + r0,
+                                 _mm512_i32gather_ps(col, acc + (size_t)tt * 256 + n, 4));
         }
     }
     _tile_release();
