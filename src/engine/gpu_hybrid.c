@@ -1153,8 +1153,6 @@ int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_ch
 static int hy_pf_fill(st_hybrid *h) {
     const int P = h->pf_P, n_sets = h->pf.n_sets;
     const uint64_t n_own = (uint64_t)n_sets * (uint64_t)P;
-    HY_CHECK(cudaMallocHost((void **)&h->pf_owner_h, sizeof(int32_t) * n_own));
-    for (uint64_t j = 0; j < n_own; j++) h->pf_owner_h[j] = -1;
     st_hy_update u[ST_HY_MAX_UPDATES];
     int n_u = 0;
     uint64_t bytes = 0;
@@ -1278,7 +1276,12 @@ static int hy_pf_init(st_hybrid *h) {
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
             "%d copy blocks)", h->pf_P, pf->n_sets, h->pf_P, h->pf_own ? "own slots" : "in the prefill staging",
             max_copies, max_copies == 1 ? "y" : "ies", h->pf_blocks);
-    return h->pf_own && env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h) : 0;
+    if (!h->pf_own) return 0;
+    // The owners' host mirror (a prefill reads the copies they name), empty until the fill or a decode step.
+    const uint64_t n_own = (uint64_t)pf->n_sets * (uint64_t)h->pf_P;
+    HY_CHECK(cudaMallocHost((void **)&h->pf_owner_h, sizeof(int32_t) * n_own));
+    for (uint64_t j = 0; j < n_own; j++) h->pf_owner_h[j] = -1;
+    return env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h) : 0;
 }
 
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
