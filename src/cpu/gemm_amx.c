@@ -6,8 +6,9 @@
 // with the 6-bit sub-block scales applied in int32 (exact) and one float step per block. The A tile (16 rows x 32
 // bytes) holds one sub-block's quants of 16 rows, unpacked from nibbles once per row tile and block for every token
 // tile; the B tile (8 x 64 bytes) holds 32 activations of 16 tokens in the VNNI order TDPBUSD reads (four
-// consecutive k of one token per 32-bit lane), packed once per call. Q6_K likewise with 16-element sub-blocks
-// (TDPBSSD on q - 32, k = 16: half of a packed 32-element B tile), its int8 scales, and no mins.
+// consecutive k of one token per 32-bit lane), packed once for all row ranges (st_cpu_amx_pack_q8k). Q6_K likewise
+// with 16-element sub-blocks (TDPBSSD on q - 32, k = 16: half of a packed 32-element B tile), its int8 scales, and
+// no mins.
 #include "cpu/gemm_amx.h"
 
 #include <stdatomic.h>

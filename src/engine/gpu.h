@@ -25,8 +25,8 @@ typedef struct st_gpu_load_opts {
                                // miss read by the GPU over PCIe (output bitwise equal to all-in-VRAM)
     double pcie_frac;          // with cpu_misses: share F in [0, 1] of each layer's misses the GPU reads over PCIe
                                // (the rest on the CPU); < 0: auto (measured at load); >= 1: as cpu_misses = 0
-    int n_ubatch;              // tokens per prefill step on the GEMM path (-ub); <= 0: 512, or in hybrid placement
-                               // the planner's ST_PLAN_PREFILL_CHUNK
+    int n_ubatch;              // tokens per prefill step on the GEMM path (-ub); <= 0: STRATA_UBATCH_DEFAULT, or in
+                               // hybrid placement the planner's ST_PLAN_PREFILL_CHUNK
     int prefill_cpu;           // hybrid prefill: CPU threads compute a share of each small chunk's non-resident
                                // experts (docs/HYBRID.md); 0: every one staged (bitwise all-in-VRAM; --deterministic)
 } st_gpu_load_opts;

@@ -179,6 +179,7 @@ struct st_hybrid {
     int pc_n_tok;                 // the chunk in progress (0: no CPU share in it)
     uint32_t *pc_count;           // [L] experts the CPU computes per layer in this chunk
     uint8_t *pc_on;               // [L][E] 1: the CPU computes (l, e) in this chunk (pmap -1, not staged)
+    int32_t *pc_copy;             // [L][E] hy_pc_plan's scratch: the prefetch slot holding a copy, or -1
     float *pc_x, *pc_w, *pc_y, *pc_y_dp;  // page-locked (pc_y mapped: pc_y_dp is its device address)
     int32_t *pc_ids;
     hy_job *pc_jobs;              // [L]: the host functions' arguments (seq: the request number)
@@ -342,21 +343,29 @@ static int64_t pf_own_slot0(const st_hybrid *h) {
     return (int64_t)h->lay.n_cache + (int64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
 }
 
-// The prefill slot map from slot_of and, with own-slot prefetch sets, the copies they hold (pf_owner_h): a cached
-// expert reads its cache slot, a copied one its prefetch slot, the rest get staging slots in expert order.
-static void rebuild_pmap(st_hybrid *h) {
-    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+// slot[i] = the own-slot prefetch slot holding a copy of non-resident record i (pf_owner_h), else -1, for every
+// record; returns how many copies.
+static uint64_t pf_copy_slots(const st_hybrid *h, int32_t *slot) {
     const uint64_t n_rec = (uint64_t)h->L * h->E;
-    for (uint64_t i = 0; i < n_rec; i++) h->pmap_h[i] = -1;
-    h->pf_in_pmap = 0;
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < n_rec; i++) slot[i] = -1;
     if (h->pf_on && h->pf_own && h->pf_owner_h)
         for (int j = 0; j < h->pf.n_sets * h->pf_P; j++) {
             const int32_t o = h->pf_owner_h[j];
             if (o >= 0 && (uint64_t)o < n_rec && h->slot_of[o] < 0) {
-                h->pmap_h[o] = (int32_t)(pf_own_slot0(h) + j);
-                h->pf_in_pmap++;
+                slot[o] = (int32_t)(pf_own_slot0(h) + j);
+                n++;
             }
         }
+    return n;
+}
+
+// The prefill slot map from slot_of and, with own-slot prefetch sets, the copies they hold: a cached expert reads
+// its cache slot, a copied one its prefetch slot, the CPU's of this chunk (pc_on) none, the rest get staging slots
+// in expert order.
+static void rebuild_pmap(st_hybrid *h) {
+    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    h->pf_in_pmap = pf_copy_slots(h, h->pmap_h);
     for (uint32_t l = 0; l < h->L; l++) {
         int64_t j = (int64_t)h->lay.n_cache + (int64_t)(l % bufs) * h->lay.stage_per_buf;
         for (uint32_t e = 0; e < h->E; e++) {
@@ -368,7 +377,6 @@ static void rebuild_pmap(st_hybrid *h) {
         }
     }
 }
-
 
 // Copies the records of `n` experts into consecutive slots from `slot0`, merging runs of consecutive records into
 // one 2D copy (source pitch: record bytes; destination pitch: the slot stride). Returns the bytes copied.
@@ -685,8 +693,6 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
     return st_cuda_hy_combine(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, st);
 }
 
-// ---- init / free ------------------------------------------------------------------------------------------------
-
 // ---- prefill CPU share ---------------------------------------------------------------------------------------------
 
 // Picks, for a chunk of n_tok tokens, how many non-resident experts of each layer the CPU computes and which (the
@@ -698,24 +704,20 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
 static void hy_pc_plan(st_hybrid *h, int n_tok) {
     if (!h->pcpu) return;
     const st_hparams *hp = &h->m->hp;
-    const uint64_t n_rec = (uint64_t)h->L * h->E;
     const int on = n_tok > 0 && n_tok <= h->pc_max_tok;
     const double tok_per_expert = (double)n_tok * (double)hp->n_expert_used / (double)h->E;
     const double t_cpu = h->pc_t32 * (tok_per_expert > 8 ? tok_per_expert : 8) / 32.0;
     const double t_crit = 2.0 * (double)n_tok * (double)hp->n_embd * 4.0 / 50e9 + 20e-6;
     const double t_fix = t_crit + 40e-6;
     // A prefetch copy counts as resident (rebuild_pmap reads it from VRAM).
-    uint8_t *copied = calloc(n_rec, 1);
-    if (!copied) return;  // (keep the previous choice)
-    if (h->pf_on && h->pf_own && h->pf_owner_h)
-        for (int j = 0; j < h->pf.n_sets * h->pf_P; j++)
-            if (h->pf_owner_h[j] >= 0 && (uint64_t)h->pf_owner_h[j] < n_rec) copied[h->pf_owner_h[j]] = 1;
+    const int32_t *copy = h->pc_copy;
+    pf_copy_slots(h, h->pc_copy);
     int changed = h->pc_n_tok != (on ? n_tok : 0);
     h->pc_n_tok = on ? n_tok : 0;
     for (uint32_t l = 0; l < h->L; l++) {
         const uint64_t row = (uint64_t)l * h->E;
         uint32_t m = 0;
-        for (uint32_t e = 0; e < h->E; e++) m += h->slot_of[row + e] < 0 && !copied[row + e];
+        for (uint32_t e = 0; e < h->E; e++) m += h->slot_of[row + e] < 0 && copy[row + e] < 0;
         double c = on ? ((double)m * h->pc_t_stage - t_fix) / (h->pc_t_stage + t_cpu) : 0;
         uint32_t n = c >= 1 && (double)(uint32_t)c * h->pc_t_stage >= 2.0 * t_crit ? (uint32_t)c : 0;
         if (n > m) n = m;
@@ -727,7 +729,7 @@ static void hy_pc_plan(st_hybrid *h, int n_tok) {
         for (uint32_t k = 0; k < n; k++) {
             int best = -1;
             for (uint32_t e = 0; e < h->E; e++)
-                if (h->slot_of[row + e] < 0 && !copied[row + e] && !pick[e] &&
+                if (h->slot_of[row + e] < 0 && copy[row + e] < 0 && !pick[e] &&
                     (best < 0 || h->freq[row + e] <= h->freq[row + (uint32_t)best]))
                     best = (int)e;
             if (best < 0) break;
@@ -736,7 +738,6 @@ static void hy_pc_plan(st_hybrid *h, int n_tok) {
         h->pc_count[l] = n;
         changed |= memcmp(before, pick, h->E) != 0;
     }
-    free(copied);
     if (changed) h->pmap_dirty = 1;
 }
 
@@ -814,34 +815,13 @@ static int hy_time_stage(st_hybrid *h, int n, double *t) {
     return 0;
 }
 
-// CPU seconds per expert for batches of `tok` tokens: 8 experts of a layer, `tok` tokens each (after a warm-up).
-static int hy_time_cpu_tokens(st_hybrid *h, uint32_t l, int tok, double *t) {
-    const int K = (int)h->m->hp.n_expert_used, E = (int)h->E, n_ex = E < 8 ? E : 8;
-    const int64_t n_tok = (int64_t)tok * E / K, d = h->m->hp.n_embd;
-    if (n_tok > h->pc_max_tok || n_tok < 1) return st_err("CPU timing batch of %lld tokens", (long long)n_tok);
-    for (int64_t i = 0; i < n_tok * d; i++) h->pc_x[i] = 0.5f * sinf(0.37f * (float)i);
-    for (int64_t i = 0; i < n_tok * K; i++) {  // every expert gets tok pairs, each token K distinct experts
-        h->pc_ids[i] = (int32_t)(((i / K) * K + (i % K)) % E);
-        h->pc_w[i] = 1.0f / K;
-    }
-    uint8_t *on = h->pc_on + (uint64_t)l * h->E;
-    memset(on, 0, h->E);
-    for (int e = 0; e < n_ex; e++) on[(e * 7 + (int)l) % E] = 1;
-    const double t0 = st_now();
-    const int rc = st_hy_cpu_tokens(h->pcpu, l, h->pc_x, n_tok, h->pc_ids, h->pc_w, K, on, h->pc_y);
-    *t = (st_now() - t0) / n_ex;
-    memset(on, 0, h->E);
-    return rc;
-}
-
 static int hy_pc_init(st_hybrid *h) {
     const st_hparams *hp = &h->m->hp;
     const int K = (int)hp->n_expert_used;
     if (!h->opts.prefill_cpu || !env_int("STRATA_HY_PREFILL_CPU", 1, 0, 1) || K < 1 || K > 32 || h->E > 1024) return 0;
     h->pc_max_tok = env_int("STRATA_HY_PREFILL_CPU_MAX", HY_PC_MAX_TOK_DEFAULT, 0, 1 << 20);
     if (h->pc_max_tok > (int)h->plan.prefill_chunk) h->pc_max_tok = (int)h->plan.prefill_chunk;
-    const int64_t need = (int64_t)h->E / K * 32;  // the timing batch below
-    if (h->pc_max_tok < need) {
+    if (h->pc_max_tok < (int64_t)h->E / K * 32) {  // (its CPU cost is measured at 32 tokens per expert, below)
         h->pc_max_tok = 0;
         return 0;
     }
@@ -856,8 +836,9 @@ static int hy_pc_init(st_hybrid *h) {
     const size_t rows = (size_t)h->pc_max_tok, d = (size_t)hp->n_embd;
     h->pc_count = calloc(h->L, sizeof *h->pc_count);
     h->pc_on = calloc((size_t)h->L * h->E, 1);
+    h->pc_copy = malloc(sizeof *h->pc_copy * (size_t)h->L * h->E);
     h->pc_jobs = calloc(h->L, sizeof *h->pc_jobs);
-    if (!h->pc_count || !h->pc_on || !h->pc_jobs) return st_err("out of memory");
+    if (!h->pc_count || !h->pc_on || !h->pc_copy || !h->pc_jobs) return st_err("out of memory");
     for (uint32_t l = 0; l < h->L; l++) h->pc_jobs[l] = (hy_job){h, l, 0};
     HY_CHECK(cudaMallocHost((void **)&h->pc_x, sizeof(float) * rows * d));
     HY_CHECK(cudaMallocHost((void **)&h->pc_w, sizeof(float) * rows * (size_t)K));
@@ -865,12 +846,12 @@ static int hy_pc_init(st_hybrid *h) {
     if (hy_map_alloc((void **)&h->pc_y, (void **)&h->pc_y_dp, sizeof(float) * rows * d, "prefill CPU results"))
         return -1;
     // The best of 3 (one sample swings by 2x on a busy host), after a warm-up; other layers each time (cold weights).
-    double t = 0;
     h->pc_t32 = 1e30;
-    if (hy_time_stage(h, 16, &h->pc_t_stage) || hy_time_cpu_tokens(h, 0, 8, &t))
+    if (hy_time_stage(h, 16, &h->pc_t_stage) || st_hy_cpu_time_tokens(h->pcpu, 0, K, 8, 8) < 0)
         return st_err_prefix("%s: prefill CPU share: ", h->m->path);
     for (uint32_t r = 1; r <= 3; r++) {
-        if (hy_time_cpu_tokens(h, r % h->L, 32, &t)) return st_err_prefix("%s: prefill CPU share: ", h->m->path);
+        const double t = st_hy_cpu_time_tokens(h->pcpu, r % h->L, K, 32, 8);
+        if (t < 0) return st_err_prefix("%s: prefill CPU share: ", h->m->path);
         if (t < h->pc_t32) h->pc_t32 = t;
     }
     if (pthread_mutex_init(&h->pc_mu, NULL) || pthread_cond_init(&h->pc_cv, NULL) ||
@@ -899,8 +880,11 @@ static void hy_pc_free(st_hybrid *h) {
     if (h->pc_y) cudaFreeHost(h->pc_y);
     free(h->pc_count);
     free(h->pc_on);
+    free(h->pc_copy);
     free(h->pc_jobs);
 }
+
+// ---- init / free ------------------------------------------------------------------------------------------------
 
 int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     const st_hparams *hp = &h->m->hp;

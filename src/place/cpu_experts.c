@@ -51,7 +51,8 @@ struct st_hy_cpu {
     uint8_t *tpk;             // AMX: each expert's input rows packed for the tiles (cpu/gemm_amx.h), at pk_off[j]
     size_t tpk_cap;
     size_t *pk_off;           // [n_expert]
-    int n_ex, tK, n_tgu, n_tdown;
+    int n_tgu, n_tdown;       // row ranges (tasks) per expert of gate/up and of down
+    int n_ex, tK;
     int amx_gu, amx_down;     // this call's gate/up and down products on AMX tiles (types it takes, AMX available)
     int64_t n_pairs, t_tok;
     const float *tX, *tw;
@@ -112,6 +113,8 @@ st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int
     }
     c->n_gu_chunks = (int)((n_ff + GU_ROWS - 1) / GU_ROWS);
     c->n_down_chunks = (int)((n_embd + DOWN_ROWS - 1) / DOWN_ROWS);
+    c->n_tgu = (int)((n_ff + TOK_GU_ROWS - 1) / TOK_GU_ROWS);
+    c->n_tdown = (int)((n_embd + TOK_DOWN_ROWS - 1) / TOK_DOWN_ROWS);
     return c;
 }
 
@@ -251,20 +254,22 @@ static void tok_quant_down_task(void *ud, int64_t task, int thread) {
     tok_quant(ud, task, 2);
 }
 
-// Expert j's quantized rows packed for the AMX tiles, once for all its row ranges: the input rows (gate/up), or
-// (down) its SwiGLU rows, into the same space once gate/up are done.
+// Expert j's quantized rows packed for the AMX tiles, once for all its row ranges: part 0 its input rows
+// (gate/up), part 2 its SwiGLU rows (down), into the same space once gate/up are done.
+static void tok_pack(st_hy_cpu *c, int64_t j, int part) {
+    const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
+    if (part == 0) st_cpu_amx_pack_q8k(c->tq + (size_t)p0 * c->xq_stride, c->xq_stride, c->n_embd, np, c->tpk + c->pk_off[j]);
+    else st_cpu_amx_pack_q8k(c->taq + (size_t)p0 * c->aq_stride, c->aq_stride, c->n_ff, np, c->tpk + c->pk_off[j]);
+}
+
 static void tok_pack_task(void *ud, int64_t j, int thread) {
     (void)thread;
-    st_hy_cpu *c = ud;
-    const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
-    st_cpu_amx_pack_q8k(c->tq + (size_t)p0 * c->xq_stride, c->xq_stride, c->n_embd, np, c->tpk + c->pk_off[j]);
+    tok_pack(ud, j, 0);
 }
 
 static void tok_pack_down_task(void *ud, int64_t j, int thread) {
     (void)thread;
-    st_hy_cpu *c = ud;
-    const int64_t p0 = c->ex_off[j], np = c->ex_off[j + 1] - p0;
-    st_cpu_amx_pack_q8k(c->taq + (size_t)p0 * c->aq_stride, c->aq_stride, c->n_ff, np, c->tpk + c->pk_off[j]);
+    tok_pack(ud, j, 2);
 }
 
 // Task (expert j, chunk r): gate and up rows [r0, r0 + nr) for every token of the expert, then their SwiGLU.
@@ -283,9 +288,9 @@ static void tok_gu_task(void *ud, int64_t task, int thread) {
     if (c->amx_gu) {  // AMX int8 tiles (cpu/gemm_amx.h): the same products in another float order
         const size_t rb = st_row_size(x->type[0], c->n_embd);
         const uint8_t *pk = c->tpk + c->pk_off[j];
-        rc = st_cpu_gemm_amx_packed(ST_TYPE_Q4_K, st_arena_part(c->a, c->layer, e, 0) + (size_t)r0 * rb, c->n_embd,
+        rc = st_cpu_gemm_amx_packed(x->type[0], st_arena_part(c->a, c->layer, e, 0) + (size_t)r0 * rb, c->n_embd,
                                     nr, pk, np, g, (int64_t)ffs) ||
-             st_cpu_gemm_amx_packed(ST_TYPE_Q4_K, st_arena_part(c->a, c->layer, e, 1) + (size_t)r0 * rb, c->n_embd,
+             st_cpu_gemm_amx_packed(x->type[1], st_arena_part(c->a, c->layer, e, 1) + (size_t)r0 * rb, c->n_embd,
                                     nr, pk, np, u, (int64_t)ffs);
     } else {
         rc = st_cpu_matmul_rows_q(NULL, x->type[0], st_arena_part(c->a, c->layer, e, 0), c->n_embd, r0, nr, xq,
@@ -382,13 +387,11 @@ int st_hy_cpu_tokens(st_hy_cpu *c, uint32_t layer, const float *X, int64_t n_tok
     c->tX = X;
     c->tw = w;
     c->tY = Y;
-    c->n_tgu = (int)((c->n_ff + TOK_GU_ROWS - 1) / TOK_GU_ROWS);
     const st_xlayer *xl = &c->a->layers[layer].x;
     const int amx = st_cpu_amx_available();
     c->amx_gu = amx && st_cpu_amx_supported(xl->type[0]) && xl->type[1] == xl->type[0] && c->n_ff % 16 == 0 &&
                 c->n_embd % 256 == 0;
     c->amx_down = amx && st_cpu_amx_supported(xl->type[2]) && c->n_embd % 16 == 0 && c->n_ff % 256 == 0;
-    c->n_tdown = (int)((c->n_embd + TOK_DOWN_ROWS - 1) / TOK_DOWN_ROWS);
     atomic_store(&c->failed, 0);
     if (c->amx_gu || c->amx_down) {  // the packed rows' buffer: each expert's at pk_off[j] (gate/up, then down)
         size_t need = 0;
@@ -415,6 +418,30 @@ int st_hy_cpu_tokens(st_hy_cpu *c, uint32_t layer, const float *X, int64_t n_tok
     }
     st_pool_run(c->pool, (n_tok + TOK_PAIRS - 1) / TOK_PAIRS, tok_sum_task, c);
     return 0;
+}
+
+double st_hy_cpu_time_tokens(st_hy_cpu *c, uint32_t layer, int K, int tok, int n_ex) {
+    const int E = (int)c->a->n_expert;
+    if (n_ex > E) n_ex = E;
+    const int64_t n_tok = (int64_t)tok * E / K, d = c->n_embd;
+    if (layer >= c->a->n_layer || K < 1 || K > E || tok < 1 || n_ex < 1 || n_tok < 1)
+        return st_err("CPU prefill timing: layer %u, top-%d, %d tokens, %d experts", layer, K, tok, n_ex), -1;
+    float *X = malloc(sizeof(float) * (size_t)(n_tok * d)), *w = malloc(sizeof(float) * (size_t)(n_tok * K));
+    float *Y = malloc(sizeof(float) * (size_t)(n_tok * d));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_tok * K));
+    uint8_t *on = calloc((size_t)E, 1);
+    double t = -1;
+    if (X && w && Y && ids && on) {
+        for (int64_t i = 0; i < n_tok * d; i++) X[i] = 0.5f * sinf(0.37f * (float)i);  // any finite rows will do
+        for (int64_t i = 0; i < n_tok * K; i++) ids[i] = (int32_t)(i % E), w[i] = 1.0f / (float)K;
+        for (int e = 0; e < n_ex; e++) on[(e * 7 + (int)layer) % E] = 1;  // 7: coprime with the usual E
+        const double t0 = st_now();
+        if (st_hy_cpu_tokens(c, layer, X, n_tok, ids, w, K, on, Y) == 0) t = (st_now() - t0) / n_ex;
+    } else {
+        st_err("out of memory");
+    }
+    free(X), free(w), free(Y), free(ids), free(on);
+    return t;
 }
 
 double st_hy_cpu_time_expert(st_hy_cpu *c, int reps) {

@@ -46,6 +46,11 @@ int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const
 int st_hy_cpu_tokens(st_hy_cpu *c, uint32_t layer, const float *X, int64_t n_tok, const int32_t *ids, const float *w,
                      int K, const uint8_t *on_cpu, float *Y);
 
+// Seconds per expert of one st_hy_cpu_tokens call on layer `layer`: n_ex experts (ids 7 apart, shifted by the
+// layer) of `tok` tokens each, from synthetic rows (each of the tok * n_expert / K tokens routed top-K to K
+// consecutive experts). A warm-up, if wanted, is the caller's. -1 with st_errmsg on error.
+double st_hy_cpu_time_tokens(st_hy_cpu *c, uint32_t layer, int K, int tok, int n_ex);
+
 // Measures the CPU expert throughput: `reps` calls of max_experts distinct experts each, cycling over layers and
 // experts so the weights come from DRAM, after one warm-up call. Returns seconds per expert (> 0), or -1.
 double st_hy_cpu_time_expert(st_hy_cpu *c, int reps);

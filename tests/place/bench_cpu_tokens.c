@@ -4,7 +4,6 @@
 // 2 * n_embd * n_ff per token and expert). What gpu_hybrid.c measures at load to size the share, repeatable.
 //   usage: bench_cpu_tokens MODEL.gguf [threads [tokens [experts [reps]]]]   (defaults: all CPUs - 1, 32, 8, 5)
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,36 +45,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg());
         return 1;
     }
-    // Every expert gets `tok` pairs: token t takes experts tK .. tK + K - 1 (mod E).
-    const int64_t n_tok = (int64_t)tok * E / K, d = hp->n_embd;
-    float *X = malloc(sizeof(float) * (size_t)(n_tok * d)), *w = malloc(sizeof(float) * (size_t)(n_tok * K));
-    float *Y = malloc(sizeof(float) * (size_t)(n_tok * d));
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_tok * K));
-    uint8_t *on = calloc((size_t)E, 1);
-    for (int64_t i = 0; i < n_tok * d; i++) X[i] = 0.5f * sinf(0.37f * (float)i);
-    for (int64_t i = 0; i < n_tok * K; i++) ids[i] = (int32_t)(i % E), w[i] = 1.0f / K;
     double best = 1e30, sum = 0;
-    for (int r = 0; r <= reps; r++) {
-        const uint32_t l = (uint32_t)r % hp->n_layer;
-        memset(on, 0, (size_t)E);
-        for (int e = 0; e < n_ex; e++) on[(e * 7 + r) % E] = 1;
-        const double t0 = st_now();
-        if (st_hy_cpu_tokens(c, l, X, n_tok, ids, w, K, on, Y)) {
+    for (int r = 0; r <= reps; r++) {  // r == 0: warm-up (threads, buffers); then other layers each time
+        const double t = st_hy_cpu_time_tokens(c, (uint32_t)r % hp->n_layer, K, tok, n_ex);
+        if (t < 0) {
             fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg());
             return 1;
         }
-        const double t = (st_now() - t0) / n_ex;
-        if (r == 0) continue;  // warm-up (threads, buffers)
+        if (r == 0) continue;
         sum += t;
         if (t < best) best = t;
     }
-    const double flop = 3.0 * 2.0 * (double)d * (double)hp->n_ff_exp * tok;
+    const double flop = 3.0 * 2.0 * (double)hp->n_embd * (double)hp->n_ff_exp * tok;
     printf("%d threads, %d experts x %d tokens: %.1f us per expert (best %.1f), %.1f GFLOP/s (%.1f per thread)\n",
            threads, n_ex, tok, sum / reps * 1e6, best * 1e6, flop / (sum / reps) / 1e9,
            flop / (sum / reps) / 1e9 / threads);
     st_hy_cpu_free(c);
     st_arena_free(a);
     st_model_free(m);
-    free(X), free(w), free(Y), free(ids), free(on);
     return 0;
 }

@@ -282,6 +282,8 @@ static void test_tokens(const st_model *m, st_rng *r) {
         st_cpu_amx_enable(amx);
         st_hy_cpu *c = test_workers(a, hp, threads);
         if (!c) continue;
+        const double tt = st_hy_cpu_time_tokens(c, hp->n_layer - 1, K, 8, 4);
+        CHECK(tt > 0 && tt < 1.0, "timed tokens: %g s (%s)", tt, st_errmsg());
         for (uint32_t l = 0; l < hp->n_layer; l++) {
             for (int64_t i = 0; i < n_tok * d; i++) X[i] = st_rng_normal(r);
             for (int64_t t = 0; t < n_tok; t++)  // K distinct experts per token, random weights
