@@ -32,6 +32,13 @@
 #ifndef ST_DOWN_ROWS4
 #define ST_DOWN_ROWS4 1
 #endif
+// DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
+// registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
+// 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
+// -DDEC_MINB_MULTI0=0 (the compiler's choice).
+#ifndef DEC_MINB_MULTI0
+#define DEC_MINB_MULTI0 5
+#endif
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
@@ -60,7 +67,7 @@ static int dec_switch_forced(void) {
 #define DEC_PICK_CASE_k_mmvq_multi(T) \
     case T: fn = k_mmvq_multi<T>; break;
 #define DEC_PICK_CASE_k_moe_glu(T) \
-    case T: fn = k_moe_glu<T>; break;
+    case T: fn = k_moe_glu<T, 1>; break;
 #define DEC_PICK_CASE_k_moe_down(T) \
     case T: fn = k_moe_down<T>; break;
 
@@ -140,7 +147,7 @@ struct multi_args {
     const uint8_t *xq;
 };
 
-template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS) k_mmvq_multi(const multi_args a) {
+template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -239,7 +246,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
         const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
-    if (!last_block_done(counter)) return;  // the last block routes each token
+    if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
 }
@@ -318,6 +325,22 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
     return launch_check("router_topk");
 }
 
+extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
+                                     float *logits, cudaStream_t stream) {
+    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
+        return st_err("st_cuda_router_logits: unsupported shape: ne0 %lld (multiple of 4), %d experts",
+                      (long long)ne0, n_expert);
+    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
+        return st_err("st_cuda_router_logits: W and x must be 16-byte aligned; logits non-NULL");
+    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
+#define RL_GO(T)                                                                                                   \
+    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
+                  x, 1, 1, 0, logits, (int32_t *)NULL, (float *)NULL, (int32_t *)NULL)
+    ROUTER_TYPE_DISPATCH(w_type, RL_GO, "st_cuda_router_logits");
+#undef RL_GO
+    return launch_check("router_logits");
+}
+
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
                                         const float *res, const float *norm_w, float eps, float *xn, void *xq,
                                         int act_format, int n_used, int norm, float *logits, int32_t *ids,
@@ -352,36 +375,80 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
     return sizeof(int32_t) * (size_t)(1 + (int64_t)(n_used > 0 ? n_used : 1) * (n_tok > 0 ? n_tok : 1) * chunks);
 }
 
-// grid (n_ff / DEC_GROUPS, n_pairs): group g of block (bx, p) computes row bx * DEC_GROUPS + g of pair p.
-template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS)
+// grid (n_ff / (R DEC_GROUPS), n_pairs): group g of block (bx, p) computes rows bx R DEC_GROUPS + g + j DEC_GROUPS,
+// j < R, of pair p. R = 2 (default): the two rows' gate and up weights in flight together and the activation block
+// loaded once per item (rows_dot_x), and half the groups, so the Qwen3-30B-A3B shape's 384 blocks fit in one wave
+// (R = 1: 768 blocks at 5 per SM, 1.16 waves). The per-row arithmetic is the same either way (bit-identical).
+// ROUTE (one token): the ids are not an input; every block routes the token itself from the router's logits
+// (route_group, the CPU's route, as the router kernel's last block would) and block (0, 0) writes ids and weights
+// for the down kernel: the router launch ends with its logits, without its fence / counter / route tail.
+struct glu_route {
+    const float *logits;  // [E] the router's logits
+    int norm;             // renormalise the top-k weights
+    int32_t *ids;         // [K] out
+    float *weights;       // [K] out
+};
+
+template <int TYPE, int R = 1, bool ROUTE = false>
+__global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
-              int32_t *counters) {
+              int32_t *counters, const glu_route rt) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
-    const int p = blockIdx.y, t = p / K, r = blockIdx.x * DEC_GROUPS + g;
-    st_pdl_wait();  // ids, xq: earlier kernels
+    const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
+    st_pdl_wait();  // ids (or logits), xq: earlier kernels
     st_pdl_trigger();
-    const int e = ids[p];
-    float v = f_nan();
+    int e;
+    if constexpr (ROUTE) {
+        __shared__ int32_t s_ids[G32];
+        __shared__ float s_w[G32];
+        if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+        __syncthreads();
+        e = s_ids[p];
+        if (blockIdx.x == 0 && p == 0 && threadIdx.x < K) rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
+    } else {
+        e = ids[p];
+    }
+    float v[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) v[j] = f_nan();
     if (e >= 0 && e < E) {
         const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
-        float a, b;
-        if constexpr (TYPE == 0)
-            row_dot2_any(type, gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes,
-                         xq + (size_t)t * (size_t)xq_stride, nitems, lane, &a, &b);
-        else
-            row_dot2<TYPE>(gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes,
-                           xq + (size_t)t * (size_t)xq_stride, nitems, lane, a, b);
-        v = a / (1.0f + __expf(-a)) * b;  // as st_k_mmvq's GLU epilogue
+        const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
+        float a[R], b[R];
+        if constexpr (TYPE == 0) {
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                const size_t off = (size_t)(r + j * DEC_GROUPS) * (size_t)row_bytes;
+                row_dot2_any(type, gate + off, up + off, x, nitems, lane, &a[j], &b[j]);
+            }
+        } else if constexpr (R == 1) {
+            row_dot2<TYPE>(gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes, x, nitems, lane,
+                           a[0], b[0]);
+        } else {
+            const uint8_t *rows[2 * R];
+            float o[2 * R];
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                const size_t off = (size_t)(r + j * DEC_GROUPS) * (size_t)row_bytes;
+                rows[2 * j] = gate + off, rows[2 * j + 1] = up + off;
+            }
+            rows_dot_x<TYPE, 2 * R>(rows, x, nitems, lane, o);
+#pragma unroll
+            for (int j = 0; j < R; j++) a[j] = o[2 * j], b[j] = o[2 * j + 1];
+        }
+#pragma unroll
+        for (int j = 0; j < R; j++) v[j] = a[j] / (1.0f + __expf(-a[j])) * b[j];  // as st_k_mmvq's GLU epilogue
     }
     float *arow = act + (size_t)p * (size_t)n_ff;
-    if (lane == 0) arow[r] = v;
+    if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < R; j++) arow[r + j * DEC_GROUPS] = v[j];
     if (!actq) return;  // f32 output only (st_cuda_moe_glu): the down kernel quantizes
-    // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % DEC_GROUPS == 0, so a block
-    // lies in one chunk).
-    const int per_chunk = chunk_rows / DEC_GROUPS, chunk = blockIdx.x / per_chunk;
+    // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % (R DEC_GROUPS) == 0, so a
+    // block lies in one chunk).
+    const int per_chunk = chunk_rows / (R * DEC_GROUPS), chunk = blockIdx.x / per_chunk;
     __shared__ int last;
     __threadfence();
     __syncthreads();
@@ -397,9 +464,22 @@ __global__ void __launch_bounds__(DEC_THREADS)
                       chunk * chunk_rows / 32, chunk_rows / 32);
 }
 
+// STRATA_GLU_ROWS=1: one row per group (A/B against the default 2).
+static int glu_rows_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("STRATA_GLU_ROWS");
+        v = e && atoi(e) == 1 ? 1 : 2;
+    }
+    return v;
+}
+
+#define DEC_PICK_CASE_k_moe_glu2(T) \
+    case T: fn = route ? k_moe_glu<T, 2, true> : k_moe_glu<T, 2>; break;
+
 static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff, const void *xq,
                    const int32_t *ids, int n_tok, int n_used, float *act, void *actq, int act_format,
-                   int32_t *counters, cudaStream_t stream) {
+                   int32_t *counters, const glu_route *rt, cudaStream_t stream) {
     const st_type_info *ti = st_type_get(gu_type);
     if (!ti || !st_cuda_dec_supported(gu_type) || n_embd <= 0 || n_embd % ti->block_size || n_embd > INT32_MAX / 2)
         return st_err("st_cuda_moe_glu_q: gate/up type %s with rows of %lld is not supported", st_type_name(gu_type),
@@ -410,16 +490,32 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
                       "%% 256)", (long long)n_ff, act_format);
     if (n_tok <= 0 || n_used <= 0 || (int64_t)n_tok * n_used > 65535 || n_expert <= 0)
         return st_err("st_cuda_moe_glu_q: %d tokens x %d experts of %d", n_tok, n_used, n_expert);
-    if (!table || !xq || !ids || !act || (actq && !counters) || ((uintptr_t)xq & 15) || ((uintptr_t)actq & 15))
+    if (!table || !xq || (!ids && !rt) || !act || (actq && !counters) || ((uintptr_t)xq & 15) || ((uintptr_t)actq & 15))
         return st_err("st_cuda_moe_glu_q: NULL or misaligned device pointer");
+    const bool route = rt != NULL;
+    if (route && (n_tok != 1 || n_used > G32 || n_expert > ROUTER_MAX_PER_LANE * G32 || !rt->logits || !rt->ids ||
+                  !rt->weights))
+        return st_err("st_cuda_moe_route_glu_q: one token, at most 32 of %d experts, and logits / ids / weights "
+                      "(got %d tokens, %d used)", ROUTER_MAX_PER_LANE * G32, n_tok, n_used);
     const int chunk_rows = n_ff % 256 == 0 ? 256 : 32;
-    const dim3 grid((unsigned)(n_ff / DEC_GROUPS), (unsigned)(n_tok * n_used));
-    decltype(&k_moe_glu<0>) fn;
+    // Two rows per group (chunk_rows is a multiple of 2 DEC_GROUPS) unless the type has no instance.
+    // The routing instances exist for two rows per group only.
+    const int R = route || (glu_rows_env() == 2 && !dec_switch_forced()) ? 2 : 1;
+    decltype(&k_moe_glu<0, 1>) fn;
     DEC_PICK(fn, k_moe_glu, gu_type);
+    if (R == 2) switch (gu_type) {
+        DEC_TYPES(DEC_PICK_CASE_k_moe_glu2)
+        default: break;
+        }
+    if (route && fn == k_moe_glu<0, 1>)
+        return st_err("st_cuda_moe_route_glu_q: gate/up type %s has no routing instance", st_type_name(gu_type));
+    const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
+    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL};
+    const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
                   (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,
-                  (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters ? counters + 1 : counters);
+                  (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters ? counters + 1 : counters, rt0);
     return launch_check("moe_glu_q");
 }
 
@@ -428,13 +524,23 @@ extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_ex
                                  int act_format, int32_t *counters, cudaStream_t stream) {
     if (!actq) return st_err("st_cuda_moe_glu_q: no quantized output given");
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, actq, act_format, counters,
+                   NULL, stream);
+}
+
+extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
+                                       int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
+                                       int32_t *ids, float *weights, float *act, void *actq, int act_format,
+                                       int32_t *counters, cudaStream_t stream) {
+    if (!actq) return st_err("st_cuda_moe_route_glu_q: no quantized output given");
+    const glu_route rt = {logits, norm, ids, weights};
+    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
                    stream);
 }
 
 extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                                const void *xq, const int32_t *ids, int n_tok, int n_used, float *act,
                                cudaStream_t stream) {
-    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, stream);
+    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, NULL, stream);
 }
 
 // ---- MoE down projection + weighted sum + residual -----------------------------------------------------------

@@ -65,6 +65,9 @@ int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, cons
 int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok, int n_used,
                         int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
                         cudaStream_t stream);
+// One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
+int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
+                          cudaStream_t stream);
 // One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
 // ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn
 // (may be NULL) and xq, and routes). ne0 % 32 == 0 (% 256 for Q8_K), ne0 <= 12288. A/B: STRATA_ROUTER_NORM=1.
@@ -86,6 +89,14 @@ int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_exper
 int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                       const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, void *actq,
                       int act_format, int32_t *counters, cudaStream_t stream);
+
+// One token: the route from the router's logits [n_expert] (as st_cuda_router_topk's last block: ids and weights
+// written, [n_used]) taken inside the GLU launch, then st_cuda_moe_glu_q of those experts; bit for bit
+// st_cuda_router_topk + st_cuda_moe_glu_q. n_used <= 32, n_expert <= 512. Default for one token
+// (STRATA_GLU_ROUTE=0: the router routes).
+int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                            const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
+                            float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
 
 // Down projection of the selected experts, the weighted sum in rank order and the residual add, per token t:
 //   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each

@@ -363,6 +363,17 @@ __global__ void __launch_bounds__(ATT_NT)
 #define ATC_NG (ATT_MAX_SPLIT / ATC_SG)   // level-1 groups per KV head at most
 #define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
 
+// The tensor-core kernel's split of L positions: one split per KV head up to single_max positions (a short context:
+// the cross-block merge's workspace round trip, fence and counter cost more than the split saves), else att_chunk.
+__device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
+    if (L <= single_max) {
+        chunk = (L + ATC_MINC - 1) / ATC_MINC * ATC_MINC;
+        n_act = 1;
+    } else {
+        att_chunk(L, n_split, ATC_MINC, chunk, n_act);
+    }
+}
+
 static size_t atc_smem_bytes(int hd) { return (size_t)ATC_ST * (hd / 8) * ATC_NT * 16; }
 
 __device__ __forceinline__ uint32_t atc_h2(__half2 h) { return *(const uint32_t *)&h; }
@@ -418,8 +429,8 @@ template <int HD>
 __global__ void __launch_bounds__(ATC_NT, 2)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
-                  int n_split, float *__restrict__ ws_o, float *__restrict__ ws_ml, float *__restrict__ ws_o1,
-                  float *__restrict__ ws_ml1, int32_t *__restrict__ counters) {
+                  int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
+                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters) {
     constexpr int NK = HD / 32;          // 16-byte pieces of a K row per lane (the lane's quarter)
     constexpr int NV = HD / 64;          // 16-byte pieces of a V row per lane (an eighth, of 4 rows)
     constexpr int NU = 2 * NK + 4 * NV;  // staging slots per lane and tile
@@ -444,7 +455,7 @@ __global__ void __launch_bounds__(ATC_NT, 2)
     {
         const int L0 = __ldcg(d_pos) + 1;
         int c0, na0;
-        att_chunk(L0, n_split, ATC_MINC, c0, na0);
+        atc_chunk(L0, n_split, single_max, c0, na0);
         if (L0 >= 1 && split < na0) {
             constexpr int LN = HD * 2 / 128;  // 128-byte lines per row slice
             const int s0 = split * c0, n0 = min(L0, s0 + c0) - s0;
@@ -458,7 +469,7 @@ __global__ void __launch_bounds__(ATC_NT, 2)
     st_pdl_trigger();
     const int L = __ldcg(d_pos) + 1;
     int chunk, n_act;
-    att_chunk(L, n_split, ATC_MINC, chunk, n_act);
+    atc_chunk(L, n_split, single_max, chunk, n_act);
     if (split >= n_act) return;  // idle split (uniform per block)
     const int start = split * chunk, end = min(L, start + chunk);
 
@@ -596,6 +607,9 @@ __global__ void __launch_bounds__(ATC_NT, 2)
         if (t == 0) sm[w * 8 + g] = m, sl[w * 8 + g] = lsum;
     }
     __syncthreads();
+    // One split (a short context): this block's merge is the result, written directly (no workspace round trip,
+    // fence and counter); the same values as the last block's merge of one partial (weight exp(0) = 1, 1 / l).
+    const bool direct = n_act == 1;
     for (int idx = tid; idx < G * HD; idx += ATC_NT) {
         const int hg = idx / HD, d = idx % HD;
         float M = -INFINITY;
@@ -608,9 +622,21 @@ __global__ void __launch_bounds__(ATC_NT, 2)
             acc += wt * so[(ww * 8 + hg) * SOS + d];
             ls += wt * sl[ww * 8 + hg];
         }
+        if (direct) {
+            const float o = (1.0f / ls) * acc;
+            out[((int64_t)kvh * G + hg) * HD + d] = o;
+            sout[hg * HD + d] = o;
+            continue;
+        }
         const int64_t k = ((int64_t)kvh * G + hg) * n_split + split;
         ws_o[k * HD + d] = acc;
         if (d == 0) ws_ml[2 * k] = M, ws_ml[2 * k + 1] = ls;
+    }
+    if (direct) {
+        if (!outq) return;  // uniform
+        __syncthreads();
+        block_quant<false>(fmt, sout, outq, G * HD * n_head_kv / 32, kvh * (G * HD / 32), G * HD / 32);
+        return;
     }
 
     // Cross-block merge: level 1 (groups of ATC_SG splits) when there are more than ATC_SG, then the last block.
@@ -702,6 +728,18 @@ extern "C" int st_cuda_attn_dec_tc(int kv_f16) {
 #endif
 }
 
+// Positions up to which the tensor-core kernel takes one split per KV head: STRATA_ATTN_SINGLE (default 128, 0
+// off).
+static int atc_single_max(void) {
+    static int v = -2;
+    if (v == -2) {
+        const char *e = getenv("STRATA_ATTN_SINGLE");
+        v = e ? atoi(e) : 128;
+        if (v < 0) v = 0;
+    }
+    return v;
+}
+
 template <int HD>
 static int atc_launch(float *out, void *outq, int fmt, const float *q, const void *kc, const void *vc,
                       const int32_t *d_pos, int G, int n_head_kv, float scale, int n_split, uint8_t *ws,
@@ -722,8 +760,8 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
     float *o = (float *)(ws + lo.o), *ml = (float *)(ws + lo.ml), *o1 = (float *)(ws + lo.o1),
           *ml1 = (float *)(ws + lo.ml1);
     st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
-                  q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, o, ml, o1, ml1,
-                  (int32_t *)ws);
+                  q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
+                  ml, o1, ml1, (int32_t *)ws);
     return 0;
 }
 

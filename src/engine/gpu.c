@@ -108,6 +108,7 @@ struct st_gpu_session {
     void *gemm_scratch;         // prefill GEMM / MoE scratch [gemm_scratch_bytes]
     size_t gemm_scratch_bytes;
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
+    int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
@@ -477,6 +478,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
     s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
+    const char *gr = getenv("STRATA_GLU_ROUTE");
+    s->glu_route = !(gr && *gr == '0');
     if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
         const char *bps = getenv("STRATA_FFN_BPS");
         s->moe_ffn_grid = st_cuda_dec_moe_grid((int64_t)d, bps ? atoi(bps) : 0);
@@ -796,6 +799,20 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             const int afmt = st_cuda_act_format(L->gate_exps.type);
+            if (n == 1 && s->glu_route && !g->hy && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2) {
+                // The router launch ends with the logits; the GLU launch takes the route (no fence / counter tail
+                // between them): bit for bit the router_topk + moe_glu_q pair below.
+                if (st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm, 1, d, hp->rms_eps, st) ||
+                    st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st) ||
+                    dump_act(s, l, 'a', n) ||
+                    st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
+                                            s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts, s->ffn_a,
+                                            s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st) ||
+                    st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2,
+                                         s->d_ids, s->d_wts, 1, K, s->x, s->x, st))
+                    return -1;
+                continue;
+            }
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,

@@ -683,6 +683,42 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
     int64_t moved = 0;
     for (int i = 0; i < d; i++) moved += ref[i] != x0[i] + add[i];
     if (moved < d / 2) printf("  moe_ffn: the reference barely moved x (%lld of %d)\n", (long long)moved, d), g_fail_cur++;
+    // The route taken inside the GLU launch (st_cuda_router_logits + st_cuda_moe_route_glu_q, the default for one
+    // token) against st_cuda_router_topk + st_cuda_moe_glu_q, then st_cuda_moe_down_sum for both: bit for bit,
+    // twice (the chunk counters must come back to zero).
+    {
+        float *r1 = xmalloc(sizeof(float) * d), *g1 = xmalloc(sizeof(float) * d), rw1[32], gw1[32];
+        int32_t rid1[32], gid1[32];
+        for (int v = 0; v < 3; v++) {
+            CK(cudaMemcpy(dx, x0, sizeof(float) * d, cudaMemcpyHostToDevice));
+            poison(dlog, sizeof(float) * E), poison(dact, sizeof(float) * K * F), poison(daq, aqb);
+            poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
+            CKL(st_cuda_rmsnorm_act(dxn, dxq, gfmt, dx, dadd, dnw, 1, d, 1e-6f, 0));
+            if (v == 0) {
+                CKL(st_cuda_router_topk(rt, drouter, d, E, dxn, 1, K, norm, dlog, dids, dw, dcnt, 0));
+                CKL(st_cuda_moe_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dids, 1, K, dact, daq, dfmt,
+                                      dcnt, 0));
+            } else {
+                CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, 0));
+                CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dlog, norm, K, dids, dw,
+                                            dact, daq, dfmt, dcnt, 0));
+            }
+            CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx, 0));
+            d2h(v ? g1 : r1, dx, sizeof(float) * d), d2h(v ? gid1 : rid1, dids, sizeof(int32_t) * K);
+            d2h(v ? gw1 : rw1, dw, sizeof(float) * K);
+            if (v == 0) continue;
+            int64_t bad = 0;
+            for (int i = 0; i < d; i++) bad += memcmp(&g1[i], &r1[i], sizeof(float)) != 0;
+            const int idbad = memcmp(gid1, rid1, sizeof(int32_t) * K) != 0, wbad = memcmp(gw1, rw1, sizeof(float) * K) != 0;
+            if (bad || idbad || wbad) {
+                printf("  route_glu router %s %s/%s E %d K %d d %d F %d norm %d run %d: %lld of %d outputs differ, "
+                       "ids %s, weights %s\n", st_type_name(rt), st_type_name(gu_type), st_type_name(down_type), E, K,
+                       d, F, norm, v, (long long)bad, d, idbad ? "DIFFER" : "same", wbad ? "DIFFER" : "same");
+                g_fail_cur++;
+            }
+        }
+        free(r1), free(g1);
+    }
     void *ws = dalloc(st_cuda_dec_moe_ws_bytes(F, K));
     CK(cudaMemset(ws, 0, st_cuda_dec_moe_ws_bytes(F, K)));
     int sm = g_ctx.sm_count;
@@ -777,7 +813,8 @@ static void test_moe_ffn(void) {
     test_moe_ffn_case(ST_TYPE_BF16, ST_TYPE_Q8_0, ST_TYPE_Q4_0, 32, 2, 256, 96, 1);  // Q8_0 inputs, 32-row chunks
     test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q4_1, ST_TYPE_Q5_1, 8, 8, 256, 512, 1);   // Q8_1 inputs, all experts
     if (!g_quick) test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q2_K, ST_TYPE_Q8_0, 64, 6, 4096, 1536, 1);
-    report("moe_ffn (norm + router + top-k + GLU + down in one launch == the four-launch path, bit for bit)");
+    report("moe_ffn (norm + router + top-k + GLU + down in one launch == the four-launch path, bit for bit); route_glu "
+           "(the route inside the GLU launch == router_topk + moe_glu_q, bit for bit)");
 }
 
 // ---- attention v2 ------------------------------------------------------------------------------------------------
