@@ -19,7 +19,6 @@
 #include "cuda/decode_common.cuh"  // groups, CPU-format quantizers, PDL
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
 #include "cuda/decode_rows.cuh"     // row dots, router loads, route_group
-#include "cuda/quantize_act.h"     // st_cuda_act_format
 
 #define DEC_GROUPS 8                           // groups per block
 #define DEC_THREADS (DEC_GROUPS * G32)
@@ -33,12 +32,12 @@
 #ifndef ST_DOWN_ROWS4
 #define ST_DOWN_ROWS4 1
 #endif
-// DEC_MINB_MULTI: minimum resident blocks per SM of the Q/K/V launch (k_mmvq_multi): the Qwen3-30B-A3B shape's 640
-// blocks fit one wave at 5 per SM (48 registers); the compiler's choice for the mixed-type instance (56) allowed 4,
-// 1.21 waves (Nsight Compute 2026-11-30; 5 per SM: tg128 393.7 vs 389.8, bench/ab.sh), and the norm mode needs more
-// for every instance. A/B build: -DDEC_MINB_MULTI=0 (the compiler's choice).
-#ifndef DEC_MINB_MULTI
-#define DEC_MINB_MULTI 5
+// DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
+// registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
+// 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
+// -DDEC_MINB_MULTI0=0 (the compiler's choice).
+#ifndef DEC_MINB_MULTI0
+#define DEC_MINB_MULTI0 5
 #endif
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
@@ -146,19 +145,12 @@ struct multi_args {
     int n_mat;
     int nitems;
     const uint8_t *xq;
-    // Norm mode (x != NULL): every block makes the activation row itself, xq = quant(RMSNorm(x) * norm_w) in the
-    // format fmt, into shared memory (as k_rmsnorm_act would write it), instead of reading xq.
-    const float *x, *norm_w;
-    float eps;
-    int fmt;
 };
 
-template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULTI) k_mmvq_multi(const multi_args a) {
-    extern __shared__ __align__(16) uint8_t mm_smem[];  // norm mode: [ne0] f32, then the planar row of ne0
+template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
-    const bool active = grow < a.row_end[a.n_mat - 1];
-    if (!active && !a.x) {  // whole groups leave (no barrier below)
+    if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
         st_pdl_wait();  // (a block's exit before its wait would be fine too; keep the rule simple)
         st_pdl_trigger();
         return;
@@ -175,51 +167,22 @@ template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULT
             r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
-    if (active)
-        for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
-    const uint8_t *xq = a.xq;
-    if (a.x) {
-        const int n = a.nitems * 32;
-        for (int i = threadIdx.x * 32; i < n; i += blockDim.x * 32) st_prefetch_l2(a.norm_w + i);
-        st_pdl_wait();  // x (and y's previous readers) belong to earlier kernels
-        st_pdl_trigger();
-        float *sv = (float *)mm_smem;
-        uint8_t *sq = mm_smem + sizeof(float) * (size_t)n;
-        block_rmsnorm_smem(sv, a.x, NULL, a.norm_w, n, a.eps);
-        block_quant<false>(a.fmt, sv, sq, n / 32, 0, n / 32);
-        __syncthreads();
-        if (!active) return;
-        xq = sq;
-    } else {
-        st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
-        st_pdl_trigger();
-    }
+    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
+    st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
+    st_pdl_trigger();
     float v;
-    if constexpr (TYPE == 0) v = row_dot_any(type, wr, xq, a.nitems, lane);
-    else v = row_dot<TYPE>(wr, xq, a.nitems, lane);
+    if constexpr (TYPE == 0) v = row_dot_any(type, wr, a.xq, a.nitems, lane);
+    else v = row_dot<TYPE>(wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = v;
 }
 
-static int mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, const float *x,
-                      const float *norm_w, float eps, cudaStream_t stream) {
+extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
+                                  cudaStream_t stream) {
     if (n_mat < 1 || n_mat > ST_DEC_MAX_MATS) return st_err("st_cuda_mmvq_multi: %d matrices (1..%d)", n_mat, ST_DEC_MAX_MATS);
     if (ne0 <= 0 || ne0 % 32) return st_err("st_cuda_mmvq_multi: ne0 %lld", (long long)ne0);
-    if (!x && (!xq || ((uintptr_t)xq & 15)))
-        return st_err("st_cuda_mmvq_multi: xq must be a 16-byte aligned device pointer");
-    const int fmt = st_cuda_act_format(mats[0].type);
-    size_t smem = 0;
-    if (x) {
-        if (!norm_w || ne0 > NORM_MAX_N || !dec_fmt_ok(fmt) || (fmt == ST_TYPE_Q8_K && ne0 % 256) || ((uintptr_t)x & 15))
-            return st_err("st_cuda_mmvq_norm: rows of %lld (at most %d, %% 256 for Q8_K), format %d, aligned x and "
-                          "norm weights", (long long)ne0, NORM_MAX_N, fmt);
-        for (int i = 1; i < n_mat; i++)
-            if (st_cuda_act_format(mats[i].type) != fmt)
-                return st_err("st_cuda_mmvq_norm: matrices of different activation formats");
-        smem = sizeof(float) * (size_t)ne0 + (size_t)st_q8_1_row_bytes(ne0);
-    }
+    if (!xq || ((uintptr_t)xq & 15)) return st_err("st_cuda_mmvq_multi: xq must be a 16-byte aligned device pointer");
     multi_args a;
     memset(&a, 0, sizeof a);
-    a.x = x, a.norm_w = norm_w, a.eps = eps, a.fmt = fmt;
     int64_t rows = 0;
     for (int i = 0; i < n_mat; i++) {
         const st_cuda_dec_mat *m = &mats[i];
@@ -245,21 +208,8 @@ static int mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const
     for (int i = 1; i < n_mat; i++) same &= mats[i].type == mats[0].type;
     void (*fn)(const multi_args) = k_mmvq_multi<0>;
     if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
-    if (smem > 48 * 1024 && cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-        return st_err("st_cuda_mmvq_norm: %zu bytes of shared memory", smem);
-    st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), smem, stream, a);
+    st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
     return launch_check("mmvq_multi");
-}
-
-extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
-                                  cudaStream_t stream) {
-    return mmvq_multi(mats, n_mat, ne0, xq, NULL, NULL, 0.0f, stream);
-}
-
-extern "C" int st_cuda_mmvq_norm(const st_cuda_dec_mat *mats, int n_mat, const float *x, const float *norm_w,
-                                 float eps, int64_t ne0, cudaStream_t stream) {
-    if (!x) return st_err("st_cuda_mmvq_norm: no input row");
-    return mmvq_multi(mats, n_mat, ne0, NULL, x, norm_w, eps, stream);
 }
 
 // ---- router: float matvec + softmax + top-k ---------------------------------------------------------------------
@@ -325,7 +275,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
         const float sum = router_dot<T>(w, wp, sv, n4, lane);
         if (lane == 0) logits[r] = sum;
     }
-    if (!counter || !last_block_done(counter)) return;  // (NULL: logits only)
+    if (!last_block_done(counter)) return;
     // Every block has read x and res: the residual sum goes back to x; xn and the gate/up input row; the route.
     if (res)
         for (int i0 = threadIdx.x; i0 < ne0; i0 += blockDim.x * NORM_U) {
@@ -417,25 +367,6 @@ extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, 
     return launch_check("router_norm_topk");
 }
 
-extern "C" int st_cuda_router_norm_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
-                                          const float *res, const float *norm_w, float eps, float *logits,
-                                          cudaStream_t stream) {
-    if (ne0 <= 0 || ne0 % 32 || ne0 > NORM_MAX_N || n_expert <= 0)
-        return st_err("st_cuda_router_norm_logits: unsupported shape: ne0 %lld (multiple of 32, <= %d), %d experts",
-                      (long long)ne0, NORM_MAX_N, n_expert);
-    if (((uintptr_t)W & 15) || !x || !norm_w || !logits)
-        return st_err("st_cuda_router_norm_logits: W must be 16-byte aligned; x, norm_w, logits non-NULL");
-    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
-    const size_t smem = sizeof(float) * (size_t)ne0;
-#define RNL_GO(T)                                                                                                  \
-    st_dec_launch(k_router_norm<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), smem, stream, (const T *)W, (int)ne0,   \
-                  n_expert, (float *)x, res, norm_w, eps, (float *)NULL, (uint8_t *)NULL, ST_TYPE_Q8_1, 1, 0, logits, \
-                  (int32_t *)NULL, (float *)NULL, (int32_t *)NULL)
-    ROUTER_TYPE_DISPATCH(w_type, RNL_GO, "st_cuda_router_norm_logits");
-#undef RNL_GO
-    return launch_check("router_norm_logits");
-}
-
 // ---- MoE gate/up GLU + quantization of the down projection's input -------------------------------------------
 
 
@@ -456,11 +387,6 @@ struct glu_route {
     int norm;             // renormalise the top-k weights
     int32_t *ids;         // [K] out
     float *weights;       // [K] out
-    // Norm mode (x != NULL): every block makes the gate/up input itself, quant(RMSNorm(x + res) * norm_w) in format
-    // gfmt, into shared memory (as k_rmsnorm_act would write xq; x is not written: the down kernel adds res).
-    const float *x, *res, *norm_w;
-    float eps;
-    int gfmt;
 };
 
 template <int TYPE, int R = 1, bool ROUTE = false>
@@ -474,20 +400,10 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     st_pdl_wait();  // ids (or logits), xq: earlier kernels
     st_pdl_trigger();
     int e;
-    const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
     if constexpr (ROUTE) {
         __shared__ int32_t s_ids[G32];
         __shared__ float s_w[G32];
         if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
-        if (rt.x) {
-            extern __shared__ __align__(16) uint8_t glu_smem[];  // [n_embd] f32, then the planar row
-            const int n = nitems * 32;
-            float *sv = (float *)glu_smem;
-            uint8_t *sq = glu_smem + sizeof(float) * (size_t)n;
-            block_rmsnorm_smem(sv, rt.x, rt.res, rt.norm_w, n, rt.eps);
-            block_quant<false>(rt.gfmt, sv, sq, n / 32, 0, n / 32);
-            x = sq;
-        }
         __syncthreads();
         e = s_ids[p];
         if (blockIdx.x == 0 && p == 0 && threadIdx.x < K) rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
@@ -499,6 +415,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     for (int j = 0; j < R; j++) v[j] = f_nan();
     if (e >= 0 && e < E) {
         const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
+        const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
         float a[R], b[R];
         if constexpr (TYPE == 0) {
 #pragma unroll
@@ -573,7 +490,7 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
                       "%% 256)", (long long)n_ff, act_format);
     if (n_tok <= 0 || n_used <= 0 || (int64_t)n_tok * n_used > 65535 || n_expert <= 0)
         return st_err("st_cuda_moe_glu_q: %d tokens x %d experts of %d", n_tok, n_used, n_expert);
-    if (!table || (!xq && !(rt && rt->x)) || (!ids && !rt) || !act || (actq && !counters) || ((uintptr_t)xq & 15) || ((uintptr_t)actq & 15))
+    if (!table || !xq || (!ids && !rt) || !act || (actq && !counters) || ((uintptr_t)xq & 15) || ((uintptr_t)actq & 15))
         return st_err("st_cuda_moe_glu_q: NULL or misaligned device pointer");
     const bool route = rt != NULL;
     if (route && (n_tok != 1 || n_used > G32 || n_expert > ROUTER_MAX_PER_LANE * G32 || !rt->logits || !rt->ids ||
@@ -593,19 +510,9 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
     if (route && fn == k_moe_glu<0, 1>)
         return st_err("st_cuda_moe_route_glu_q: gate/up type %s has no routing instance", st_type_name(gu_type));
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
-    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL, NULL, NULL, NULL, 0.0f, 0};
-    size_t smem = 0;
-    if (route && rt->x) {
-        if (n_embd > NORM_MAX_N || !dec_fmt_ok(rt->gfmt) || (rt->gfmt == ST_TYPE_Q8_K && n_embd % 256) || !rt->norm_w)
-            return st_err("st_cuda_moe_route_glu_q: rows of %lld (at most %d), format %d, norm weights",
-                          (long long)n_embd, NORM_MAX_N, rt->gfmt);
-        smem = sizeof(float) * (size_t)n_embd + (size_t)st_q8_1_row_bytes(n_embd);
-        if (smem > 48 * 1024 &&
-            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-            return st_err("st_cuda_moe_route_glu_q: %zu bytes of shared memory", smem);
-    }
+    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL};
     const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
-    st_dec_launch(fn, grid, dim3(DEC_THREADS), smem, stream, gu_type, (const uint8_t *const *)table, n_expert,
+    st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
                   (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,
                   (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters ? counters + 1 : counters, rt0);
@@ -621,13 +528,11 @@ extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_ex
 }
 
 extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
-                                       int64_t n_ff, const void *xq, const float *x, const float *res,
-                                       const float *norm_w, float eps, const float *logits, int norm, int n_used,
+                                       int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
                                        int32_t *ids, float *weights, float *act, void *actq, int act_format,
                                        int32_t *counters, cudaStream_t stream) {
     if (!actq) return st_err("st_cuda_moe_route_glu_q: no quantized output given");
-    if (!xq == !x) return st_err("st_cuda_moe_route_glu_q: give either xq or x");
-    const glu_route rt = {logits, norm, ids, weights, x, res, norm_w, eps, st_cuda_act_format(gu_type)};
+    const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
                    stream);
 }
@@ -646,7 +551,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
                const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
-               const float *__restrict__ wts, int K, float *out, const float *add, const float *add2) {
+               const float *__restrict__ wts, int K, float *out, const float *add) {
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
@@ -694,24 +599,13 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (rr < DOWN_R && r < d) {
         const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
         const size_t at = (size_t)t * d + r;
-        // (add + add2 first, IEEE-rounded: the residual the CPU forms before its FFN, then + o)
-        const float base = add && add2 ? __fadd_rn(add[at], add2[at]) : add ? add[at] : 0.0f;
-        out[at] = add ? __fadd_rn(base, o) : o;
+        out[at] = add ? __fadd_rn(add[at], o) : o;
     }
 }
 
 extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,
                                     int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
                                     int n_used, float *out, const float *add, cudaStream_t stream) {
-    return st_cuda_moe_down_sum2(down_type, table, n_expert, n_embd, n_ff, actq, ids, weights, n_tok, n_used, out, add,
-                                 NULL, stream);
-}
-
-extern "C" int st_cuda_moe_down_sum2(int down_type, const void *const *table, int n_expert, int64_t n_embd,
-                                     int64_t n_ff, const void *actq, const int32_t *ids, const float *weights,
-                                     int n_tok, int n_used, float *out, const float *add, const float *add2,
-                                     cudaStream_t stream) {
-    if (add2 && !add) return st_err("st_cuda_moe_down_sum2: add2 without add");
     const st_type_info *ti = st_type_get(down_type);
     if (!ti || !st_cuda_dec_supported(down_type) || n_ff <= 0 || n_ff % ti->block_size || n_ff > INT32_MAX / 2)
         return st_err("st_cuda_moe_down_sum: down type %s with rows of %lld is not supported",
@@ -727,7 +621,7 @@ extern "C" int st_cuda_moe_down_sum2(int down_type, const void *const *table, in
     DEC_PICK(fn, k_moe_down, down_type);
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, (const uint8_t *)actq,
-                  (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, add2);
+                  (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add);
     return launch_check("moe_down_sum");
 }
 

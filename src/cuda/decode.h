@@ -55,11 +55,6 @@ typedef struct st_cuda_dec_mat {
     float *y;          // [n_out] f32
 } st_cuda_dec_mat;
 int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, cudaStream_t stream);
-// One token: st_cuda_rmsnorm_act(NULL, xq, fmt, x, NULL, norm_w, 1, ne0, eps) + st_cuda_mmvq_multi(.., xq) in
-// one launch, bit for bit: every block normalises and quantizes x itself into shared memory (the matrices' common
-// activation format fmt; ne0 <= 12288, % 256 for Q8_K). x: [ne0] f32, 16-byte aligned.
-int st_cuda_mmvq_norm(const st_cuda_dec_mat *mats, int n_mat, const float *x, const float *norm_w, float eps,
-                      int64_t ne0, cudaStream_t stream);
 
 // MoE router of n_tok tokens in one launch: logits = W . x (float weights, float activations), then per token the
 // CPU's route (engine/session.c): softmax (double sum), the top n_used by probability (ties to the lower id),
@@ -99,17 +94,9 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 // written, [n_used]) taken inside the GLU launch, then st_cuda_moe_glu_q of those experts; bit for bit
 // st_cuda_router_topk + st_cuda_moe_glu_q. n_used <= 32, n_expert <= 512. Default for one token
 // (STRATA_GLU_ROUTE=0: the router routes).
-// The gate/up input is xq (a quantized row, as st_cuda_moe_glu_q), or, when x is given instead (xq NULL), made by
-// every block itself: quant(RMSNorm(x + res) * norm_w) in the gate/up type's format, as st_cuda_rmsnorm_act
-// would write xq (x itself is not written: st_cuda_moe_down_sum2 adds res). x, res: [n_embd] f32.
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
-                            const void *xq, const float *x, const float *res, const float *norm_w, float eps,
-                            const float *logits, int norm, int n_used, int32_t *ids, float *weights, float *act,
-                            void *actq, int act_format, int32_t *counters, cudaStream_t stream);
-// One token's logits from RMSNorm(x + res) * norm_w, the norm in every block (as st_cuda_router_norm_topk without
-// its last block's writes and route): x, res [ne0] f32 (not written); logits [n_expert].
-int st_cuda_router_norm_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, const float *res,
-                               const float *norm_w, float eps, float *logits, cudaStream_t stream);
+                            const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
+                            float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
 
 // Down projection of the selected experts, the weighted sum in rank order and the residual add, per token t:
 //   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each
@@ -118,10 +105,6 @@ int st_cuda_router_norm_logits(int w_type, const void *W, int64_t ne0, int n_exp
 int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                          const void *actq, const int32_t *ids, const float *weights, int n_tok, int n_used,
                          float *out, const float *add, cudaStream_t stream);
-// The same with out[t][j] = (add[t][j] + add2[t][j]) + o[j] (the sum IEEE-rounded first; add2 NULL: as above).
-int st_cuda_moe_down_sum2(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
-                          const void *actq, const int32_t *ids, const float *weights, int n_tok, int n_used,
-                          float *out, const float *add, const float *add2, cudaStream_t stream);
 
 // ---- round 2: split-adaptive decode attention, PDL -----------------------------------------------------------
 
@@ -156,18 +139,6 @@ int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, con
 // launch on the current device takes now (1: tensor cores).
 void st_cuda_attn_dec_set_tc(int on);
 int st_cuda_attn_dec_tc(int kv_f16);
-// Rope mode (tensor-core kernel only: st_cuda_attn_dec_tc(kv_f16) must be 1): q is the Q/K/V projection's raw
-// output; the blocks apply the QK-norm and RoPE to their query heads themselves and store this token's K (normalised,
-// rotated) and V at position *d_pos, as st_cuda_qk_norm_rope_kv would, bit for bit (q itself is not written).
-typedef struct st_cuda_attn_rope {
-    const float *k, *v;            // [n_head_kv * head_dim] this token's K and V rows (f32)
-    const float *q_norm, *k_norm;  // [head_dim] QK-norm gains, or NULL
-    float eps, freq_base, freq_scale;
-    int n_rot, neox;               // rotated dims (even); NeoX pairs (i, i + n_rot / 2), else (2i, 2i + 1)
-} st_cuda_attn_rope;
-int st_cuda_attn_dec_rope(float *out, void *outq, int act_format, const float *q, void *k_cache, void *v_cache,
-                          int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
-                          int n_split, void *workspace, const st_cuda_attn_rope *rope, cudaStream_t stream);
 
 // MoE version 2, the GLU's quantization moved into the down kernel: st_cuda_moe_glu writes act only (as
 // st_cuda_moe_glu_q without actq, no counters, no last-block phase); st_cuda_moe_down_q takes that f32 act

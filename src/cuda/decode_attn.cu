@@ -31,8 +31,7 @@
 #include <stdlib.h>  // getenv
 
 #include "cuda/decode_common.cuh"
-#include "cuda/mma.cuh"
-#include "cuda/rope.cuh"  // QK-norm + RoPE of one head (the tensor-core kernel's rope mode)  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
+#include "cuda/mma.cuh"  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
 #include "cuda/qblock.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(ST_ATT_NO_ASYNC)
@@ -364,15 +363,6 @@ __global__ void __launch_bounds__(ATT_NT)
 #define ATC_NG (ATT_MAX_SPLIT / ATC_SG)   // level-1 groups per KV head at most
 #define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
 
-// Rope mode of the tensor-core kernel (st_cuda_attn_dec_rope): the block applies the QK-norm + RoPE itself (k NULL:
-// off, q is ready and this step's K/V row is in the caches).
-struct atc_rope {
-    const float *k, *v;            // [n_head_kv * HD] this token's K and V (the Q/K/V projection's outputs)
-    const float *q_norm, *k_norm;  // [HD] QK-norm gains, or NULL
-    float eps, theta_scale, freq_scale;
-    int n_rot, neox;
-};
-
 // The tensor-core kernel's split of L positions: one split per KV head up to single_max positions (a short context:
 // the cross-block merge's workspace round trip, fence and counter cost more than the split saves), else att_chunk.
 __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
@@ -440,8 +430,7 @@ __global__ void __launch_bounds__(ATC_NT, 2)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
-                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters,
-                  const atc_rope rp) {
+                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters) {
     constexpr int NK = HD / 32;          // 16-byte pieces of a K row per lane (the lane's quarter)
     constexpr int NV = HD / 64;          // 16-byte pieces of a V row per lane (an eighth, of 4 rows)
     constexpr int NU = 2 * NK + 4 * NV;  // staging slots per lane and tile
@@ -476,9 +465,6 @@ __global__ void __launch_bounds__(ATC_NT, 2)
             }
         }
     }
-    // Rope mode: this lane's rotation factors before the wait (the position is set before the step's first kernel).
-    float rc[ROPE_MAX_PAIRS], rs[ROPE_MAX_PAIRS];
-    if (rp.k) rope_factors(__ldcg(d_pos), rp.freq_scale, rp.theta_scale, rp.n_rot, lane, rc, rs);
     st_pdl_wait();  // q, this step's K/V row and d_pos come from earlier work
     st_pdl_trigger();
     const int L = __ldcg(d_pos) + 1;
@@ -486,26 +472,6 @@ __global__ void __launch_bounds__(ATC_NT, 2)
     atc_chunk(L, n_split, single_max, chunk, n_act);
     if (split >= n_act) return;  // idle split (uniform per block)
     const int start = split * chunk, end = min(L, start + chunk);
-    // Rope mode: the block's G query heads normalised and rotated into shared memory (the staging, not yet in use),
-    // and, in the split holding the current position, this KV head's K (normalised, rotated) and V stored into the
-    // caches before the tiles are staged (the block's own writes: visible to its copies after the barrier).
-    const float *qsrc = q + (int64_t)kvh * G * HD;
-    if (rp.k) {
-        float *qs = (float *)smem;  // [G][HD]
-        for (int hg = w; hg < G; hg += ATC_NW)
-            rope_head(q + ((int64_t)kvh * G + hg) * HD, rp.q_norm, rp.eps, HD, rp.n_rot, rp.neox, rc, rs, lane,
-                      [&](int e, float x) { qs[hg * HD + e] = x; });
-        if (split == n_act - 1) {
-            const int64_t at = (int64_t)(L - 1) * row + (int64_t)kvh * HD;
-            if (w == 0)
-                rope_head(rp.k + (int64_t)kvh * HD, rp.k_norm, rp.eps, HD, rp.n_rot, rp.neox, rc, rs, lane,
-                          [&](int e, float x) { ((__half *)kc)[at + e] = __float2half_rn(x); });
-            else if (w == 1)
-                for (int e = lane; e < HD; e += 32) ((__half *)vc)[at + e] = __float2half_rn(rp.v[(int64_t)kvh * HD + e]);
-        }
-        __syncthreads();
-        qsrc = qs;
-    }
 
     // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
     // applied to the f32 scores.
@@ -517,7 +483,7 @@ __global__ void __launch_bounds__(ATC_NT, 2)
             const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
             float x0 = 0.0f, x1 = 0.0f;
             if (g < G) {
-                const float2 v = *(const float2 *)(qsrc + g * HD + dim);
+                const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
                 x0 = v.x, x1 = v.y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
             }
             const __half2 hi = __floats2half2_rn(x0, x1);
@@ -554,7 +520,6 @@ __global__ void __launch_bounds__(ATC_NT, 2)
         }
         tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
     };
-    if (rp.k) __syncthreads();  // every warp has its fragments: the staging may be overwritten
 #pragma unroll
     for (int i = 0; i < ATC_ST - 1; i++) issue(i);
     for (int i = 0; i < nbw; i++) {
@@ -778,7 +743,7 @@ static int atc_single_max(void) {
 template <int HD>
 static int atc_launch(float *out, void *outq, int fmt, const float *q, const void *kc, const void *vc,
                       const int32_t *d_pos, int G, int n_head_kv, float scale, int n_split, uint8_t *ws,
-                      const att_ws_layout &lo, const atc_rope &rp, cudaStream_t stream) {
+                      const att_ws_layout &lo, cudaStream_t stream) {
     const size_t smem = atc_smem_bytes(HD);
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
@@ -796,7 +761,7 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
           *ml1 = (float *)(ws + lo.ml1);
     st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
                   q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
-                  ml, o1, ml1, (int32_t *)ws, rp);
+                  ml, o1, ml1, (int32_t *)ws);
     return 0;
 }
 
@@ -808,9 +773,9 @@ static void att_launch(float *out, void *outq, int fmt, const float *q, const vo
                   fmt, q, (const KT *)kc, (const KT *)vc, d_pos, G, n_head_kv, scale, n_split, ws_o, ws_ml, cnt);
 }
 
-static int attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache, const void *v_cache,
-                    int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
-                    int n_split, void *workspace, const st_cuda_attn_rope *rope, cudaStream_t stream) {
+extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                                const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
+                                int head_dim, float scale, int n_split, void *workspace, cudaStream_t stream) {
     if (!st_cuda_attn_dec_supported(head_dim, n_head, n_head_kv, outq ? act_format : -1))
         return st_err("st_cuda_attn_dec: unsupported shape: head_dim %d (64 or 128), %d heads over %d KV heads (at "
                       "most 8 per KV head), output format %d", head_dim, n_head, n_head_kv, outq ? act_format : -1);
@@ -821,21 +786,11 @@ static int attn_dec(float *out, void *outq, int act_format, const float *q, cons
         return st_err("st_cuda_attn_dec: NULL or misaligned (16 bytes) device pointer");
     const int G = n_head / n_head_kv;
     const att_ws_layout lo = att_ws(n_head, n_head_kv, head_dim, n_split);
-    atc_rope rp = {NULL, NULL, NULL, NULL, 0.0f, 0.0f, 0.0f, 0, 0};
-    if (rope) {
-        if (!st_cuda_attn_dec_tc(kv_f16) || !rope->k || !rope->v || rope->n_rot % 2 || rope->n_rot <= 0 ||
-            rope->n_rot > head_dim || head_dim - rope->n_rot > ROPE_MAX_PAIRS * 32)
-            return st_err("st_cuda_attn_dec_rope: needs the tensor-core kernel (f16 cache, sm_80+), K and V rows and "
-                          "an even n_rot <= head_dim (got %d of %d)", rope->n_rot, head_dim);
-        // theta_scale on the host with the C library's powf, as the CPU reference and st_cuda_qk_norm_rope_kv
-        rp = {rope->k, rope->v, rope->q_norm, rope->k_norm, rope->eps, powf(rope->freq_base, -2.0f / (float)rope->n_rot),
-              rope->freq_scale, rope->n_rot, rope->neox};
-    }
     if (st_cuda_attn_dec_tc(kv_f16)) {
         if ((head_dim == 128 ? atc_launch<128>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv,
-                                               scale, n_split, (uint8_t *)workspace, lo, rp, stream)
+                                               scale, n_split, (uint8_t *)workspace, lo, stream)
                              : atc_launch<64>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv, scale,
-                                              n_split, (uint8_t *)workspace, lo, rp, stream)))
+                                              n_split, (uint8_t *)workspace, lo, stream)))
             return -1;
         return launch_check("attn_dec (tensor cores)");
     }
@@ -853,20 +808,4 @@ static int attn_dec(float *out, void *outq, int act_format, const float *q, cons
     }
 #undef ATT_GO
     return launch_check("attn_dec");
-}
-
-extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
-                                const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
-                                int head_dim, float scale, int n_split, void *workspace, cudaStream_t stream) {
-    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
-                    n_split, workspace, NULL, stream);
-}
-
-extern "C" int st_cuda_attn_dec_rope(float *out, void *outq, int act_format, const float *q, void *k_cache,
-                                     void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
-                                     int head_dim, float scale, int n_split, void *workspace,
-                                     const st_cuda_attn_rope *rope, cudaStream_t stream) {
-    if (!rope) return st_err("st_cuda_attn_dec_rope: no rope parameters");
-    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
-                    n_split, workspace, rope, stream);
 }

@@ -24,7 +24,6 @@ extern "C" {  // C headers without their own extern "C" (included here first so 
 #include "cuda/decode_common.cuh"  // PDL launch and wait (the decode step's Q/K norm + RoPE kernel)
 #include "cuda/decode_rows.cuh"    // route_group (the MoE route)
 #include "cuda/qblock.h"      // planar q8_1 layout, per-type item unpacking (shared with mmvq)
-#include "cuda/rope.cuh"      // QK-norm + RoPE of one head (shared with the decode attention)
 
 // ---- reductions -------------------------------------------------------------------------------------------------
 
@@ -173,10 +172,21 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     const int t = (int)(wid / per_tok), j = (int)(wid % per_tok);
     const int64_t pos = (int64_t)*d_pos + t;  // (the position is no kernel's output: readable before the wait)
     const int64_t kv_row = (int64_t)n_head_kv * hd;
+    const int half = n_rot / 2;
     // The rotation of this lane's pairs before the dependency wait (PDL): it depends on the position only, so its
     // double-precision sincos overlaps the Q/K/V kernel's tail.
-    float rc[ROPE_MAX_PAIRS], rs[ROPE_MAX_PAIRS];
-    if (j < n_head + n_head_kv) rope_factors(pos, freq_scale, theta_scale, n_rot, lane, rc, rs);
+    float rc[8], rs[8];
+    if (j < n_head + n_head_kv) {
+        int m = 0;
+        for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
+            // theta_i = pos * freq_scale * theta_scale^i by repeated products, exactly as the CPU reference.
+            float theta = (float)pos * freq_scale;
+            for (int r = 0; r < i; r++) theta *= theta_scale;
+            double sd, cd;
+            sincos((double)theta, &sd, &cd);
+            rc[m] = (float)cd, rs[m] = (float)sd;
+        }
+    }
     st_pdl_wait();  // q, k, v: the previous kernel's output
     st_pdl_trigger();
 
@@ -193,12 +203,43 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     const bool is_q = j < n_head;
     const int h = is_q ? j : j - n_head;
     const float *src = is_q ? q + ((int64_t)t * n_head + h) * hd : k + t * kv_row + (int64_t)h * hd;
-    // (q is rotated in place: rope_head reads every value before it writes)
-    rope_head(src, is_q ? q_norm : k_norm, eps, hd, n_rot, neox, rc, rs, lane, [&](int e, float x) {
+    const float *gain = is_q ? q_norm : k_norm;
+    float scale = 1.0f;
+    if (gain) {
+        double ss = 0;
+        for (int e = lane; e < hd; e += ST_WARP_SIZE) ss += (double)src[e] * src[e];
+        ss = warp_sum(ss);
+        scale = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+    }
+    // Reads of the whole vector happen before any write (q is rotated in place, pairs cross lanes).
+    __syncwarp(ST_WARP_MASK);
+    auto val = [&](int e) { return gain ? src[e] * scale * gain[e] : src[e]; };
+    auto put = [&](int e, float x) {
         if (is_q) q[((int64_t)t * n_head + h) * hd + e] = x;
         else if (kv_f16) ((uint16_t *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = f2h(x);
         else ((float *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = x;
-    });
+    };
+    // Gather this lane's values first (at most hd/32 pairs + tail per lane), then write: in place for Q.
+    float a_[8], b_[8], c_[8];
+    int n_mine = 0;
+    for (int i = lane; i < half && n_mine < 8; i += ST_WARP_SIZE, n_mine++) {
+        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+        a_[n_mine] = val(ea);
+        b_[n_mine] = val(eb);
+    }
+    int n_tail = 0;
+    for (int e = n_rot + lane; e < hd && n_tail < 8; e += ST_WARP_SIZE, n_tail++) c_[n_tail] = val(e);
+    __syncwarp(ST_WARP_MASK);
+    int m = 0;
+    for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
+        const float c = rc[m], s = rs[m];
+        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+        const float x0 = a_[m], x1 = b_[m];
+        put(ea, x0 * c - x1 * s);
+        put(eb, x0 * s + x1 * c);
+    }
+    m = 0;
+    for (int e = n_rot + lane; e < hd && m < 8; e += ST_WARP_SIZE, m++) put(e, c_[m]);
 }
 
 extern "C" int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v, const float *q_norm,

@@ -108,10 +108,7 @@ struct st_gpu_session {
     void *gemm_scratch;         // prefill GEMM / MoE scratch [gemm_scratch_bytes]
     size_t gemm_scratch_bytes;
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
-    int glu_route;              // one-token MoE: the GLU launch routes from the logits (1), and the router and GLU
-                                // blocks also make the FFN norm (2, default); STRATA_GLU_ROUTE=0 / 1
-    int qkv_norm;               // one token: the Q/K/V launch makes the attention norm itself (STRATA_QKV_NORM=0 off)
-    int attn_rope;              // one token: the attention launch applies the QK-norm + RoPE (STRATA_ATTN_ROPE=0 off)
+    int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
@@ -482,11 +479,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
-    s->glu_route = gr && (*gr == '0' || *gr == '1') ? *gr - '0' : 2;
-    const char *ar = getenv("STRATA_ATTN_ROPE");
-    s->attn_rope = !(ar && *ar == '0');
-    const char *qn = getenv("STRATA_QKV_NORM");
-    s->qkv_norm = !(qn && *qn == '0');
+    s->glu_route = !(gr && *gr == '0');
     if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
         const char *bps = getenv("STRATA_FFN_BPS");
         s->moe_ffn_grid = st_cuda_dec_moe_grid((int64_t)d, bps ? atoi(bps) : 0);
@@ -764,36 +757,23 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q},
                                           {L->wk.type, L->wk.d, L->wk.ne[1], s->k},
                                           {L->wv.type, L->wv.d, L->wv.ne[1], s->v}};
-            if (s->qkv_norm && !skip && !dup) {  // the norm inside the Q/K/V launch (bit for bit the pair below)
-                if (st_cuda_mmvq_norm(m, 3, s->x, L->attn_norm, hp->rms_eps, d, st)) return -1;
-            } else if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x,
-                                                                   NULL, L->attn_norm, n, d, hp->rms_eps, st)) ||
-                       RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st))) {
+            if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL,
+                                                            L->attn_norm, n, d, hp->rms_eps, st)) ||
+                RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
                 return -1;
-            }
         } else {
             if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
             if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||
                 mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
                 return -1;
         }
-        // One token on the tensor-core attention kernel: it applies the QK-norm + RoPE and stores K/V itself (no
-        // separate launch; bit for bit the same), unless STRATA_ATTN_ROPE=0 or a timing experiment is on.
-        const int rope_in_attn = s->attn_rope && !skip && !dup && fused_attn(s, L, n) && st_cuda_attn_dec_tc(s->kv_f16);
-        if (!rope_in_attn && RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
+        if (RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
         if (fused_attn(s, L, n)) {
             // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
             const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], s->ffn_out};
-            const int ofmt = st_cuda_act_format(L->wo.type);
-            const st_cuda_attn_rope rp = {s->k, s->v, L->q_norm, L->k_norm, hp->rms_eps, hp->rope_freq_base,
-                                          hp->rope_freq_scale, (int)hp->n_rot, hp->rope_type == ST_ROPE_NEOX};
-            if ((rope_in_attn ? st_cuda_attn_dec_rope(s->attn, s->xq, ofmt, s->q, s->k_cache[l], s->v_cache[l],
-                                                      s->kv_f16, s->d_pos, (int)hp->n_head, (int)hp->n_head_kv, hd,
-                                                      scale, s->n_split2, s->attn_ws2, &rp, st)
-                              : RUN(DEC_SKIP_ATTN, st_cuda_attn_dec(s->attn, s->xq, ofmt, s->q, s->k_cache[l],
-                                                                    s->v_cache[l], s->kv_f16, s->d_pos,
-                                                                    (int)hp->n_head, (int)hp->n_head_kv, hd, scale,
-                                                                    s->n_split2, s->attn_ws2, st))) ||
+            if (RUN(DEC_SKIP_ATTN, st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q,
+                                                    s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head,
+                                                    (int)hp->n_head_kv, hd, scale, s->n_split2, s->attn_ws2, st)) ||
                 RUN(DEC_SKIP_O, st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st)))
                 return -1;
         } else {
@@ -821,28 +801,15 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int afmt = st_cuda_act_format(L->gate_exps.type);
             if (n == 1 && s->glu_route && !g->hy && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2) {
                 // The router launch ends with the logits; the GLU launch takes the route (no fence / counter tail
-                // between them); by default (glu_route 2, not with activation dumps) there is no FFN-norm launch
-                // either: the router's and the GLU's blocks normalise x + attention output themselves and the down
-                // kernel adds the residual. Bit for bit the norm + router_topk + moe_glu_q + moe_down_sum path below.
-                const void *const *ex = (const void *const *)L->experts;
-                const int dfmt = st_cuda_act_format(L->down_exps.type), nrm = s->glu_route == 2 && !s->actdump;
-                if (nrm ? st_cuda_router_norm_logits(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
-                                                     hp->rms_eps, s->router, st) ||
-                              st_cuda_moe_route_glu_q(L->gate_exps.type, ex, E, d, F, NULL, s->x, s->ffn_out,
-                                                      L->ffn_norm, hp->rms_eps, s->router, hp->expert_weights_norm, K,
-                                                      s->d_ids, s->d_wts, s->ffn_a, s->xq2, dfmt, s->dec_counters,
-                                                      st) ||
-                              st_cuda_moe_down_sum2(L->down_exps.type, ex, E, d, F, s->xq2, s->d_ids, s->d_wts, 1, K,
-                                                    s->x, s->x, s->ffn_out, st)
-                        : st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm, 1, d, hp->rms_eps,
-                                              st) ||
-                              st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st) ||
-                              dump_act(s, l, 'a', n) ||
-                              st_cuda_moe_route_glu_q(L->gate_exps.type, ex, E, d, F, s->xq, NULL, NULL, NULL, 0.0f,
-                                                      s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
-                                                      s->ffn_a, s->xq2, dfmt, s->dec_counters, st) ||
-                              st_cuda_moe_down_sum(L->down_exps.type, ex, E, d, F, s->xq2, s->d_ids, s->d_wts, 1, K,
-                                                   s->x, s->x, st))
+                // between them): bit for bit the router_topk + moe_glu_q pair below.
+                if (st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm, 1, d, hp->rms_eps, st) ||
+                    st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st) ||
+                    dump_act(s, l, 'a', n) ||
+                    st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
+                                            s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts, s->ffn_a,
+                                            s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st) ||
+                    st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2,
+                                         s->d_ids, s->d_wts, 1, K, s->x, s->x, st))
                     return -1;
                 continue;
             }

@@ -248,40 +248,6 @@ static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, i
         dref[i] = dalloc(sizeof(float) * rows[i]);
         CKL(st_cuda_mmvq(&g_ctx, types[i], m[i].W, ne0, rows[i], dxq, 1, dref[i], 0));
     }
-    // Norm mode (one activation format): st_cuda_mmvq_norm == st_cuda_rmsnorm_act + st_cuda_mmvq_multi, bit for
-    // bit, twice (poisoned outputs in between).
-    int same_fmt = fmt != ST_TYPE_Q8_K || ne0 % 256 == 0;
-    for (int i = 1; i < n_mat; i++) same_fmt &= st_cuda_act_format(types[i]) == fmt;
-    if (same_fmt) {
-        float *nw = rand_f32(ne0, 0.1f);
-        for (int i = 0; i < ne0; i++) nw[i] += 1.0f;
-        float *dnw = dup_h2d(nw, sizeof(float) * ne0), *ref[ST_DEC_MAX_MATS], *got = NULL;
-        uint8_t *dxq2 = dalloc((size_t)st_q8_1_row_bytes(ne0));
-        CKL(st_cuda_rmsnorm_act(NULL, dxq2, fmt, dx, NULL, dnw, 1, ne0, 1e-6f, 0));
-        CKL(st_cuda_mmvq_multi(m, n_mat, ne0, dxq2, 0));
-        for (int i = 0; i < n_mat; i++) {
-            ref[i] = xmalloc(sizeof(float) * rows[i]);
-            d2h(ref[i], m[i].y, sizeof(float) * rows[i]);
-        }
-        for (int rep = 0; rep < 2; rep++) {
-            for (int i = 0; i < n_mat; i++) poison(m[i].y, sizeof(float) * rows[i]);
-            CKL(st_cuda_mmvq_norm(m, n_mat, dx, dnw, 1e-6f, ne0, 0));
-            for (int i = 0; i < n_mat; i++) {
-                got = xmalloc(sizeof(float) * rows[i]);
-                d2h(got, m[i].y, sizeof(float) * rows[i]);
-                int64_t bad = 0;
-                for (int r = 0; r < rows[i]; r++) bad += memcmp(&got[r], &ref[i][r], sizeof(float)) != 0;
-                if (bad) {
-                    printf("  mmvq_norm matrix %d (%s, %d x %d) rep %d: %lld outputs differ from rmsnorm_act + "
-                           "mmvq_multi\n", i, st_type_name(types[i]), rows[i], ne0, rep, (long long)bad);
-                    g_fail_cur++;
-                }
-                free(got);
-            }
-        }
-        for (int i = 0; i < n_mat; i++) free(ref[i]);
-        free(nw), cudaFree(dnw), cudaFree(dxq2);
-    }
     for (int rep = 0; rep < 2; rep++) {
         for (int i = 0; i < n_mat; i++) poison(m[i].y, sizeof(float) * rows[i]);
         CKL(st_cuda_mmvq_multi(m, n_mat, ne0, dxq, 0));
@@ -338,7 +304,7 @@ static void test_mmvq_multi(void) {
         const int t[1] = {ST_TYPE_Q6_K}, r[1] = {1};
         test_mmvq_multi_case(t, r, 1, 256);
     }
-    report("mmvq_multi (Q/K/V in one launch, mixed types); mmvq_norm (the norm inside, bit for bit)");
+    report("mmvq_multi (Q/K/V in one launch, mixed types)");
 }
 
 // ---- router ------------------------------------------------------------------------------------------------------
@@ -723,31 +689,21 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
     {
         float *r1 = xmalloc(sizeof(float) * d), *g1 = xmalloc(sizeof(float) * d), rw1[32], gw1[32];
         int32_t rid1[32], gid1[32];
-        // v 1, 2: the route in the GLU launch from a quantized row; v 3, 4: also the FFN norm inside the router and
-        // GLU launches, the residual added by the down kernel.
-        for (int v = 0; v < 5; v++) {
+        for (int v = 0; v < 3; v++) {
             CK(cudaMemcpy(dx, x0, sizeof(float) * d, cudaMemcpyHostToDevice));
             poison(dlog, sizeof(float) * E), poison(dact, sizeof(float) * K * F), poison(daq, aqb);
-            poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K), poison(dxq, (size_t)st_q8_1_row_bytes(d));
-            if (v < 3) CKL(st_cuda_rmsnorm_act(dxn, dxq, gfmt, dx, dadd, dnw, 1, d, 1e-6f, 0));
+            poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
+            CKL(st_cuda_rmsnorm_act(dxn, dxq, gfmt, dx, dadd, dnw, 1, d, 1e-6f, 0));
             if (v == 0) {
                 CKL(st_cuda_router_topk(rt, drouter, d, E, dxn, 1, K, norm, dlog, dids, dw, dcnt, 0));
                 CKL(st_cuda_moe_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dids, 1, K, dact, daq, dfmt,
                                       dcnt, 0));
-            } else if (v < 3) {
-                CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, 0));
-                CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, NULL, NULL, NULL, 0.0f,
-                                            dlog, norm, K, dids, dw, dact, daq, dfmt, dcnt, 0));
             } else {
-                CKL(st_cuda_router_norm_logits(rt, drouter, d, E, dx, dadd, dnw, 1e-6f, dlog, 0));
-                CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, NULL, dx, dadd, dnw, 1e-6f,
-                                            dlog, norm, K, dids, dw, dact, daq, dfmt, dcnt, 0));
+                CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, 0));
+                CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dlog, norm, K, dids, dw,
+                                            dact, daq, dfmt, dcnt, 0));
             }
-            if (v < 3)
-                CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx, 0));
-            else
-                CKL(st_cuda_moe_down_sum2(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx,
-                                          dadd, 0));
+            CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx, 0));
             d2h(v ? g1 : r1, dx, sizeof(float) * d), d2h(v ? gid1 : rid1, dids, sizeof(int32_t) * K);
             d2h(v ? gw1 : rw1, dw, sizeof(float) * K);
             if (v == 0) continue;
@@ -922,60 +878,6 @@ static void test_attn_case(int L, int n_head, int n_kv, int hd, int kv_f16, int 
     if (dyq) cudaFree(dyq);
 }
 
-// Rope mode (st_cuda_attn_dec_rope) against st_cuda_qk_norm_rope_kv + st_cuda_attn_dec, bit for bit: the outputs,
-// the quantized output row and both caches (this token's K/V row included), twice.
-static void test_attn_rope_case(int L, int n_head, int n_kv, int hd, int n_split, int fmt, int gains, int neox,
-                                int n_rot) {
-    const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)n_head * hd;
-    if (n_split <= 0) n_split = st_cuda_attn_dec_splits(n_kv, g_ctx.sm_count);
-    void *kc = rand_cache(L, row, 1), *vc = rand_cache(L, row, 1);
-    float *q = rand_f32(nq, 1.0f), *k = rand_f32(row, 1.0f), *v = rand_f32(row, 1.0f);
-    float *qn = rand_f32(hd, 0.2f), *kn = rand_f32(hd, 0.2f);
-    for (int i = 0; i < hd; i++) qn[i] += 1.0f, kn[i] += 1.0f;
-    const size_t cb = 2 * (size_t)(L * row), rb = (size_t)st_q8_1_row_bytes(nq);
-    void *dkc[2] = {dup_h2d(kc, cb), dup_h2d(kc, cb)}, *dvc[2] = {dup_h2d(vc, cb), dup_h2d(vc, cb)};
-    float *dq[2] = {dup_h2d(q, sizeof(float) * nq), dup_h2d(q, sizeof(float) * nq)};
-    float *dk = dup_h2d(k, sizeof(float) * row), *dv = dup_h2d(v, sizeof(float) * row);
-    float *dqn = dup_h2d(qn, sizeof(float) * hd), *dkn = dup_h2d(kn, sizeof(float) * hd);
-    float *dout[2] = {dalloc(sizeof(float) * nq), dalloc(sizeof(float) * nq)};
-    uint8_t *dyq[2] = {dalloc(rb), dalloc(rb)};
-    const int32_t pos = L - 1;
-    int32_t *dpos = dup_h2d(&pos, sizeof pos);
-    const float scale = 1.0f / sqrtf((float)hd), eps = 1e-6f, base = 1000000.0f, fscale = 1.0f;
-    CKL(st_cuda_qk_norm_rope_kv(dq[0], dk, dv, gains ? dqn : NULL, gains ? dkn : NULL, dkc[0], dvc[0], 1, dpos, 1,
-                                n_head, n_kv, hd, n_rot, eps, base, fscale, neox, 0));
-    CKL(st_cuda_attn_dec(dout[0], dyq[0], fmt, dq[0], dkc[0], dvc[0], 1, dpos, n_head, n_kv, hd, scale, n_split,
-                         g_att_ws, 0));
-    const st_cuda_attn_rope rp = {dk, dv, gains ? dqn : NULL, gains ? dkn : NULL, eps, base, fscale, n_rot, neox};
-    for (int rep = 0; rep < 2; rep++) {
-        poison(dout[1], sizeof(float) * nq), poison(dyq[1], rb);
-        CKL(st_cuda_attn_dec_rope(dout[1], dyq[1], fmt, dq[1], dkc[1], dvc[1], 1, dpos, n_head, n_kv, hd, scale,
-                                  n_split, g_att_ws, &rp, 0));
-    }
-    float *o[2];
-    uint8_t *yq[2], *kh[2], *vh[2];
-    for (int i = 0; i < 2; i++) {
-        o[i] = xmalloc(sizeof(float) * nq), yq[i] = xmalloc(rb), kh[i] = xmalloc(cb), vh[i] = xmalloc(cb);
-        d2h(o[i], dout[i], sizeof(float) * nq), d2h(yq[i], dyq[i], rb), d2h(kh[i], dkc[i], cb), d2h(vh[i], dvc[i], cb);
-    }
-    int64_t bad = 0;
-    for (int64_t i = 0; i < nq; i++) bad += memcmp(&o[0][i], &o[1][i], sizeof(float)) != 0;
-    const int qbad = memcmp(yq[0], yq[1], rb) != 0, kbad = memcmp(kh[0], kh[1], cb) != 0, vbad = memcmp(vh[0], vh[1], cb) != 0;
-    if (bad || qbad || kbad || vbad) {
-        printf("  attn_dec_rope L %d, %d/%d heads, hd %d, n_rot %d, %s, gains %d, grid %d: %lld of %lld outputs differ; "
-               "quantized row %s, K cache %s, V cache %s\n", L, n_head, n_kv, hd, n_rot, neox ? "neox" : "normal",
-               gains, n_split, (long long)bad, (long long)nq, qbad ? "DIFFERS" : "same", kbad ? "DIFFERS" : "same",
-               vbad ? "DIFFERS" : "same");
-        g_fail_cur++;
-    }
-    for (int i = 0; i < 2; i++) {
-        free(o[i]), free(yq[i]), free(kh[i]), free(vh[i]);
-        cudaFree(dkc[i]), cudaFree(dvc[i]), cudaFree(dq[i]), cudaFree(dout[i]), cudaFree(dyq[i]);
-    }
-    free(kc), free(vc), free(q), free(k), free(v), free(qn), free(kn);
-    cudaFree(dk), cudaFree(dv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos);
-}
-
 static void test_attn_dec(void) {
     g_att_ws_bytes = st_cuda_attn_dec_ws_bytes(64, 64, 128, 256);
     g_att_ws = dalloc(g_att_ws_bytes);
@@ -1003,13 +905,6 @@ static void test_attn_dec(void) {
     test_attn_case(577, 32, 4, 128, 1, 256, ST_TYPE_Q8_K);
     test_attn_case(512, 32, 4, 128, 1, 8, ST_TYPE_Q8_0);
     test_attn_case(4500, 9, 3, 64, 1, 71, ST_TYPE_Q8_1);
-    if (st_cuda_attn_dec_tc(1)) {  // rope mode (tensor-core kernel only)
-        static const int rl[] = {1, 7, 64, 129, 1000, 4097};
-        for (int i = 0; i < 6; i++) test_attn_rope_case(rl[i], 32, 4, 128, 0, ST_TYPE_Q8_K, 1, 1, 128);  // Qwen3
-        test_attn_rope_case(300, 9, 3, 64, 0, ST_TYPE_Q8_0, 0, 0, 32);   // no gains, normal pairs, partial rotation
-        test_attn_rope_case(577, 32, 4, 128, 256, ST_TYPE_Q8_1, 1, 0, 64);
-        test_attn_rope_case(20, 32, 8, 128, 0, ST_TYPE_Q8_K, 1, 1, 128);
-    }
     // The SIMT kernel on f16 caches too (the engine's default for now), then back to the environment's choice.
     printf("  attn_dec: f16 caches took the %s kernel above\n", st_cuda_attn_dec_tc(1) ? "tensor-core" : "SIMT");
     if (st_cuda_attn_dec_tc(1)) {
@@ -1021,8 +916,7 @@ static void test_attn_dec(void) {
     }
     st_cuda_attn_dec_set_tc(-1);
     cudaFree(g_att_ws);
-    report("attn_dec (split-adaptive flash-decoding, last-block merge, fused CPU-format output quantization); "
-           "attn_dec_rope (the QK-norm + RoPE + K/V store inside, bit for bit)");
+    report("attn_dec (split-adaptive flash-decoding, last-block merge, fused CPU-format output quantization)");
 }
 
 // ---- PDL chain ---------------------------------------------------------------------------------------------------
