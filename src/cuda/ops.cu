@@ -74,23 +74,27 @@ __global__ void k_rmsnorm(float *__restrict__ y, uint8_t *__restrict__ yq, float
                           const float *__restrict__ res, const float *__restrict__ w, int n, float eps) {
     const int64_t r = blockIdx.x;
     float *xr = x + r * n;
-    double ss = 0;  // double like the CPU reference: a few thousand squares lose bits in float
+    // The CPU reference's rounding steps (st_rmsnorm): each square rounded to float, summed in double, the mean in
+    // float, then IEEE add, sqrt and divide (norm_rms_scale), x * scale * w in that order. A double square or a
+    // double scale moves the output by an ulp now and then, and an ulp at a Q8_K rounding tie flips a quant:
+    // tests/gpu/parity_probe.py traced the IQ3_S e2e gap to one such element (token 38, 2026-11-30g).
+    double ss = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = xr[i];
         if (res) {
-            v += res[r * n + i];
+            v = __fadd_rn(v, res[r * n + i]);
             xr[i] = v;
         }
-        ss += (double)v * v;
+        ss += (double)__fmul_rn(v, v);
     }
     ss = block_sum(ss);
-    const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    const float scale = norm_rms_scale(ss, n, eps);
     // Each thread re-reads only the elements it wrote itself, so no barrier is needed before this loop.
     // The loop runs over whole 32-element groups so the q8_1 shuffles see every lane (n % 32 == 0 then).
     const int n_up = yq ? n : (n + blockDim.x - 1) / blockDim.x * blockDim.x;
     for (int i = threadIdx.x; i < n_up; i += blockDim.x) {
-        float v = i < n ? xr[i] * scale : 0.0f;
-        if (w && i < n) v *= w[i];
+        float v = i < n ? __fmul_rn(xr[i], scale) : 0.0f;
+        if (w && i < n) v = __fmul_rn(v, w[i]);
         if (y && i < n) y[r * n + i] = v;
         if (yq) q8_1_store(yq + r * st_q8_1_row_bytes(n), n / 32, i / 32, i % 32, v);
     }
@@ -205,15 +209,15 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     const float *src = is_q ? q + ((int64_t)t * n_head + h) * hd : k + t * kv_row + (int64_t)h * hd;
     const float *gain = is_q ? q_norm : k_norm;
     float scale = 1.0f;
-    if (gain) {
+    if (gain) {  // the CPU's st_rmsnorm rounding steps (see k_rmsnorm)
         double ss = 0;
-        for (int e = lane; e < hd; e += ST_WARP_SIZE) ss += (double)src[e] * src[e];
+        for (int e = lane; e < hd; e += ST_WARP_SIZE) ss += (double)__fmul_rn(src[e], src[e]);
         ss = warp_sum(ss);
-        scale = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+        scale = norm_rms_scale(ss, hd, eps);
     }
     // Reads of the whole vector happen before any write (q is rotated in place, pairs cross lanes).
     __syncwarp(ST_WARP_MASK);
-    auto val = [&](int e) { return gain ? src[e] * scale * gain[e] : src[e]; };
+    auto val = [&](int e) { return gain ? __fmul_rn(__fmul_rn(src[e], scale), gain[e]) : src[e]; };
     auto put = [&](int e, float x) {
         if (is_q) q[((int64_t)t * n_head + h) * hd + e] = x;
         else if (kv_f16) ((uint16_t *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = f2h(x);
@@ -235,8 +239,8 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
         const float c = rc[m], s = rs[m];
         const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
         const float x0 = a_[m], x1 = b_[m];
-        put(ea, x0 * c - x1 * s);
-        put(eb, x0 * s + x1 * c);
+        put(ea, fmaf(x0, c, -__fmul_rn(x1, s)));  // the CPU's st_rope_apply, fma for fma (not the compiler's choice)
+        put(eb, fmaf(x0, s, __fmul_rn(x1, c)));
     }
     m = 0;
     for (int e = n_rot + lane; e < hd && m < 8; e += ST_WARP_SIZE, m++) put(e, c_[m]);

@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,13 +83,16 @@ def main():
     ap.add_argument("--demo")
     ap.add_argument("--vocab-from", help="tokenizer for the synthetic models (default: the demo model's)")
     ap.add_argument("--work")
+    ap.add_argument("--only", help="regex: only the models whose name matches (the demo model is 'demo')")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="strata-e2e-")
     os.makedirs(work, exist_ok=True)
     models = []
-    if args.demo:
+    if args.demo and (not args.only or re.search(args.only, "demo")):
         models.append(("demo", args.demo, 1.0))
     for name, arch, preset, mix, need in SYNTH:
+        if args.only and not re.search(args.only, name):
+            continue
         path = os.path.join(work, name + ".gguf")
         if not os.path.exists(path):
             mm = [args.strata, "make-model", "--arch", arch, "--preset", preset, "--type", mix, "--seed", "7", "-o", path]
