@@ -19,6 +19,7 @@
 #include "cuda/decode_common.cuh"  // groups, CPU-format quantizers, PDL
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
 #include "cuda/decode_rows.cuh"     // row dots, router loads, route_group
+#include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 
 #define DEC_GROUPS 8                           // groups per block
 #define DEC_THREADS (DEC_GROUPS * G32)
@@ -439,7 +440,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
             for (int j = 0; j < R; j++) a[j] = o[2 * j], b[j] = o[2 * j + 1];
         }
 #pragma unroll
-        for (int j = 0; j < R; j++) v[j] = a[j] / (1.0f + __expf(-a[j])) * b[j];  // as st_k_mmvq's GLU epilogue
+        for (int j = 0; j < R; j++) v[j] = st_am_silu_mul(a[j], b[j]);  // the CPU's SwiGLU, bit for bit
     }
     float *arow = act + (size_t)p * (size_t)n_ff;
     if (lane == 0)

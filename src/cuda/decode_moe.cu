@@ -27,6 +27,7 @@
 #include "cuda/decode_rows.cuh"    // row dots, router loads, route_group
 #include "cuda/qblock.h"
 #include "cuda/quantize_act.h"
+#include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 
 #define FFN_GROUPS 8
 #define FFN_THREADS (FFN_GROUPS * G32)
@@ -176,7 +177,7 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
                 const int pp = p0 + n;
                 if (pp >= p_end) break;
                 const float a = v[2 * n], b = v[2 * n + 1];
-                p.act[pp] = a / (1.0f + __expf(-a)) * b;  // as k_moe_glu (NaN for an invalid id)
+                p.act[pp] = st_am_silu_mul(a, b);  // as k_moe_glu (NaN for an invalid id)
             }
     }
     MOE_STAMP(5);

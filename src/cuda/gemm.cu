@@ -1,5 +1,6 @@
 // Prefill matrix products (see gemm.h): dequantize-to-f16 + cuBLAS, the int8 tensor-core kernel ("mmq") on weight
 // tiles unpacked on the fly, and the expert-grouped MoE feed-forward built from them.
+#include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 #include "cuda/gemm.h"
 
 #include <limits.h>
@@ -279,7 +280,7 @@ __global__ void __launch_bounds__(256) k_quant_rows(const float *__restrict__ x,
             v = xr[c];
         } else {
             const float gt = xr[c];
-            v = gt / (1.0f + __expf(-gt)) * xr[ne0 + c];
+            v = st_am_silu_mul(gt, xr[ne0 + c]);
         }
         float amax = fabsf(v);
 #pragma unroll
@@ -864,7 +865,7 @@ __global__ void k_swiglu_f16(const float *__restrict__ gu, const int32_t *__rest
     if (r >= n_rows || r >= *n_rows_dev) return;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n_ff; c += gridDim.x * blockDim.x) {
         const float gt = gu[r * 2 * n_ff + c];
-        h[r * n_ff + c] = sat_half(gt / (1.0f + __expf(-gt)) * gu[r * 2 * n_ff + n_ff + c]);
+        h[r * n_ff + c] = sat_half(st_am_silu_mul(gt, gu[r * 2 * n_ff + n_ff + c]));
     }
 }
 

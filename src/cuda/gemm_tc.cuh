@@ -35,6 +35,7 @@
 #define TC_EPS (TC_BM + 4) // floats per epilogue row (token): stores of a warp's fragment hit 32 banks
 
 #include "cuda/mma.cuh"
+#include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 
 // Raw bytes of one row per K tile, and the staged row size (room for up to 15 bytes of misalignment).
 template <int TYPE> __host__ __device__ constexpr int tc_span() { return (TC_BK / 32 / ST_QB_IPB(TYPE)) * ST_QB_TSIZE(TYPE); }
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) k_gemm_tc(const tc_args a) {
             const int tok = idx / H, c = idx % H;
             if (o0 + c >= a.n_out) continue;
             const float gt = E[tok * TC_EPS + c], up = E[tok * TC_EPS + H + c];
-            const float v = gt / (1.0f + __expf(-gt)) * up;
+            const float v = st_am_silu_mul(gt, up);
             a.h[(size_t)(row0 + tok) * a.n_out + o0 + c] = __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f));
         }
     }

@@ -14,6 +14,7 @@
 #include "cuda/mmvq.h"
 #include "cuda/qblock.h"
 #include "cuda/runtime.h"
+#include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 
 #define MMVQ_WARPS 4
 
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(MMVQ_WARPS * ST_WARP_SIZE) st_k_mmvq(const st_
     if (GLU) {
         if (lane == 0 && row0 < a.n_out) {
             const float g = acc[0][0], u = acc[1][0];
-            y[row0] = bad ? nan : g / (1.0f + __expf(-g)) * u;
+            y[row0] = bad ? nan : st_am_silu_mul(g, u);
         }
     } else {
 #pragma unroll

@@ -24,6 +24,7 @@ extern "C" {  // C headers without their own extern "C" (included here first so 
 #include "cuda/decode_common.cuh"  // PDL launch and wait (the decode step's Q/K norm + RoPE kernel)
 #include "cuda/decode_rows.cuh"    // route_group (the MoE route)
 #include "cuda/qblock.h"      // planar q8_1 layout, per-type item unpacking (shared with mmvq)
+#include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 
 // ---- reductions -------------------------------------------------------------------------------------------------
 
@@ -136,7 +137,7 @@ __global__ void k_swiglu(float *y, uint8_t *yq, const float *g, const float *u, 
         float v = 0.0f;
         if (i < n) {
             float a = g[i];
-            v = a / (1.0f + expf(-a)) * u[i];
+            v = st_am_silu_mul(a, u[i]);
             if (y) y[i] = v;
         }
         if (yq && base + (threadIdx.x & ~31) < n) {
