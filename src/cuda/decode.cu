@@ -148,7 +148,8 @@ struct multi_args {
     const uint8_t *xq;
 };
 
-template <int TYPE> __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
+template <int TYPE>
+__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -307,6 +308,22 @@ __global__ void __launch_bounds__(DEC_THREADS)
         else return st_err("%s: router type %s (F32, F16 or BF16)", fn, st_type_name(w_type));                     \
     } while (0)
 
+// k_router over n_tok tokens (counters NULL: the logits only, no route).
+static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
+                         int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,
+                         int32_t *counters, cudaStream_t stream) {
+    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
+        return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
+    const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
+    const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
+#define RT_GO(T)                                                                                                   \
+    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
+                  x, n_tok, n_used, norm, logits, ids, weights, counters)
+    ROUTER_TYPE_DISPATCH(w_type, RT_GO, fn);
+#undef RT_GO
+    return launch_check(fn);
+}
+
 extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
                                    int n_used, int norm, float *logits, int32_t *ids, float *weights,
                                    int32_t *counters, cudaStream_t stream) {
@@ -314,16 +331,10 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
         n_used <= 0 || n_used > G32 || n_used > n_expert || n_tok <= 0 || n_tok > 64)
         return st_err("st_cuda_router_topk: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used "
                       "(<= 32), %d tokens", (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used, n_tok);
-    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits || !ids || !weights || !counters)
-        return st_err("st_cuda_router_topk: W and x must be 16-byte aligned; outputs and counters non-NULL");
-    const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
-    const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
-#define RT_GO(T)                                                                                                   \
-    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, x, n_tok,  \
-                  n_used, norm, logits, ids, weights, counters)
-    ROUTER_TYPE_DISPATCH(w_type, RT_GO, "st_cuda_router_topk");
-#undef RT_GO
-    return launch_check("router_topk");
+    if (!ids || !weights || !counters)
+        return st_err("st_cuda_router_topk: ids, weights and counters must be non-NULL");
+    return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
+                         weights, counters, stream);
 }
 
 extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
@@ -331,15 +342,8 @@ extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int
     if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
         return st_err("st_cuda_router_logits: unsupported shape: ne0 %lld (multiple of 4), %d experts",
                       (long long)ne0, n_expert);
-    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
-        return st_err("st_cuda_router_logits: W and x must be 16-byte aligned; logits non-NULL");
-    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
-#define RL_GO(T)                                                                                                   \
-    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
-                  x, 1, 1, 0, logits, (int32_t *)NULL, (float *)NULL, (int32_t *)NULL)
-    ROUTER_TYPE_DISPATCH(w_type, RL_GO, "st_cuda_router_logits");
-#undef RL_GO
-    return launch_check("router_logits");
+    return router_launch("st_cuda_router_logits", w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL,
+                         stream);
 }
 
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
@@ -407,7 +411,8 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
         if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
         __syncthreads();
         e = s_ids[p];
-        if (blockIdx.x == 0 && p == 0 && threadIdx.x < K) rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
+        if (blockIdx.x == 0 && p == 0 && threadIdx.x < K)
+            rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
     } else {
         e = ids[p];
     }

@@ -799,20 +799,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             const int afmt = st_cuda_act_format(L->gate_exps.type);
-            if (n == 1 && s->glu_route && !g->hy && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2) {
-                // The router launch ends with the logits; the GLU launch takes the route (no fence / counter tail
-                // between them): bit for bit the router_topk + moe_glu_q pair below.
-                if (st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm, 1, d, hp->rms_eps, st) ||
-                    st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st) ||
-                    dump_act(s, l, 'a', n) ||
-                    st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
-                                            s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts, s->ffn_a,
-                                            s->xq2, st_cuda_act_format(L->down_exps.type), s->dec_counters, st) ||
-                    st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2,
-                                         s->d_ids, s->d_wts, 1, K, s->x, s->x, st))
-                    return -1;
-                continue;
-            }
+            // One token all in VRAM (no experiment on): the router launch ends with the logits and the GLU launch
+            // takes the route (no fence / counter tail between them), bit for bit the router_topk + moe_glu_q pair.
+            const int glu_routes =
+                n == 1 && s->glu_route && !g->hy && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2;
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
@@ -823,9 +813,11 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             } else if (RUN(DEC_SKIP_FFN_NORM, st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm,
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
-                       RUN(DEC_SKIP_ROUTER, st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K,
-                                                                hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
-                                                                s->dec_counters, st))) {
+                       (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
+                                   : RUN(DEC_SKIP_ROUTER,
+                                         st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K,
+                                                             hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
+                                                             s->dec_counters, st)))) {
                 return -1;
             }
             if (n == 1 && s->fixed_ids &&
@@ -851,9 +843,13 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                     return -1;
                 continue;
             }
-            if (RUN(DEC_SKIP_GLU, st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
-                                                    s->d_ids, n, K, s->ffn_a, s->xq2,
-                                                    st_cuda_act_format(L->down_exps.type), s->dec_counters, st)) ||
+            const int dfmt = st_cuda_act_format(L->down_exps.type);
+            if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
+                                                      s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
+                                                      s->ffn_a, s->xq2, dfmt, s->dec_counters, st)
+                            : RUN(DEC_SKIP_GLU, st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts,
+                                                                  E, d, F, s->xq, s->d_ids, n, K, s->ffn_a, s->xq2,
+                                                                  dfmt, s->dec_counters, st))) ||
                 RUN(DEC_SKIP_DOWN, st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F,
                                                         s->xq2, s->d_ids, s->d_wts, n, K, s->x, s->x, st)))
                 return -1;
