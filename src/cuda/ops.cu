@@ -164,8 +164,8 @@ extern "C" int st_cuda_swiglu(float *y, void *yq, const float *g, const float *u
 __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
                                   const float *__restrict__ q_norm, const float *__restrict__ k_norm, void *k_cache,
                                   void *v_cache, int kv_f16, const int32_t *__restrict__ d_pos, int n_tok,
-                                  int n_head, int n_head_kv, int hd, int n_rot, float eps, float theta_scale,
-                                  float freq_scale, int neox) {
+                                  int n_head, int n_head_kv, int hd, int n_rot, float eps,
+                                  const float *__restrict__ rope_cs, int neox) {
     const int per_tok = n_head + 2 * n_head_kv;
     const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / ST_WARP_SIZE;
     const int lane = threadIdx.x % ST_WARP_SIZE;
@@ -178,18 +178,15 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     const int64_t pos = (int64_t)*d_pos + t;  // (the position is no kernel's output: readable before the wait)
     const int64_t kv_row = (int64_t)n_head_kv * hd;
     const int half = n_rot / 2;
-    // The rotation of this lane's pairs before the dependency wait (PDL): it depends on the position only, so its
-    // double-precision sincos overlaps the Q/K/V kernel's tail.
+    // The rotation of this lane's pairs before the dependency wait (PDL): the table is no kernel's output, so its
+    // load overlaps the Q/K/V kernel's tail.
     float rc[8], rs[8];
     if (j < n_head + n_head_kv) {
+        const float2 *cs = (const float2 *)(rope_cs + pos * n_rot);
         int m = 0;
         for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
-            // theta_i = pos * freq_scale * theta_scale^i by repeated products, exactly as the CPU reference.
-            float theta = (float)pos * freq_scale;
-            for (int r = 0; r < i; r++) theta *= theta_scale;
-            double sd, cd;
-            sincos((double)theta, &sd, &cd);
-            rc[m] = (float)cd, rs[m] = (float)sd;
+            const float2 v = cs[i];
+            rc[m] = v.x, rs[m] = v.y;
         }
     }
     st_pdl_wait();  // q, k, v: the previous kernel's output
@@ -250,7 +247,7 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
 extern "C" int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v, const float *q_norm,
                                        const float *k_norm, void *k_cache, void *v_cache, int kv_f16,
                                        const int32_t *d_pos, int n_tok, int n_head, int n_head_kv, int head_dim,
-                                       int n_rot, float eps, float freq_base, float freq_scale, int neox,
+                                       int n_rot, float eps, const float *rope_cs, int neox,
                                        cudaStream_t stream) {
     if (n_rot % 2 || n_rot > head_dim || head_dim > 8 * ST_WARP_SIZE * 2)
         return st_err("st_cuda_qk_norm_rope_kv: unsupported head_dim %d / n_rot %d (n_rot even, <= head_dim, "
@@ -258,9 +255,6 @@ extern "C" int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v,
     if (head_dim - n_rot > 8 * ST_WARP_SIZE)
         return st_err("st_cuda_qk_norm_rope_kv: too many unrotated dims (%d)", head_dim - n_rot);
     if (n_tok <= 0) return 0;
-    // Computed on the host with the C library's powf, as the CPU reference does (device powf is approximate
-    // under fast math).
-    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     const int64_t warps = (int64_t)n_tok * (n_head + 2 * n_head_kv);
     const int threads = 128, wpb = threads / ST_WARP_SIZE;
     static int plain = -1;  // A/B (STRATA_ROPE_PLAIN=1): a plain launch, no PDL overlap; read once
@@ -268,11 +262,11 @@ extern "C" int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v,
     if (plain)
         k_qk_norm_rope_kv<<<(unsigned)((warps + wpb - 1) / wpb), threads, 0, stream>>>(
             q, k, v, q_norm, k_norm, k_cache, v_cache, kv_f16, d_pos, n_tok, n_head, n_head_kv, head_dim, n_rot, eps,
-            theta_scale, freq_scale, neox);
+            rope_cs, neox);
     else
         st_dec_launch(k_qk_norm_rope_kv, dim3((unsigned)((warps + wpb - 1) / wpb)), dim3(threads), 0, stream, q, k,
                       v, q_norm, k_norm, k_cache, v_cache, kv_f16, d_pos, n_tok, n_head, n_head_kv, head_dim, n_rot,
-                      eps, theta_scale, freq_scale, neox);
+                      eps, rope_cs, neox);
     return launch_check("qk_norm_rope_kv");
 }
 

@@ -60,13 +60,13 @@ int st_cuda_swiglu(float *y, void *yq, const float *g, const float *u, int64_t n
 //   q_norm, k_norm: [head_dim] f32 gains, or NULL for no QK-norm (llama)
 //   k_cache, v_cache: [n_ctx][n_head_kv * head_dim] rows of IEEE half (kv_f16 = 1) or f32; row *d_pos + t written
 //   n_rot:  leading dims that rotate (even, <= head_dim); neox as st_rope (0: pairs (2i, 2i+1); 1: (i, i + n_rot/2))
-// theta_i = pos * freq_scale * base^(-2i/n_rot), evaluated as the CPU reference does (repeated products in float)
-// with a double-precision sin/cos, so positions of 16K+ stay accurate under --use_fast_math.
+//   rope_cs: [n_ctx][n_rot / 2][2] f32: cos, sin of position p's angle i, made on the host by st_rope_cache (the
+//            C library's cosf / sinf, as the CPU engine: the GPU's own sin / cos round differently in ~2.6% of angles)
 // One warp per head vector.
 int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v, const float *q_norm, const float *k_norm,
                             void *k_cache, void *v_cache, int kv_f16, const int32_t *d_pos, int n_tok, int n_head,
-                            int n_head_kv, int head_dim, int n_rot, float eps, float freq_base, float freq_scale,
-                            int neox, cudaStream_t stream);
+                            int n_head_kv, int head_dim, int n_rot, float eps, const float *rope_cs, int neox,
+                            cudaStream_t stream);
 
 // ---- embedding -------------------------------------------------------------------------------------------------
 

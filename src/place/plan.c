@@ -300,8 +300,10 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         uint64_t b = t->spec.tclass == ST_TCLASS_NORM ? 4 * (uint64_t)t->spec.ne[0] : t->bytes;
         out->dense_bytes += align_up(b, ST_PLAN_ALIGN);
     }
-    // gpu.c allocates K and V per layer, each n_ctx * n_head_kv * head_dim_k elements.
-    out->kv_bytes = st_hparams_kv_bytes(hp, (uint64_t)out->n_ctx, out->kv_elem_bytes);
+    // gpu.c allocates K and V per layer, each n_ctx * n_head_kv * head_dim_k elements, and the RoPE table
+    // (rope_cs: n_ctx * n_rot floats).
+    out->kv_bytes = st_hparams_kv_bytes(hp, (uint64_t)out->n_ctx, out->kv_elem_bytes) +
+                    align_up(4 * (uint64_t)out->n_ctx * hp->n_rot, ST_PLAN_ALIGN);
     out->prefill_chunk = pp->prefill_chunk > 0 ? pp->prefill_chunk : ST_PLAN_PREFILL_CHUNK;
     out->scratch_bytes = st_plan_scratch_bytes(d, out->prefill_chunk);
     out->reserve_bytes = pp->reserve_bytes >= 0 ? (uint64_t)pp->reserve_bytes : ST_PLAN_RESERVE_DEFAULT;

@@ -83,6 +83,7 @@ static float *x, *xn, *q, *k, *v, *attn, *ffn_a, *ffn_out, *logits, *wts, *ws_at
 static void *ws_attn2;  // st_cuda_attn_dec workspace (zeroed: counters)
 static int g_split2;
 static int32_t *ids, *xrow, *dpos, *cnt;
+static float *rope_cs;  // [NCTX][HD] RoPE table (zeros: the timing needs no values)
 static void *xq, *xq2;
 static int g_split;
 
@@ -185,8 +186,8 @@ static void attn_stage(const lcopy *L) {
     CKL(st_cuda_attn_decode(attn, q, L->kc, L->vc, 1, dpos, NH, NKV, HD, 0.08838835f, g_split, ws_attn, g_st));
 }
 static void rope_stage(const lcopy *L) {
-    CKL(st_cuda_qk_norm_rope_kv(q, k, v, L->q_norm, L->k_norm, L->kc, L->vc, 1, dpos, 1, NH, NKV, HD, HD, 1e-6f, 1e6f,
-                                1.0f, 1, g_st));
+    CKL(st_cuda_qk_norm_rope_kv(q, k, v, L->q_norm, L->k_norm, L->kc, L->vc, 1, dpos, 1, NH, NKV, HD, HD, 1e-6f,
+                                rope_cs, 1, g_st));
 }
 
 static void v3_stage(int s, const lcopy *L) {
@@ -444,6 +445,7 @@ int main(int argc, char **argv) {
     int32_t hx[K] = {0};
     xrow = upload(hx, sizeof hx);
     dpos = dalloc(sizeof(int32_t));
+    rope_cs = dalloc(sizeof(float) * NCTX * HD);
     cnt = dalloc(st_cuda_dec_counters_bytes(F, K, 1));
     xq = dalloc((size_t)st_cuda_q8_1_row_bytes(NH * HD) * K);
     xq2 = dalloc((size_t)st_cuda_q8_1_row_bytes(F) * K);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cpu/ops.h"    // st_rope_cache
 #include "gpu_check.h"  // CK, CKE, CKL
 
 static inline void *xmalloc(size_t n) {
@@ -33,6 +34,14 @@ static inline void *dup_h2d(const void *h, size_t n) {
 }
 static inline void d2h(void *h, const void *d, size_t n) { CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
 static inline void poison(void *d, size_t n) { CK(cudaMemset(d, 0xff, n)); }
+// The RoPE table st_cuda_qk_norm_rope_kv reads ([n_pos][n_rot / 2][2] cos, sin), made as the engine makes it.
+static inline float *rope_table_h2d(int64_t n_pos, int n_rot, float freq_base, float freq_scale) {
+    float *h = xmalloc(sizeof(float) * (size_t)(n_pos * n_rot));
+    for (int64_t p = 0; p < n_pos; p++) st_rope_cache(h + p * n_rot, n_rot, p, freq_base, freq_scale);
+    float *d = dup_h2d(h, sizeof(float) * (size_t)(n_pos * n_rot));
+    free(h);
+    return d;
+}
 static inline float *rand_f32(int64_t n, float sd) {
     float *x = xmalloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++) x[i] = st_rng_normal(&g_rng) * sd;

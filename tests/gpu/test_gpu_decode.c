@@ -931,6 +931,7 @@ static void test_attn_dec(void) {
 typedef struct {
     int D;
     float *x, *xn, *q, *k, *v, *attn, *ffn_out, *act, *logits, *wts, *an, *fn, *qn, *kn, *router;
+    float *rope_cs;  // [PC_CTX][PC_HD] RoPE table
     int32_t *ids, *cnt, *dpos;
     uint8_t *xq, *wq, *wk, *wv, *wo, *gate, *up, *down;
     void *kc, *vc, *ws, *tbl, *aq, *ffn_ws;
@@ -950,7 +951,7 @@ static void pc_layer(pchain *c, cudaStream_t st, int sync, int one_ffn) {
     PCK(st_cuda_rmsnorm_act(NULL, c->xq, f, c->x, NULL, c->an, 1, D, 1e-6f, st));
     PCK(st_cuda_mmvq_multi(m, 3, D, c->xq, st));
     PCK(st_cuda_qk_norm_rope_kv(c->q, c->k, c->v, c->qn, c->kn, c->kc, c->vc, 1, c->dpos, 1, PC_NH, PC_NKV, PC_HD,
-                                PC_HD, 1e-6f, 1e6f, 1.0f, 1, st));
+                                PC_HD, 1e-6f, c->rope_cs, 1, st));
     PCK(st_cuda_attn_dec(c->attn, c->xq, f, c->q, c->kc, c->vc, 1, c->dpos, PC_NH, PC_NKV, PC_HD, 0.0883883f,
                          c->n_split, c->ws, st));
     PCK(st_cuda_mmvq_multi(&mo, 1, PC_NH * PC_HD, c->xq, st));
@@ -996,6 +997,7 @@ static void test_pdl_chain(void) {
     CK(cudaMemset(c.cnt, 0, st_cuda_dec_counters_bytes(PC_F, PC_K, 1)));
     const int32_t pos = 200;
     c.dpos = dup_h2d(&pos, sizeof pos);
+    c.rope_cs = rope_table_h2d(PC_CTX, PC_HD, 1e6f, 1.0f);
     c.xq = dalloc((size_t)st_q8_1_row_bytes(PC_NH * PC_HD > D ? PC_NH * PC_HD : D));
     uint8_t *hw;
 #define PCW(dst, type, rows, ne0) \
@@ -1074,7 +1076,7 @@ static void test_pdl_chain(void) {
     free(x0), free(kc0), free(vc0), free(ref), free(got);
     void *bufs[] = {c.x, c.xn, c.q, c.k, c.v, c.attn, c.ffn_out, c.act, c.logits, c.wts, c.an, c.fn, c.qn, c.kn,
                     c.router, c.ids, c.cnt, c.dpos, c.xq, c.wq, c.wk, c.wv, c.wo, c.gate, c.up, c.down, c.kc, c.vc,
-                    c.ws, c.tbl, c.aq, c.ffn_ws};
+                    c.ws, c.tbl, c.aq, c.ffn_ws, c.rope_cs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     report("pdl chain (fused layer x3 in a CUDA graph with PDL launches == synchronised eager run, bit for bit)");
 }

@@ -103,7 +103,8 @@ static void test_planner(const st_model *m) {
     uint64_t base = p.dense_bytes + p.kv_bytes + p.scratch_bytes + p.reserve_bytes;
     uint64_t all = base + p.experts_vram_bytes;
     CHECK(p.used_bytes == all, "all-in-VRAM used %" PRIu64 " != %" PRIu64, p.used_bytes, all);
-    CHECK(p.kv_bytes == st_hparams_kv_bytes(&m->hp, 1024, 2), "kv bytes");
+    // K/V plus the RoPE table (n_ctx * n_rot floats; a multiple of ST_PLAN_ALIGN here)
+    CHECK(p.kv_bytes == st_hparams_kv_bytes(&m->hp, 1024, 2) + 4ull * 1024 * m->hp.n_rot, "kv bytes");
     CHECK(p.prefill_chunk == ST_PLAN_PREFILL_CHUNK && p.scratch_bytes == st_plan_scratch_bytes(&d, ST_PLAN_PREFILL_CHUNK),
           "default chunk %lld", (long long)p.prefill_chunk);
     CHECK(st_plan_scratch_bytes(&d, 512) > 0 && st_plan_scratch_bytes(&d, 512) < p.scratch_bytes &&
