@@ -107,6 +107,8 @@ def main():
         pos = agree = g_ok = g_n = hard = gg = 0
         err = ""
         diag = None  # token ids of the first failing sequence (for act_diff)
+        ties = []  # near-tie disagreements: (prompt, position, CPU margin, CPU top-2, CUDA top-2)
+        tie_seq = None
         try:
             for p in PROMPTS:
                 c, g = logits(args.strata, path, p, "cpu"), logits(args.strata, path, p, "cuda")
@@ -122,7 +124,10 @@ def main():
                         agree += 1
                         continue
                     margin = a["top"][0][1] - a["top"][1][1]
-                    if margin >= NEAR_TIE:
+                    if margin < NEAR_TIE:
+                        ties.append((PROMPTS.index(p), i, margin, a["top"], b["top"]))
+                        tie_seq = tie_seq or seq
+                    else:
                         hard += 1
                         if not err:
                             err = f"position {i}: cpu {a['top']} cuda {b['top']} (margin {margin:.4f})"
@@ -141,6 +146,10 @@ def main():
         failed += not ok
         print(f"{name:24} {pos:9d} {rate:11.4f} {g_ok:>6}/{g_n:<5} {lrate:10.4f} {gg / pos if pos else 0.0:8.4f}  "
               f"{'ok' if ok else 'FAIL'} {err}")
+        if not ok:  # the near-tie disagreements: how near (a margin of ~1e-6 is rounding; ~1e-3 is a real gap)
+            for pi, i, m, a, b in ties:
+                print(f"    near tie: prompt {pi} position {i}: CPU margin {m:.2e}, cpu {a} cuda {b}")
+        diag = diag or (tie_seq if not ok else None)
         if not ok and diag:
             diagnose(args.strata, path, diag)
     print(f"{len(models) - failed} passed, {failed} failed")

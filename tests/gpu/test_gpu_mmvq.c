@@ -61,8 +61,12 @@ static void *xmalloc(size_t n) {
 }
 
 // Relative L2 bound against st_cpu_matmul. Both sides quantize activations to 8 bits (the CPU to Q8_0/Q8_1 over
-// 32 or Q8_K over 256 elements, or not at all for float weights), so they differ by ~0.5-1.5% of |y|.
-static double cpu_bound(int type) { return ST_QB_IS_FLOAT(type) ? 0.02 : 0.035; }
+// 32 or Q8_K over 256 elements, or not at all for float weights), so they differ by ~0.5-1.5% of |y|. A ratio over
+// few outputs spreads wider (Q3_K 256 x 33, one token: 3.64% once, seed 5473584391027), so those get 1.5x; the
+// exact check is the emulation's.
+static double cpu_bound(int type, size_t n_outputs) {
+    return (ST_QB_IS_FLOAT(type) ? 0.02 : 0.035) * (n_outputs < 128 ? 1.5 : 1.0);
+}
 
 // Host emulation of the kernel: per output, sum of st_qb_dot over items using the GPU's quantized activations.
 typedef struct emul_job {
@@ -100,6 +104,7 @@ static void emul_task(void *ud, int64_t r, int thread) {
 }
 
 typedef struct cmp_result {
+    size_t n;         // outputs compared
     double rel_cpu;   // ||y - y_cpu|| / ||y_cpu||
     double emul_err;  // max |y - y_emul| / (mag + tiny)
     int nonfinite;
@@ -119,13 +124,14 @@ static void compare(const float *y, const float *y_cpu, const double *y_em, cons
         const double e = fabs((double)y[i] - y_em[i]) / (mag[i] + 1e-30);
         if (e > worst) worst = e;
     }
+    res->n = n;
     res->rel_cpu = den > 0 ? sqrt(num / den) : sqrt(num);
     res->emul_err = worst;
     res->nonfinite = bad;
 }
 
 static int report(const char *what, int type, const cmp_result *r) {
-    const double bc = cpu_bound(type), be = 2e-5;
+    const double bc = cpu_bound(type, r->n), be = 2e-5;
     const int ok = r->nonfinite == 0 && r->rel_cpu <= bc && r->emul_err <= be;
     g_checks++;
     if (!ok) g_fail++;
