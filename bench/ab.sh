@@ -4,7 +4,8 @@
 # variant, the tok/s of every round and the mean (one `strata bench` test per run).
 #   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] [-x "ARGS"] NAME=SPEC...
 #   -x: more `strata bench` arguments for every variant (e.g. "--pcie-frac 0.5")
-#   SPEC: base | env:VAR=VAL[,VAR=VAL...] | args:BENCH-ARGS (e.g. "args:-ub 4096") | cflags:FLAGS[;env:VAR=VAL,...]
+#   SPEC: base | env:VAR=VAL[,VAR=VAL...] | args:BENCH-ARGS[;env:...] (e.g. "args:-ub 4096") |
+#         cflags:FLAGS[;env:VAR=VAL,...]
 #   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 serial="cflags:-DST_DOWN_ROWS4=0"
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
 # the number is tg128. Logs under $OUT (default /tmp/strata-ab).
@@ -41,7 +42,9 @@ for sp in "${specs[@]}"; do
   case "$spec" in
     base) ;;
     env:*) env=${spec#env:} ;;
-    args:*) va=${spec#args:} ;;
+    args:*)
+      rest=${spec#args:}; va=${rest%%;env:*}
+      [ "$rest" != "$va" ] && env=${rest#*;env:} ;;
     cflags:*)
       rest=${spec#cflags:}; flags=${rest%%;env:*}
       [ "$rest" != "$flags" ] && env=${rest#*;env:}
