@@ -4,11 +4,13 @@
 For each model and prompt: the CPU's greedy continuation of 32 tokens is computed, then both backends evaluate the
 prompt plus that continuation teacher-forced (`--tokens`), and top-1 must agree at every position except near-ties
 (CPU top-1/top-2 margin < NEAR_TIE), with overall agreement >= 99% (qwen3moe Q4_K_M / IQ3_S) or 100% elsewhere up to
-near-ties, or else at least the CPU engine's agreement with itself. That control ("cpu/cpu"): the CPU engine on its
+near-ties, or else no further from the CPU than the CPU engine is from itself. That control ("cpu/cpu"): the CPU engine on its
 other SIMD paths (STRATA_CPU_ISA=avx2 and portable; the lower agreement counts) on the same positions, i.e. the
 reference's own rounding spread. The random-weight tiny models are flat (logits ~1.3 with 5-20% of positions within
 0.01 of a tie), so a rounding difference anywhere flips some near-ties: on tiny-qwen3moe-IQ3_S the CPU's AVX2 and
-AVX-512 paths agree on 97.9% of positions, flipping the same ones the GPU flips (2026-11-30h). Free-running greedy
+AVX-512 paths agree on 97.9% of positions, flipping the same ones the GPU flips; and an int8 activation quant that a
+1-ulp difference moves grows over 30 layers of the demo model (SmolLM2 Q4_1), whose portable and AVX-512 paths agree
+on 97.4% with flips at CPU margins up to 0.23 (2026-11-30h). Free-running greedy
 equality over 32 tokens is reported with its CPU control too (a single near-tie flip forks the continuation).
 Informational control ("gpu/gpu"): the CUDA engine's own
 top-1 agreement between its fused decode kernels and its operator-by-operator path (STRATA_NO_FUSED=1) on the same
@@ -113,6 +115,8 @@ def main():
     for name, path, need in models:
         pos = agree = g_ok = g_n = hard = gg = 0
         cc = {isa: 0 for isa in CPU_ALTERNATES}  # control: the CPU's top-1 agreement with its other SIMD paths
+        cm = {isa: 0.0 for isa in CPU_ALTERNATES}  # and the largest CPU margin among its disagreements
+        worst = 0.0  # the largest CPU margin among the CUDA engine's disagreements
         cg = {isa: 0 for isa in CPU_ALTERNATES}  # and its greedy equality
         err = ""
         diag = None  # token ids of the first failing sequence (for act_diff)
@@ -129,7 +133,11 @@ def main():
                     env = {"STRATA_CPU_ISA": isa}
                     cg[isa] += logits(args.strata, path, p, "cpu", None, env)["greedy"] == c["greedy"]
                     alt = logits(args.strata, path, None, "cpu", seq, env)
-                    cc[isa] += sum(x["top"][0][0] == y["top"][0][0] for x, y in zip(ct["positions"], alt["positions"]))
+                    for x, y in zip(ct["positions"], alt["positions"]):
+                        if x["top"][0][0] == y["top"][0][0]:
+                            cc[isa] += 1
+                        else:
+                            cm[isa] = max(cm[isa], x["top"][0][1] - x["top"][1][1])
                 gu = logits(args.strata, path, None, "cuda", seq, {"STRATA_NO_FUSED": "1"})
                 gg += sum(x["top"][0][0] == y["top"][0][0] for x, y in zip(gt["positions"], gu["positions"]))
                 for i, (a, b) in enumerate(zip(ct["positions"], gt["positions"])):
@@ -138,6 +146,7 @@ def main():
                         agree += 1
                         continue
                     margin = a["top"][0][1] - a["top"][1][1]
+                    worst = max(worst, margin)
                     if margin < NEAR_TIE:
                         ties.append((PROMPTS.index(p), i, margin, a["top"], b["top"]))
                         tie_seq = tie_seq or seq
@@ -156,8 +165,16 @@ def main():
             lp, la = 0, 0
         rate = agree / pos if pos else 0.0
         lrate = la / lp if lp else 0.0
-        ctrl = min(cc.values()) / pos if pos else 0.0
-        ok = pos > 0 and hard == 0 and rate >= min(need, 0.99, ctrl) and lrate >= 0.97
+        # The control isa: the alternate SIMD path that agrees least with the default one.
+        isa = min(CPU_ALTERNATES, key=lambda k: cc[k])
+        ctrl = cc[isa] / pos if pos else 0.0
+        # Absolute rule: no disagreement beyond a near tie and the required agreement. Or no further from the CPU
+        # than the CPU's own other path: no lower agreement and no disagreement at a larger margin than its worst.
+        absolute = hard == 0 and rate >= min(need, 0.99)
+        relative = rate >= ctrl and worst <= cm[isa]
+        ok = pos > 0 and (absolute or relative) and lrate >= 0.97
+        if hard and ok:
+            err = f"(as the CPU's {isa} path: worst margin {worst:.4f} <= {cm[isa]:.4f}) " + err
         failed += not ok
         print(f"{name:24} {pos:9d} {rate:11.4f} {ctrl:8.4f} {g_ok:>6}/{g_n:<5} {min(cg.values()):>4}/{g_n:<3} "
               f"{lrate:10.4f} {gg / pos if pos else 0.0:8.4f}  {'ok' if ok else 'FAIL'} {err}")
