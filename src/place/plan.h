@@ -38,7 +38,7 @@ extern "C" {
 // The hybrid decode's lookahead prefetch (engine/gpu_hybrid.c): predictions per layer, each layer with a set of that
 // many slots of its own (taken from the expert cache's share) unless STRATA_HY_PF_OWN=0 puts the sets in the prefill
 // staging slots. STRATA_HY_PREFETCH=P overrides (0: off).
-#define ST_PLAN_PREFETCH_DEFAULT 12  // 2026-11-30e: 16 GiB 255.3 vs 247.9 (P 8), 12 GiB 198.8 vs 182.2
+#define ST_PLAN_PREFETCH_DEFAULT 16  // 2026-11-30h: 16 / 12 / 8 GiB 294.2 / 215.0 / 164.2 vs 285.1 / 211.5 / 153.2 (P 12); P 20-24 no better, 32 loses
 
 // One tensor of the model as the planner sees it: its spec (name, role, layer, shape) and stored type.
 typedef struct st_place_tensor {
