@@ -15,11 +15,13 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/decode_common.cuh"  // groups, CPU-format quantizers, PDL
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
 #include "cuda/decode_rows.cuh"     // row dots, router loads, route_group
 #include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
+#include "cuda/hybrid_count.cuh"  // the hybrid routing count (st_cuda_router_topk_count)
 
 #define DEC_GROUPS 8                           // groups per block
 #define DEC_THREADS (DEC_GROUPS * G32)
@@ -233,7 +235,8 @@ __device__ __forceinline__ bool last_block_done(int32_t *counter) {
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
-             float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter) {
+             float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
+             const st_hy_count_args cnt) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int task = blockIdx.x * ng + g;  // (token, expert) logit
     const int n4 = ne0 / 4;
@@ -251,6 +254,9 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
+    if (!cnt.counts) return;
+    __syncthreads();  // the ids of every token
+    hy_count_pairs(ids, n_tok * K, cnt, threadIdx.x, blockDim.x);
 }
 
 // FFN RMSNorm + router + top-k of one token in one launch (st_cuda_router_norm_topk): every block normalises the
@@ -311,30 +317,44 @@ __global__ void __launch_bounds__(DEC_THREADS)
 // k_router over n_tok tokens (counters NULL: the logits only, no route).
 static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                          int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,
-                         int32_t *counters, cudaStream_t stream) {
+                         int32_t *counters, const st_hy_count_args *count, cudaStream_t stream) {
+    st_hy_count_args cnt;
+    memset(&cnt, 0, sizeof cnt);
+    if (count) cnt = *count;
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
         return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
     const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
 #define RT_GO(T)                                                                                                   \
     st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
-                  x, n_tok, n_used, norm, logits, ids, weights, counters)
+                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
     ROUTER_TYPE_DISPATCH(w_type, RT_GO, fn);
 #undef RT_GO
     return launch_check(fn);
 }
 
-extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
-                                   int n_used, int norm, float *logits, int32_t *ids, float *weights,
-                                   int32_t *counters, cudaStream_t stream) {
+extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
+                                         int n_tok, int n_used, int norm, float *logits, int32_t *ids,
+                                         float *weights, int32_t *counters, const st_hy_count_args *count,
+                                         cudaStream_t stream) {
     if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
         n_used <= 0 || n_used > G32 || n_used > n_expert || n_tok <= 0 || n_tok > 64)
         return st_err("st_cuda_router_topk: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used "
                       "(<= 32), %d tokens", (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used, n_tok);
     if (!ids || !weights || !counters)
         return st_err("st_cuda_router_topk: ids, weights and counters must be non-NULL");
+    if (count && count->counts && (count->n_expert != n_expert || (count->sel_miss && !count->table)))
+        return st_err("st_cuda_router_topk_count: the count's %d experts (of %d) or its table", count->n_expert,
+                      n_expert);
     return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
-                         weights, counters, stream);
+                         weights, counters, count, stream);
+}
+
+extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
+                                   int n_used, int norm, float *logits, int32_t *ids, float *weights,
+                                   int32_t *counters, cudaStream_t stream) {
+    return st_cuda_router_topk_count(w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids, weights,
+                                     counters, NULL, stream);
 }
 
 extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
@@ -343,7 +363,7 @@ extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int
         return st_err("st_cuda_router_logits: unsupported shape: ne0 %lld (multiple of 4), %d experts",
                       (long long)ne0, n_expert);
     return router_launch("st_cuda_router_logits", w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL,
-                         stream);
+                         NULL, stream);
 }
 
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,

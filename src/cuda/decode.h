@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/hybrid.h"  // st_hy_count_args
 #include "cuda/runtime.h"
 
 #ifdef __cplusplus
@@ -65,6 +66,11 @@ int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, cons
 int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok, int n_used,
                         int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
                         cudaStream_t stream);
+// st_cuda_router_topk, then its last block does st_cuda_hy_count's count of the ids (count->counts NULL: none), so
+// a hybrid decode layer needs no count launch between the router and the MoE kernels.
+int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
+                              int n_used, int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
+                              const st_hy_count_args *count, cudaStream_t stream);
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           cudaStream_t stream);

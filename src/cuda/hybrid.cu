@@ -5,29 +5,12 @@
 
 #include "cuda/common.cuh"         // st_tbl_entry, ST_WARP_SIZE
 #include "cuda/decode_common.cuh"  // PDL: the per-layer kernels of the decode step sit between PDL launches
+#include "cuda/hybrid_count.cuh"
 
-__global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, int n_expert,
-                           const void *const *__restrict__ table, const uint8_t *lo, const uint8_t *hi,
-                           uint32_t *__restrict__ counts, uint32_t *__restrict__ sel_miss, const st_hy_count_pf pf) {
+__global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, const st_hy_count_args a) {
     st_pdl_wait();  // ids: the router's output (decode_common.cuh's PDL rules)
     st_pdl_trigger();
-    if (pf.progress && threadIdx.x == 0) atomicExch(pf.progress, pf.layer);  // before any MoE kernel of the layer
-    unsigned misses = 0, pf_hits = 0;
-    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
-        const int e = ids[p];
-        if (e < 0 || e >= n_expert) continue;
-        atomicAdd(&counts[e], 1u);
-        if (sel_miss) {
-            const uint8_t *a = st_tbl_entry(table, 3 * (size_t)e);
-            misses += (a < lo || a >= hi) ? 1u : 0u;
-            pf_hits += (a >= (const uint8_t *)pf.lo && a < (const uint8_t *)pf.hi) ? 1u : 0u;
-        }
-    }
-    if (sel_miss) {
-        if (misses) atomicAdd(&sel_miss[1], misses);
-        if (threadIdx.x == 0) atomicAdd(&sel_miss[0], (unsigned)n_pairs);
-        if (pf_hits && pf.hits) atomicAdd(pf.hits, (unsigned long long)pf_hits);
-    }
+    hy_count_pairs(ids, n_pairs, a, threadIdx.x, blockDim.x);
 }
 
 extern "C" int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, const void *const *table,
@@ -35,14 +18,15 @@ extern "C" int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, c
                                 const st_hy_count_pf *pf, cudaStream_t stream) {
     if (n_pairs <= 0) return 0;
     if (sel_miss && !table) return st_err("st_cuda_hy_count: miss counting needs the layer's address table");
-    st_hy_count_pf p;
-    memset(&p, 0, sizeof p);
-    if (pf) p = *pf;
+    st_hy_count_args a;
+    memset(&a, 0, sizeof a);
+    a.n_expert = n_expert, a.table = table, a.vram_lo = vram_lo, a.vram_hi = vram_hi;
+    a.counts = counts, a.sel_miss = sel_miss;
+    if (pf) a.pf = *pf;
     const int threads = n_pairs < 256 ? ((n_pairs + ST_WARP_SIZE - 1) / ST_WARP_SIZE) * ST_WARP_SIZE : 256;
     // A PDL launch: between the router and the MoE kernels of every hybrid decode layer, a plain launch would cost
     // the chain its overlap on both sides.
-    st_dec_launch(k_hy_count, dim3(1), dim3((unsigned)threads), 0, stream, ids, n_pairs, n_expert, table,
-                  (const uint8_t *)vram_lo, (const uint8_t *)vram_hi, counts, sel_miss, p);
+    st_dec_launch(k_hy_count, dim3(1), dim3((unsigned)threads), 0, stream, ids, n_pairs, a);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_count<<<>>>", __FILE__, __LINE__);
 }

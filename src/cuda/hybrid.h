@@ -33,6 +33,15 @@ typedef struct st_hy_count_pf {
 int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, const void *const *table, const void *vram_lo,
                      const void *vram_hi, uint32_t *counts, uint32_t *sel_miss, const st_hy_count_pf *pf,
                      cudaStream_t stream);
+// The same count as one value, for the router launch that takes it in its last block right after the route
+// (decode.h st_cuda_router_topk_count: one launch fewer per hybrid decode layer). counts NULL: no count.
+typedef struct st_hy_count_args {
+    int n_expert;
+    const void *const *table;      // the layer's [n_expert][3] address table
+    const void *vram_lo, *vram_hi; // the VRAM expert cache
+    uint32_t *counts, *sel_miss;   // as st_cuda_hy_count's
+    st_hy_count_pf pf;             // progress NULL: no prefetch
+} st_hy_count_args;
 
 // Up to ST_HY_MAX_UPDATES table entries written in one launch (the values travel as kernel arguments, so the host
 // needs no buffer that outlives the call): table[u.index * 3 + k] = u.ptr[k] for k < 3.

@@ -93,6 +93,8 @@ struct st_gpu_session {
     int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
     int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
+    int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
+                                // instead of in the router's last block
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
                                 // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
     int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
@@ -500,6 +502,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
     s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
+    s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
     if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
@@ -825,6 +828,12 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // takes the route (no fence / counter tail between them), bit for bit the router_topk + moe_glu_q pair.
             const int glu_routes =
                 n == 1 && s->glu_route && !g->hy && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2;
+            // Hybrid: the router's last block counts the route (hits, misses, the prefetch's progress word) where
+            // no experiment changes or repeats the ids after it; else a count launch of its own.
+            st_hy_count_args hc;
+            const int count_in_router = g->hy && !s->hy_count_launch && !s->fixed_ids && !s->router_norm && !glu_routes &&
+                                        !SKIPPED(DEC_SKIP_ROUTER) && !(dup & DEC_SKIP_ROUTER);
+            if (count_in_router) st_hybrid_count_args(g->hy, l, 1, &hc);
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
@@ -837,9 +846,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
                        (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
                                    : RUN(DEC_SKIP_ROUTER,
-                                         st_cuda_router_topk(L->router.type, L->router.d, d, E, s->xn, n, K,
-                                                             hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
-                                                             s->dec_counters, st)))) {
+                                         st_cuda_router_topk_count(L->router.type, L->router.d, d, E, s->xn, n, K,
+                                                                   hp->expert_weights_norm, s->router, s->d_ids,
+                                                                   s->d_wts, s->dec_counters,
+                                                                   count_in_router ? &hc : NULL, st)))) {
                 return -1;
             }
             if (n == 1 && s->fixed_ids &&
@@ -847,7 +857,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                 st) != cudaSuccess)
                 return st_err("STRATA_DEC_FIXED_ROUTE: copy failed");
             if (dump_act(s, l, 'a', n)) return -1;  // x = x + attention output (the FFN norm wrote it back)
-            if (g->hy && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st)) return -1;  // hybrid: hit/miss counters
+            if (g->hy && !count_in_router && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st))
+                return -1;  // hybrid: hit/miss counters
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
                 // hybrid --pcie-frac < 1: a share of the misses computed by CPU workers in parallel (gpu_hybrid.h)
                 if (st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq, s->d_ids,

@@ -1110,19 +1110,28 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
 
 // ---- forward-pass hooks -----------------------------------------------------------------------------------------
 
-int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st) {
-    uint32_t *sel = decode ? h->cnt_d + (uint64_t)h->L * h->E + 2ull * l : NULL;
-    st_hy_count_pf pf = {0};
+void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_count_args *a) {
+    memset(a, 0, sizeof *a);
+    a->n_expert = (int)h->E;
+    a->table = st_hybrid_layer_table(h, l);
+    a->vram_lo = h->slots;
+    a->vram_hi = h->slots + h->n_slots_alloc * h->stride;
+    a->counts = h->cnt_d + (uint64_t)l * h->E;
+    a->sel_miss = decode ? h->cnt_d + (uint64_t)h->L * h->E + 2ull * l : NULL;
     if (decode && h->pf_on) {
-        pf.progress = h->pf_progress_d;
-        pf.layer = (int)l;
-        pf.lo = h->pf.pf_slots;
-        pf.hi = h->pf.pf_slots + (uint64_t)h->pf.n_sets * (uint64_t)h->pf_P * h->stride;
-        pf.hits = h->pf_stats_d + 4;
+        a->pf.progress = h->pf_progress_d;
+        a->pf.layer = (int)l;
+        a->pf.lo = h->pf.pf_slots;
+        a->pf.hi = h->pf.pf_slots + (uint64_t)h->pf.n_sets * (uint64_t)h->pf_P * h->stride;
+        a->pf.hits = h->pf_stats_d + 4;
     }
-    return st_cuda_hy_count(ids, n_pairs, (int)h->E, st_hybrid_layer_table(h, l), h->slots,
-                            h->slots + h->n_slots_alloc * h->stride, h->cnt_d + (uint64_t)l * h->E, sel,
-                            h->pf_on ? &pf : NULL, st);
+}
+
+int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st) {
+    st_hy_count_args a;
+    st_hybrid_count_args(h, l, decode, &a);
+    return st_cuda_hy_count(ids, n_pairs, a.n_expert, a.table, a.vram_lo, a.vram_hi, a.counts, a.sel_miss,
+                            decode && h->pf_on ? &a.pf : NULL, st);
 }
 
 // ---- lookahead prefetch ----------------------------------------------------------------------------------------

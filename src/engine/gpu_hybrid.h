@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "cuda/gemm.h"
+#include "cuda/hybrid.h"
 #include "cuda/runtime.h"
 #include "engine/gpu.h"
 #include "engine/model.h"
@@ -32,6 +33,8 @@ const void *const *st_hybrid_layer_table(const st_hybrid *h, uint32_t l);
 
 // Enqueued in the forward pass (capturable): counts layer l's routed experts; decode = 1 also counts hits/misses.
 int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st);
+// The same count's arguments, for the router launch that counts in its last block (st_cuda_router_topk_count).
+void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_count_args *a);
 // Start of a prefill chunk of n_tok tokens: finishes swaps in flight, picks the CPU's share of the experts (small
 // chunks), refreshes the slot maps, starts staging layers 0 (and 1).
 int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats, cudaStream_t st);

@@ -8,7 +8,9 @@
 //              progress values:
 //              after each, every entry is either its home or a prefetch slot whose bytes equal that record and whose
 //              owner names it, owners are unique, and the counters match the host model
-//   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots
+//   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots; the
+//              router launch counting in its last block (st_cuda_router_topk_count, random router and inputs) gives
+//              the same ids, weights, counters and progress as st_cuda_router_topk + st_cuda_hy_count
 // Record sizes are not multiples of 16 (the copy kernel's tail). Fresh random bytes each run (seed printed;
 // STRATA_SEED fixes it). One PASS/FAIL line per check; exit 1 on failure.
 #include <stdio.h>
@@ -18,7 +20,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/decode.h"
 #include "cuda/hybrid.h"
+#include "quant/quant.h"  // ST_TYPE_F32
 #include "util/err.h"
 #include "util/rng.h"
 
@@ -320,6 +324,59 @@ int main(void) {
                  sel[1]);
         report("count: progress word = layer, prefetched selections counted as hits", progress != m || hits != 3 ||
                sel[0] != 8 || sel[1] != 3, detail);
+
+        // The same count by the router launch's last block, against router + count launch, on random routes.
+        enum { D = 256, K = 8 };
+        float *wr = malloc(sizeof(float) * NE * D), xr[D], *wr_d, *x_d, *logit_d, *wts_d;
+        int32_t *rids_d, *rcnt_d;
+        for (int i = 0; i < NE * D; i++) wr[i] = st_rng_normal(&r);
+        CK(cudaMalloc((void **)&wr_d, sizeof(float) * NE * D));
+        CK(cudaMalloc((void **)&x_d, sizeof xr));
+        CK(cudaMalloc((void **)&logit_d, sizeof(float) * NE));
+        CK(cudaMalloc((void **)&wts_d, sizeof(float) * K));
+        CK(cudaMalloc((void **)&rids_d, sizeof(int32_t) * K));
+        CK(cudaMalloc((void **)&rcnt_d, sizeof(int32_t) * 16));
+        CK(cudaMemset(rcnt_d, 0, sizeof(int32_t) * 16));
+        CK(cudaMemcpy(wr_d, wr, sizeof(float) * NE * D, cudaMemcpyHostToDevice));
+        int bad_rc = 0;
+        for (int round = 0; round < 20 && !bad_rc; round++) {
+            for (int i = 0; i < D; i++) xr[i] = st_rng_normal(&r);
+            CK(cudaMemcpy(x_d, xr, sizeof xr, cudaMemcpyHostToDevice));
+            int32_t ref_ids[K], got_ids[K], prog[2];
+            float ref_w[K], got_w[K];
+            uint32_t cnt[2][NE], sl[2][2];
+            unsigned long long ht[2];
+            for (int v = 0; v < 2; v++) {  // v 0: router + count launch; v 1: the router counting
+                CK(cudaMemset(cnt_d, 0, sizeof(uint32_t) * NE));
+                CK(cudaMemset(sel_d, 0, sizeof(uint32_t) * 2));
+                CK(cudaMemset(hits_d, 0, sizeof hits));
+                CK(cudaMemset(w.progress_d, 0xff, sizeof(int32_t)));
+                const void *const *tab = (const void *const *)(w.table_d + (size_t)m * NE * 3);
+                const uint8_t *hi = w.slots + (size_t)(NL * NRES + NSETS * P) * STRIDE;
+                if (v == 0) {
+                    CKE(st_cuda_router_topk(ST_TYPE_F32, wr_d, D, NE, x_d, 1, K, 1, logit_d, rids_d, wts_d, rcnt_d, 0));
+                    CKE(st_cuda_hy_count(rids_d, K, NE, tab, w.slots, hi, cnt_d, sel_d, &cp, 0));
+                } else {
+                    const st_hy_count_args ca = {NE, tab, w.slots, hi, cnt_d, sel_d, cp};
+                    CKE(st_cuda_router_topk_count(ST_TYPE_F32, wr_d, D, NE, x_d, 1, K, 1, logit_d, rids_d, wts_d,
+                                                  rcnt_d, &ca, 0));
+                }
+                CK(cudaMemcpy(v ? got_ids : ref_ids, rids_d, sizeof ref_ids, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(v ? got_w : ref_w, wts_d, sizeof ref_w, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(cnt[v], cnt_d, sizeof cnt[v], cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(sl[v], sel_d, sizeof sl[v], cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(&ht[v], hits_d, sizeof ht[v], cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(&prog[v], w.progress_d, sizeof prog[v], cudaMemcpyDeviceToHost));
+            }
+            bad_rc = memcmp(ref_ids, got_ids, sizeof ref_ids) || memcmp(ref_w, got_w, sizeof ref_w) ||
+                     memcmp(cnt[0], cnt[1], sizeof cnt[0]) || memcmp(sl[0], sl[1], sizeof sl[0]) || ht[0] != ht[1] ||
+                     prog[0] != m || prog[1] != m || sl[1][0] != K;
+            snprintf(detail, sizeof detail, "round %d: selections %u / %u, misses %u / %u, hits %llu / %llu, "
+                     "progress %d / %d", round, sl[0][0], sl[1][0], sl[0][1], sl[1][1], ht[0], ht[1], prog[0], prog[1]);
+        }
+        report("router counting in its last block == router + count launch (20 random routes)", bad_rc, detail);
+        free(wr);
+        cudaFree(wr_d), cudaFree(x_d), cudaFree(logit_d), cudaFree(wts_d), cudaFree(rids_d), cudaFree(rcnt_d);
         cudaFree(ids_d), cudaFree(cnt_d), cudaFree(sel_d), cudaFree(hits_d);
     }
 

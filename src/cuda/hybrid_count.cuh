@@ -1,0 +1,32 @@
+// The hybrid placement's routing count (hybrid.h st_cuda_hy_count) as a device function of one block's threads,
+// shared by its own launch (hybrid.cu) and the router launch's last block (decode.cu st_cuda_router_topk_count).
+#ifndef STRATA_CUDA_HYBRID_COUNT_CUH
+#define STRATA_CUDA_HYBRID_COUNT_CUH
+
+#include "cuda/common.cuh"  // st_tbl_entry
+#include "cuda/hybrid.h"
+
+// Threads tid < nthreads of one block; ids [n_pairs] written before (and visible to) them.
+__device__ inline void hy_count_pairs(const int32_t *ids, int n_pairs, const st_hy_count_args &a, int tid,
+                                      int nthreads) {
+    if (a.pf.progress && tid == 0) atomicExch(a.pf.progress, a.pf.layer);  // before any MoE kernel of the layer
+    const uint8_t *lo = (const uint8_t *)a.vram_lo, *hi = (const uint8_t *)a.vram_hi;
+    unsigned misses = 0, pf_hits = 0;
+    for (int p = tid; p < n_pairs; p += nthreads) {
+        const int e = ids[p];
+        if (e < 0 || e >= a.n_expert) continue;
+        atomicAdd(&a.counts[e], 1u);
+        if (a.sel_miss) {
+            const uint8_t *w = st_tbl_entry(a.table, 3 * (size_t)e);
+            misses += (w < lo || w >= hi) ? 1u : 0u;
+            pf_hits += (w >= (const uint8_t *)a.pf.lo && w < (const uint8_t *)a.pf.hi) ? 1u : 0u;
+        }
+    }
+    if (a.sel_miss) {
+        if (misses) atomicAdd(&a.sel_miss[1], misses);
+        if (tid == 0) atomicAdd(&a.sel_miss[0], (unsigned)n_pairs);
+        if (pf_hits && a.pf.hits) atomicAdd(a.pf.hits, (unsigned long long)pf_hits);
+    }
+}
+
+#endif
