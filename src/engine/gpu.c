@@ -831,8 +831,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // Hybrid: the router's last block counts the route (hits, misses, the prefetch's progress word) where
             // no experiment changes or repeats the ids after it; else a count launch of its own.
             st_hy_count_args hc;
-            const int count_in_router = g->hy && !s->hy_count_launch && !s->fixed_ids && !s->router_norm && !glu_routes &&
-                                        !SKIPPED(DEC_SKIP_ROUTER) && !(dup & DEC_SKIP_ROUTER);
+            const int count_in_router = g->hy && !s->hy_count_launch && !s->fixed_ids && !s->router_norm &&
+                                        !glu_routes && !SKIPPED(DEC_SKIP_ROUTER) && !(dup & DEC_SKIP_ROUTER);
             if (count_in_router) st_hybrid_count_args(g->hy, l, 1, &hc);
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
