@@ -595,8 +595,8 @@ void st_gpu_session_free(st_gpu_session *s) {
         if (s->k_cache[l]) st_cuda_free(c, s->k_cache[l]);
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
     }
-    void *bufs[] = {s->d_tokens, s->d_pos, s->rope_cs, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b, s->ffn_out,
-                    s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
+    void *bufs[] = {s->d_tokens, s->d_pos, s->rope_cs, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b,
+                    s->ffn_out, s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
                     s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
