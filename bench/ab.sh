@@ -60,6 +60,7 @@ if [ -z "$model" ]; then
   model=/tmp/q30b.gguf
   [ -f "$model" ] || build-gpu/bin/strata make-model --preset qwen3-30b-a3b --type Q4_K_M --seed 1 -o "$model" \
     > "$out/make-model.log" 2>&1 || { tail -5 "$out/make-model.log"; exit 1; }
+  sync  # a new model's writeback running under the first runs slows them (bench/lib.sh model_settle)
 fi
 
 declare -A results

@@ -59,6 +59,7 @@ tag=$preset-$mix; [ "$skew" != 0 ] && tag=$tag-skew$skew
 model=/tmp/$tag.gguf
 [ -f "$model" ] || build-gpu/bin/strata make-model --preset "$preset" --type "$mix" --router-skew "$skew" --seed 1 \
   -o "$model" 2>&1 | tail -1
+model_settle  # (bench/lib.sh)
 if [ $llama_on = 1 ]; then
   wait $peer_pid || { tail -30 "$out/peer-build.log"; exit 1; }
   llama=$(llama_bench_path)

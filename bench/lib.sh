@@ -39,3 +39,8 @@ vram() {
   sort -n "$out/$name.vram.log" | tail -1 > "$out/$name.vram"
   return $rc
 }
+
+# model_settle: after making a model file, before timing anything that reads it. The new file's dirty pages are
+# written back in the background for minutes: llama.cpp reads the model through the page cache (mmap) and measured
+# 104 vs 174 tok/s at -ncmoe 7 with and without that writeback under it (2026-11-30h).
+model_settle() { sync; }

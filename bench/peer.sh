@@ -25,6 +25,7 @@ build_llama_bench
 build_strata || exit 1
 model=/tmp/$preset-$mix.gguf
 [ -f "$model" ] || build-gpu/bin/strata make-model --preset "$preset" --type "$mix" --seed 1 -o "$model" 2>&1 | tail -1
+model_settle  # (bench/lib.sh)
 wait $peer_pid || { tail -30 "$out/peer-build.log"; exit 1; }
 echo "== builds done in $((SECONDS - t0)) s"
 llama=$(llama_bench_path)
