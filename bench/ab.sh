@@ -5,7 +5,8 @@
 #   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] [-x "ARGS"] NAME=SPEC...
 #   -x: more `strata bench` arguments for every variant (e.g. "--pcie-frac 0.5")
 #   SPEC: base | env:VAR=VAL[,VAR=VAL...] | args:BENCH-ARGS[;env:...] (e.g. "args:-ub 4096") |
-#         cflags:FLAGS[;env:VAR=VAL,...]
+#         cflags:FLAGS[;env:VAR=VAL,...] | src:DIR (another source tree, e.g. an earlier commit carried to the GPU
+#         machine: `mkdir -p .carry/ab-base && git archive REV | tar -x -C .carry/ab-base`, carry .carry/ab-base)
 #   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 serial="cflags:-DST_DOWN_ROWS4=0"
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
 # the number is tg128. Logs under $OUT (default /tmp/strata-ab).
@@ -51,6 +52,11 @@ for sp in "${specs[@]}"; do
       dir=build-gpu-$name
       OUT=$out STRATA_GPU_BUILD=$dir STRATA_GPU_CUDA_FLAGS="$flags" tests/gpu/build.sh ||
         { echo "ab.sh: build of $name failed" >&2; exit 1; } ;;
+    src:*)
+      srcdir=${spec#src:}; dir=$PWD/build-gpu-$name
+      [ -x "$srcdir/tests/gpu/build.sh" ] || { echo "ab.sh: $srcdir is not a Strata source tree" >&2; exit 2; }
+      (cd "$srcdir" && OUT=$out STRATA_GPU_BUILD="$dir" STRATA_GPU_TARGETS=strata tests/gpu/build.sh) ||
+        { echo "ab.sh: build of $name ($srcdir) failed" >&2; exit 1; } ;;
     *) echo "ab.sh: variant $name: unknown spec $spec" >&2; exit 2 ;;
   esac
   names+=("$name"); dirs+=("$dir"); envs+=("${env//,/ }"); vargs+=("$va")

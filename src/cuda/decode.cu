@@ -42,6 +42,13 @@
 #ifndef DEC_MINB_MULTI0
 #define DEC_MINB_MULTI0 5
 #endif
+// DEC_MINB_DOWN: minimum resident blocks per SM of the MoE down kernel (0: the compiler's choice). With its row dots
+// branch-free (decode_rows.cuh rows_or_first) the Q6_K instance would take 127 registers (2 blocks per SM, the
+// Qwen3-30B-A3B shape's 512 blocks in ~2 waves); 4 keeps the 64 registers and one wave it had. Unmeasured
+// (2026-11-30h, written without a GPU): A/B with -DDEC_MINB_DOWN=0.
+#ifndef DEC_MINB_DOWN
+#define DEC_MINB_DOWN 4
+#endif
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
@@ -574,7 +581,7 @@ extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expe
 // grid (ceil(n_embd / DOWN_R), n_tok): the block computes rows r0 .. r0 + DOWN_R - 1 of every selected expert of
 // token t (group tasks (k, row)), then combines them in rank order.
 template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
                const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
                const float *__restrict__ wts, int K, float *out, const float *add) {

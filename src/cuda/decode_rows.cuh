@@ -226,29 +226,56 @@ static __device__ void route_group(const float *l, int E, int K, int norm, int32
     else route_group_t<ROUTER_MAX_PER_LANE>(l, E, K, norm, ids, weights);
 }
 
-// N rows against N activation rows in one pass (rows[n] NULL: skipped, out[n] NaN); same per-row arithmetic and
-// order as row_dot.
+#ifndef ST_ROWS_BRANCHFREE
+#define ST_ROWS_BRANCHFREE 1  // 0: a branch per NULL row again (an A/B build of 2026-11-30h's change)
+#endif
+// The rows of a branch-free pass: a NULL row reads the first non-NULL row instead (its result is dropped), so the
+// loads of every row of an item issue together. A `continue` per NULL row made each row's loads wait behind a
+// branch, i.e. behind the previous row's arithmetic on its loaded data: one memory round trip per row and item.
+// (Selects, not an index: a runtime index into the arrays would put them in local memory.) False when all are NULL.
+template <int N>
+__device__ __forceinline__ bool rows_or_first(const uint8_t *const *rows, const uint8_t **r,
+                                              const uint8_t *const *xs_in = nullptr, const uint8_t **xs = nullptr) {
+    const uint8_t *any = nullptr, *any_x = nullptr;
+#pragma unroll
+    for (int n = N - 1; n >= 0; n--)
+        if (rows[n]) any = rows[n], any_x = xs_in ? xs_in[n] : nullptr;
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        r[n] = rows[n] ? rows[n] : any;
+        if (xs) xs[n] = rows[n] ? xs_in[n] : any_x;
+    }
+    return any != nullptr;
+}
+
+// N rows against N activation rows in one pass (rows[n] NULL: out[n] NaN); same per-row arithmetic and order as
+// row_dot.
 template <int TYPE, int N>
 __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8_t *const *xqs, int nitems, int lane,
                                          float *out) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+    const uint8_t *r[N], *xs[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) out[n] = f_nan();
+    if (!rows_or_first<N>(rows, r, xqs, xs)) return;
     float acc[N];
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.0f;
     DEC_FOR_ITEMS(it, nitems, lane) {
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            if (!rows[n]) continue;
+            if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;
             int32_t q[8];
             float2 ds;
-            load_act(xqs[n], xqs[n] + (size_t)nitems * 32, it, q, ds);
+            load_act(xs[n], xs[n] + (size_t)nitems * 32, it, q, ds);
             st_qb_w w;
-            st_qb_unpack(TYPE, rows[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            st_qb_unpack(TYPE, r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
         }
     }
 #pragma unroll
-    for (int n = 0; n < N; n++) out[n] = rows[n] ? g32_sum_f(acc[n]) : f_nan();
+    for (int n = 0; n < N; n++)
+        if (rows[n]) out[n] = g32_sum_f(acc[n]);
 }
 #define DOWN_N 4  // row dots per group pass
 static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const *rows, const uint8_t *const *xqs,
@@ -261,12 +288,16 @@ static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const 
 
 
 // N rows against one activation row (the MoE GLU's gate and up rows of several outputs): the activation block is
-// loaded once per item; per-row arithmetic and order as row_dot (rows[n] NULL: skipped, out[n] NaN).
+// loaded once per item; per-row arithmetic and order as row_dot (rows[n] NULL: out[n] NaN; branch-free as row_dotN).
 template <int TYPE, int N>
 __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uint8_t *xq, int nitems, int lane,
                                            float *out) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
     const uint8_t *xds = xq + (size_t)nitems * 32;
+    const uint8_t *r[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) out[n] = f_nan();
+    if (!rows_or_first<N>(rows, r)) return;
     float acc[N];
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.0f;
@@ -277,14 +308,15 @@ __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uin
         load_act(xq, xds, it, q, ds);
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            if (!rows[n]) continue;
+            if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;
             st_qb_w w;
-            st_qb_unpack(TYPE, rows[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            st_qb_unpack(TYPE, r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
         }
     }
 #pragma unroll
-    for (int n = 0; n < N; n++) out[n] = rows[n] ? g32_sum_f(acc[n]) : f_nan();
+    for (int n = 0; n < N; n++)
+        if (rows[n]) out[n] = g32_sum_f(acc[n]);
 }
 #define ROWS_X_N 4  // rows per rows_dot_x4_any pass
 static __device__ __noinline__ void rows_dot_x4_any(int type, const uint8_t *const *rows, const uint8_t *xq, int nitems,

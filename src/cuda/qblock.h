@@ -362,24 +362,36 @@ ST_HD void st_qb_unpack_mxfp4(const uint8_t *x, int j, st_qb_w *w) {
 
 // --- K-quants ---------------------------------------------------------------------------------------------------
 
-// Q4_K/Q5_K 6-bit scale and min of sub-block j from the 12 packed bytes s (blocks.h, get_scale_min_k4).
-ST_HD void st_qb_scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
+// Q4_K/Q5_K 6-bit scale and min of sub-block j (0..7) from the 12 packed scale bytes held in three words
+// (s0: bytes 0-3, s1: 4-7, s2: 8-11; blocks.h, get_scale_min_k4): j < 4: s[j] & 63, s[j + 4] & 63; else the low
+// nibbles of s[j + 4] with the top bits of s[j - 4] (scale) and s[j] (min). Register arithmetic with selects: a
+// byte array indexed by the lane's j lands in local memory, and the kernels' weight loads (generic pointers from
+// the expert tables) then cannot move past its stores: every item's loads waited for the previous item's.
+#ifndef ST_QB_SCALE_BYTES
+#define ST_QB_SCALE_BYTES 0  // 1: the former byte array (an A/B build of 2026-11-30h's change; bench/ab.sh cflags:)
+#endif
+ST_HD void st_qb_scale_min_k4(uint32_t s0, uint32_t s1, uint32_t s2, int j, int *sc, int *mn) {
+#if ST_QB_SCALE_BYTES
+    uint8_t s[12];
+    ST_QB_UNROLL
+    for (int k = 0; k < 4; k++) s[k] = (uint8_t)(s0 >> (8 * k)), s[k + 4] = (uint8_t)(s1 >> (8 * k)),
+                                s[k + 8] = (uint8_t)(s2 >> (8 * k));
+    *sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    return;
+#endif
+    const int sh = 8 * (j & 3);
+    const uint32_t a0 = (s0 >> sh) & 0xffu, a1 = (s1 >> sh) & 0xffu, a2 = (s2 >> sh) & 0xffu;
+    const uint32_t lo_sc = a0 & 63u, lo_mn = a1 & 63u;                             // j < 4
+    const uint32_t hi_sc = (a2 & 15u) | ((a0 >> 6) << 4), hi_mn = (a2 >> 4) | ((a1 >> 6) << 4);  // j >= 4
+    *sc = (int)(j < 4 ? lo_sc : hi_sc);
+    *mn = (int)(j < 4 ? lo_mn : hi_mn);
 }
 
 // Q4_K / Q5_K: scale a and offset b of sub-block j from the block's first 16 bytes h (d, dmin, scales[12]).
 ST_HD void st_qb_k45_ab(const uint32_t h[4], int j, st_qb_w *w) {
-    uint8_t s[12];
-    ST_QB_UNROLL
-    for (int k = 0; k < 12; k++) s[k] = (uint8_t)(h[1 + k / 4] >> (8 * (k % 4)));
     int sc, mn;
-    st_qb_scale_min_k4(s, j, &sc, &mn);
+    st_qb_scale_min_k4(h[1], h[2], h[3], j, &sc, &mn);
     const float a = st_qb_f16(h[0] & 0xffff) * (float)sc, b = -st_qb_f16(h[0] >> 16) * (float)mn;
     st_qb_set_ab(w, a, a, b, b);
 }
