@@ -431,10 +431,14 @@ ST_HD void st_qb_unpack_q6_K(const uint8_t *x, int j, st_qb_w *w) {
     const float d = st_qb_f16(st_qb_u16(x + 208));
     st_qb_set_ab(w, d * (float)(int8_t)(sc & 0xff), d * (float)(int8_t)(sc >> 8), 0.0f, 0.0f);
 }
-// Q3_K 6-bit scale i (0..15), bias removed.
-ST_HD int st_qb_q3k_scale(const uint8_t *sc12, int i) {
-    const int lo = i < 8 ? sc12[i] & 15 : sc12[i - 8] >> 4;
-    const int hi = (sc12[8 + i % 4] >> (2 * (i / 4))) & 3;
+// Q3_K 6-bit scale i (0..15), bias removed, from the 12 packed bytes in three words w[0..2] (bytes 0-3, 4-7,
+// 8-11): low nibble of byte i (i < 8) or high nibble of byte i - 8, and 2 bits of byte 8 + i % 4. Registers only
+// (a runtime-indexed byte array lands in local memory: see st_qb_scale_min_k4).
+ST_HD int st_qb_q3k_scale(const uint32_t *w, int i) {
+    const int sh = 8 * (i & 3);
+    const uint32_t b = (((i & 7) < 4 ? w[0] : w[1]) >> sh) & 0xffu, bh = (w[2] >> sh) & 0xffu;
+    const int lo = (int)(i < 8 ? b & 15u : b >> 4);
+    const int hi = (int)((bh >> (2 * (i / 4))) & 3u);
     return (lo | (hi << 4)) - 32;
 }
 ST_HD void st_qb_unpack_q3_K(const uint8_t *x, int j, st_qb_w *w) {
@@ -448,14 +452,11 @@ ST_HD void st_qb_unpack_q3_K(const uint8_t *x, int j, st_qb_w *w) {
         const uint32_t v = ((q[k] >> (2 * s)) & 0x03030303u) | (((hm[k] >> hb) & 0x01010101u) << 2);
         w->v[k] = (int32_t)st_vsub4(v, 0x04040404u);  // q - 4 where the high bit is clear, q where it is set
     }
-    uint8_t sc[12];
     uint32_t scw[3];
     st_qb_ldw(x + 96, scw, 3, 2);
-    ST_QB_UNROLL
-    for (int k = 0; k < 12; k++) sc[k] = (uint8_t)(scw[k / 4] >> (8 * (k % 4)));
     const float d = st_qb_f16(st_qb_u16(x + 108));
     const int i0 = 8 * h + 2 * s;
-    st_qb_set_ab(w, d * (float)st_qb_q3k_scale(sc, i0), d * (float)st_qb_q3k_scale(sc, i0 + 1), 0.0f, 0.0f);
+    st_qb_set_ab(w, d * (float)st_qb_q3k_scale(scw, i0), d * (float)st_qb_q3k_scale(scw, i0 + 1), 0.0f, 0.0f);
 }
 ST_HD void st_qb_unpack_q2_K(const uint8_t *x, int j, st_qb_w *w) {
     const int h = j >> 2, s = j & 3;
