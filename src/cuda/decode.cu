@@ -325,9 +325,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                          int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,
                          int32_t *counters, const st_hy_count_args *count, cudaStream_t stream) {
-    st_hy_count_args cnt;
-    memset(&cnt, 0, sizeof cnt);
-    if (count) cnt = *count;
+    const st_hy_count_args cnt = count ? *count : st_hy_count_args{};
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
         return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
     const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once

@@ -13,20 +13,14 @@ __global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, const s
     hy_count_pairs(ids, n_pairs, a, threadIdx.x, blockDim.x);
 }
 
-extern "C" int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, const void *const *table,
-                                const void *vram_lo, const void *vram_hi, uint32_t *counts, uint32_t *sel_miss,
-                                const st_hy_count_pf *pf, cudaStream_t stream) {
+extern "C" int st_cuda_hy_count(const int32_t *ids, int n_pairs, const st_hy_count_args *a, cudaStream_t stream) {
     if (n_pairs <= 0) return 0;
-    if (sel_miss && !table) return st_err("st_cuda_hy_count: miss counting needs the layer's address table");
-    st_hy_count_args a;
-    memset(&a, 0, sizeof a);
-    a.n_expert = n_expert, a.table = table, a.vram_lo = vram_lo, a.vram_hi = vram_hi;
-    a.counts = counts, a.sel_miss = sel_miss;
-    if (pf) a.pf = *pf;
+    if (!a->counts || (a->sel_miss && !a->table))
+        return st_err("st_cuda_hy_count: no counters, or miss counting without the layer's address table");
     const int threads = n_pairs < 256 ? ((n_pairs + ST_WARP_SIZE - 1) / ST_WARP_SIZE) * ST_WARP_SIZE : 256;
     // A PDL launch: between the router and the MoE kernels of every hybrid decode layer, a plain launch would cost
     // the chain its overlap on both sides.
-    st_dec_launch(k_hy_count, dim3(1), dim3((unsigned)threads), 0, stream, ids, n_pairs, a);
+    st_dec_launch(k_hy_count, dim3(1), dim3((unsigned)threads), 0, stream, ids, n_pairs, *a);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_count<<<>>>", __FILE__, __LINE__);
 }

@@ -14,34 +14,29 @@
 extern "C" {
 #endif
 
-// Counts the routed experts of one layer's step:
-//   for p < n_pairs: counts[ids[p]] += 1;
-//   if sel_miss (decode statistics): sel_miss[0] += n_pairs, and sel_miss[1] += 1 for every pair whose expert's
-//   gate address in `table` (the layer's [n_expert][3] address table) lies outside [vram_lo, vram_hi): a miss, read
-//   over PCIe from the host arena.
-//   ids: device int32 [n_pairs] (valid ids in [0, n_expert)); counts: device uint32 [n_expert] of this layer;
-//   sel_miss: device uint32 [2] of this layer or NULL. Integer atomics only (order-independent).
-//   pf (may be NULL; decode with the lookahead prefetch): first pf->progress = layer (the MoE kernels of `layer`
-//   read the table only after this kernel), then pf->hits += the pairs whose gate address lies in the prefetch
-//   slots [pf->lo, pf->hi).
+// The routing count of one layer's step, as one value (st_cuda_hy_count, or the router launch's last block right
+// after the route: decode.h st_cuda_router_topk_count, one launch fewer per hybrid decode layer).
+//   pf (decode with the lookahead prefetch; progress NULL: none): first pf.progress = layer (the MoE kernels of
+//   `layer` read the table only after this count), then pf.hits += the pairs whose gate address lies in the
+//   prefetch slots [pf.lo, pf.hi).
 typedef struct st_hy_count_pf {
     int32_t *progress;             // device: the main chain's progress word (st_hy_pf)
     int layer;
     const void *lo, *hi;           // the prefetch slots
     unsigned long long *hits;      // device counter
 } st_hy_count_pf;
-int st_cuda_hy_count(const int32_t *ids, int n_pairs, int n_expert, const void *const *table, const void *vram_lo,
-                     const void *vram_hi, uint32_t *counts, uint32_t *sel_miss, const st_hy_count_pf *pf,
-                     cudaStream_t stream);
-// The same count as one value, for the router launch that takes it in its last block right after the route
-// (decode.h st_cuda_router_topk_count: one launch fewer per hybrid decode layer). counts NULL: no count.
 typedef struct st_hy_count_args {
     int n_expert;
-    const void *const *table;      // the layer's [n_expert][3] address table
+    const void *const *table;      // the layer's [n_expert][3] address table (needed with sel_miss)
     const void *vram_lo, *vram_hi; // the VRAM expert cache
-    uint32_t *counts, *sel_miss;   // as st_cuda_hy_count's
-    st_hy_count_pf pf;             // progress NULL: no prefetch
+    uint32_t *counts;              // device [n_expert] of this layer: counts[ids[p]] += 1 (NULL: no count)
+    uint32_t *sel_miss;            // device [2] of this layer or NULL (decode statistics): [0] += n_pairs, [1] += 1
+                                   // per pair whose gate address lies outside [vram_lo, vram_hi) (a PCIe miss)
+    st_hy_count_pf pf;
 } st_hy_count_args;
+// Counts the routed experts ids [n_pairs] (valid ids in [0, n_expert)) by a's rules; integer atomics only
+// (order-independent).
+int st_cuda_hy_count(const int32_t *ids, int n_pairs, const st_hy_count_args *a, cudaStream_t stream);
 
 // Up to ST_HY_MAX_UPDATES table entries written in one launch (the values travel as kernel arguments, so the host
 // needs no buffer that outlives the call): table[u.index * 3 + k] = u.ptr[k] for k < 3.

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cpu/ops.h"  // st_rope_cache (the RoPE table)
 #include "cuda/attention.h"
 #include "cuda/attention_tc.h"
 #include "cuda/decode.h"
@@ -18,7 +19,6 @@
 #include "cuda/mmvq.h"
 #include "cuda/ops.h"
 #include "cuda/quantize_act.h"
-#include "cpu/ops.h"
 #include "cuda/runtime.h"
 #include "engine/actdump.h"
 #include "engine/gpu_hybrid.h"

@@ -1130,8 +1130,7 @@ void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_coun
 int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, int decode, cudaStream_t st) {
     st_hy_count_args a;
     st_hybrid_count_args(h, l, decode, &a);
-    return st_cuda_hy_count(ids, n_pairs, a.n_expert, a.table, a.vram_lo, a.vram_hi, a.counts, a.sel_miss,
-                            decode && h->pf_on ? &a.pf : NULL, st);
+    return st_cuda_hy_count(ids, n_pairs, &a, st);
 }
 
 // ---- lookahead prefetch ----------------------------------------------------------------------------------------

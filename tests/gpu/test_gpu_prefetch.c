@@ -312,8 +312,9 @@ int main(void) {
         CK(cudaMemset(sel_d, 0, sizeof(uint32_t) * 2));
         CK(cudaMemset(hits_d, 0, sizeof hits));
         const st_hy_count_pf cp = {w.progress_d, m, w.pf.pf_slots, w.pf.pf_slots + (size_t)NSETS * P * STRIDE, hits_d};
-        CKE(st_cuda_hy_count(ids_d, 8, NE, (const void *const *)(w.table_d + (size_t)m * NE * 3), w.slots,
-                             w.slots + (size_t)(NL * NRES + NSETS * P) * STRIDE, cnt_d, sel_d, &cp, 0));
+        const st_hy_count_args ca = {NE, (const void *const *)(w.table_d + (size_t)m * NE * 3), w.slots,
+                                     w.slots + (size_t)(NL * NRES + NSETS * P) * STRIDE, cnt_d, sel_d, cp};
+        CKE(st_cuda_hy_count(ids_d, 8, &ca, 0));
         int32_t progress = -5;
         uint32_t sel[2];
         CK(cudaMemcpy(&progress, w.progress_d, sizeof progress, cudaMemcpyDeviceToHost));
@@ -351,13 +352,10 @@ int main(void) {
                 CK(cudaMemset(sel_d, 0, sizeof(uint32_t) * 2));
                 CK(cudaMemset(hits_d, 0, sizeof hits));
                 CK(cudaMemset(w.progress_d, 0xff, sizeof(int32_t)));
-                const void *const *tab = (const void *const *)(w.table_d + (size_t)m * NE * 3);
-                const uint8_t *hi = w.slots + (size_t)(NL * NRES + NSETS * P) * STRIDE;
                 if (v == 0) {
                     CKE(st_cuda_router_topk(ST_TYPE_F32, wr_d, D, NE, x_d, 1, K, 1, logit_d, rids_d, wts_d, rcnt_d, 0));
-                    CKE(st_cuda_hy_count(rids_d, K, NE, tab, w.slots, hi, cnt_d, sel_d, &cp, 0));
+                    CKE(st_cuda_hy_count(rids_d, K, &ca, 0));
                 } else {
-                    const st_hy_count_args ca = {NE, tab, w.slots, hi, cnt_d, sel_d, cp};
                     CKE(st_cuda_router_topk_count(ST_TYPE_F32, wr_d, D, NE, x_d, 1, K, 1, logit_d, rids_d, wts_d,
                                                   rcnt_d, &ca, 0));
                 }
