@@ -36,7 +36,7 @@ done
 eval "$(scripts/gpu-deps.sh)"
 
 # Per variant: build directory and environment.
-names=(); dirs=(); envs=(); vargs=()
+names=(); dirs=(); envs=(); vargs=(); builds=()
 for sp in "${specs[@]}"; do
   name=${sp%%=*}; spec=${sp#*=}
   dir=build-gpu; env=""; va=""
@@ -50,18 +50,29 @@ for sp in "${specs[@]}"; do
       rest=${spec#cflags:}; flags=${rest%%;env:*}
       [ "$rest" != "$flags" ] && env=${rest#*;env:}
       dir=build-gpu-$name
-      OUT=$out STRATA_GPU_BUILD=$dir STRATA_GPU_CUDA_FLAGS="$flags" tests/gpu/build.sh ||
-        { echo "ab.sh: build of $name failed" >&2; exit 1; } ;;
+      mkdir -p "$out/build-$name"
+      (OUT=$out/build-$name STRATA_GPU_BUILD=$dir STRATA_GPU_CUDA_FLAGS="$flags" STRATA_GPU_TARGETS=strata \
+        tests/gpu/build.sh > "$out/build-$name/result" 2>&1 || echo "ab.sh: build of $name failed" >> "$out/build-$name/result") &
+      builds+=("$name") ;;
     src:*)
       srcdir=${spec#src:}; dir=$PWD/build-gpu-$name
       [ -x "$srcdir/tests/gpu/build.sh" ] || { echo "ab.sh: $srcdir is not a Strata source tree" >&2; exit 2; }
-      (cd "$srcdir" && OUT=$out STRATA_GPU_BUILD="$dir" STRATA_GPU_TARGETS=strata tests/gpu/build.sh) ||
-        { echo "ab.sh: build of $name ($srcdir) failed" >&2; exit 1; } ;;
+      mkdir -p "$out/build-$name"
+      (cd "$srcdir" && OUT=$out/build-$name STRATA_GPU_BUILD="$dir" STRATA_GPU_TARGETS=strata tests/gpu/build.sh \
+        > "$out/build-$name/result" 2>&1 || echo "ab.sh: build of $name ($srcdir) failed" >> "$out/build-$name/result") &
+      builds+=("$name") ;;
     *) echo "ab.sh: variant $name: unknown spec $spec" >&2; exit 2 ;;
   esac
   names+=("$name"); dirs+=("$dir"); envs+=("${env//,/ }"); vargs+=("$va")
 done
+# Variant builds run in the background, alongside the default build (nvcc compiles one file per core; several
+# builds keep a 16-core machine busier than one).
 OUT=$out tests/gpu/build.sh || exit 1
+wait
+for name in ${builds[@]+"${builds[@]}"}; do
+  sed "s/^/[$name] /" "$out/build-$name/result"
+  grep -q "failed" "$out/build-$name/result" && exit 1
+done
 if [ -z "$model" ]; then
   model=/tmp/q30b.gguf
   [ -f "$model" ] || build-gpu/bin/strata make-model --preset qwen3-30b-a3b --type Q4_K_M --seed 1 -o "$model" \
