@@ -228,15 +228,7 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
 // The launch's completion counter: 1 in the block that finished last (all blocks' writes visible), else 0.
 __device__ __forceinline__ bool last_block_done(int32_t *counter) {
     __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
-        if (last) *counter = 0;  // ready for the next launch (graph replay)
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last != 0;
+    return st_block_arrive_last(counter, (int)gridDim.x, last);
 }
 
 template <typename T>
@@ -481,16 +473,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     // block lies in one chunk).
     const int per_chunk = chunk_rows / (R * DEC_GROUPS), chunk = blockIdx.x / per_chunk;
     __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t *c = counters + (size_t)p * (size_t)(n_ff / chunk_rows) + chunk;
-        last = atomicAdd(c, 1) == per_chunk - 1;
-        if (last) *c = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!st_block_arrive_last(counters + (size_t)p * (size_t)(n_ff / chunk_rows) + chunk, per_chunk, last)) return;
     block_quant<true>(fmt, arow + (size_t)chunk * chunk_rows, actq + (size_t)p * (size_t)aq_stride, n_ff / 32,
                       chunk * chunk_rows / 32, chunk_rows / 32);
 }

@@ -277,15 +277,7 @@ __global__ void __launch_bounds__(ATT_NT)
     }
 
     // The last block of this KV head merges the splits.
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        s_last = atomicAdd(&counters[kvh], 1) == n_act - 1;
-        if (s_last) counters[kvh] = 0;  // ready for the next launch (graph replay)
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!st_block_arrive_last(&counters[kvh], n_act, s_last)) return;
     float *sw = (float *)smem;             // [GP][ATT_MAX_SPLIT] split weights (w_s / sum)
     float *sout = sw + GP * ATT_MAX_SPLIT;  // [G][HD] the final outputs, for the quantization
     for (int g = w; g < G; g += ATT_NW) {
@@ -640,32 +632,15 @@ __global__ void __launch_bounds__(ATC_NT, 2)
     }
 
     // Cross-block merge: level 1 (groups of ATC_SG splits) when there are more than ATC_SG, then the last block.
-    __threadfence();
-    __syncthreads();
     const int n_grp = (n_act + ATC_SG - 1) / ATC_SG;
     int target = n_act;
     if (n_grp > 1) {
         const int grp = split / ATC_SG, gs0 = grp * ATC_SG, gn = min(ATC_SG, n_act - gs0);
-        if (tid == 0) {
-            int32_t *c1 = counters + n_head_kv + kvh * ATC_NG + grp;
-            s_last = atomicAdd(c1, 1) == gn - 1;
-            if (s_last) *c1 = 0;  // ready for the next launch (graph replay)
-        }
-        __syncthreads();
-        if (!s_last) return;
-        __threadfence();
+        if (!st_block_arrive_last(counters + n_head_kv + kvh * ATC_NG + grp, gn, s_last)) return;
         atc_merge<HD>(ws_o, ws_ml, n_split, gs0, gn, G, kvh, sw, ws_o1, ws_ml1, ATC_NG, grp, NULL, NULL);
-        __threadfence();  // every thread's level-1 writes, before thread 0's atomic below
-        __syncthreads();
         target = n_grp;
     }
-    if (tid == 0) {
-        s_last = atomicAdd(&counters[kvh], 1) == target - 1;
-        if (s_last) counters[kvh] = 0;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!st_block_arrive_last(&counters[kvh], target, s_last)) return;
     if (n_grp > 1) atc_merge<HD>(ws_o1, ws_ml1, ATC_NG, 0, n_grp, G, kvh, sw, NULL, NULL, 0, 0, out, sout);
     else atc_merge<HD>(ws_o, ws_ml, n_split, 0, n_act, G, kvh, sw, NULL, NULL, 0, 0, out, sout);
     if (!outq) return;  // uniform

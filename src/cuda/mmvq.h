@@ -41,6 +41,11 @@ int st_cuda_quantize_q8_1(st_cuda_ctx *ctx, const float *x_dev, void *xq_dev, in
 int st_cuda_mmvq(st_cuda_ctx *ctx, int weight_type, const void *W_dev, int64_t ne0, int64_t n_out, const void *xq_dev,
                  int n_tok, float *y_dev, cudaStream_t stream);
 
+// One token's rows of Q2_K / Q3_K / Q6_K (block fields not 16-byte aligned) are staged through shared memory with
+// 16-byte loads when a row is 16-byte aligned and fits (bit-identical outputs). On by default; off with
+// STRATA_MMVQ_STAGE=0 or here (1 on, 0 off, -1 back to the environment's choice; tests compare both).
+void st_cuda_mmvq_set_staging(int on);
+
 // MoE: W_dev is a [ne0, n_out, n_expert] stack (expert e's n_out rows start at W_dev + e * n_out * row_size).
 // For each of the n_sel selected (token, slot) pairs p:
 //   y_dev[p * n_out + r] = dot(W[ids_dev[p]] row r, xq row xrow_dev[p])

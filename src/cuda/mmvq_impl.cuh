@@ -11,6 +11,8 @@
 #ifndef STRATA_CUDA_MMVQ_IMPL_CUH
 #define STRATA_CUDA_MMVQ_IMPL_CUH
 
+#include <stdlib.h>
+
 #include "cuda/mmvq.h"
 #include "cuda/qblock.h"
 #include "cuda/runtime.h"
@@ -171,6 +173,97 @@ __global__ void __launch_bounds__(MMVQ_WARPS * ST_WARP_SIZE) st_k_mmvq(const st_
                     y[(size_t)t * (size_t)a.ldy + row0 + k] = bad ? nan : acc[k][t];
     }
 }
+
+// Staged rows (one token, one warp per row, no ids, rows 16-byte aligned): for block layouts whose fields are not
+// 16-byte aligned (Q6_K's 210-byte blocks, Q3_K, Q2_K), each lane's item loads are many 2-byte loads scattered
+// over several blocks, so a warp-wide load touches many cache lines (the Q6_K LM head ran at 52% of bandwidth).
+// Here the warp first copies its ST_MMVQ_STAGE_ROWS rows into shared memory with 16-byte loads, all in flight
+// together, then unpacks the items from there. Per row, the same items per lane, the same order of the sums and
+// the same butterfly as st_k_mmvq<TYPE, 1, 1, false> with one warp per row: the outputs are bit-identical.
+#ifndef ST_MMVQ_STAGE_ROWS
+#define ST_MMVQ_STAGE_ROWS 2  // rows per warp
+#endif
+#define ST_MMVQ_STAGE_MAX_SMEM 49152  // dynamic shared bytes per block (MMVQ_WARPS x rows x row bytes)
+#define ST_MMVQ_STAGE_U 8             // 16-byte loads per lane in flight per pass
+
+template <int TYPE>
+__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(const st_mmvq_args a) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE), RW = ST_MMVQ_STAGE_ROWS;
+    constexpr int AMODE = ST_QB_AMODE(TYPE), BMODE = ST_QB_BMODE(TYPE);
+    extern __shared__ __align__(16) uint4 st_stage[];  // [MMVQ_WARPS][RW][row_bytes / 16]
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int n16 = (int)(a.row_bytes / 16);
+    const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + warp) * RW;
+    const int nrows = (int)min((long long)RW, (long long)a.n_out - row0);  // rows of this warp (<= 0: none)
+    if (nrows <= 0) return;  // whole warps; no block barrier below
+    uint4 *sw = st_stage + (size_t)warp * RW * n16;
+    const uint4 *src = (const uint4 *)(a.W + (size_t)row0 * (size_t)a.row_bytes);  // the warp's rows, contiguous
+    const int total = nrows * n16;
+    for (int c0 = 0; c0 < total; c0 += ST_WARP_SIZE * ST_MMVQ_STAGE_U) {
+        uint4 v[ST_MMVQ_STAGE_U];
+#pragma unroll
+        for (int u = 0; u < ST_MMVQ_STAGE_U; u++) {
+            const int c = c0 + u * ST_WARP_SIZE + lane;
+            if (c < total) v[u] = __ldcs(src + c);  // streamed: read once
+        }
+#pragma unroll
+        for (int u = 0; u < ST_MMVQ_STAGE_U; u++) {
+            const int c = c0 + u * ST_WARP_SIZE + lane;
+            if (c < total) sw[c] = v[u];
+        }
+    }
+    __syncwarp();
+    const uint8_t *rows = (const uint8_t *)sw;
+    const uint8_t *xds = a.xq + (size_t)a.nitems * 32;
+    float acc[RW];
+#pragma unroll
+    for (int r = 0; r < RW; r++) acc[r] = 0.0f;
+    for (int it = lane; it < a.nitems; it += ST_WARP_SIZE) {
+        int32_t q[8];
+        const uint4 *qp = (const uint4 *)(a.xq + (size_t)it * 32);
+        const uint4 v0 = qp[0], v1 = qp[1];
+        q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
+        q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
+        const float2 ds = ((const float2 *)xds)[it];
+        const int blk = it / IPB, j = it % IPB;
+#pragma unroll
+        for (int r = 0; r < RW; r++) {
+            st_qb_w w;
+            st_qb_unpack(TYPE, rows + (size_t)r * a.row_bytes + (size_t)blk * TS, j, &w);
+            acc[r] += st_qb_dot_w(&w, q, ds.x, ds.y, AMODE, BMODE);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RW; r++) acc[r] = st_warp_sum(acc[r]);
+    if (lane < nrows) {
+        float o = acc[0];
+#pragma unroll
+        for (int r = 1; r < RW; r++)
+            if (lane == r) o = acc[r];
+        a.y[row0 + lane] = o;
+    }
+}
+
+extern int st_mmvq_staging;  // 1 on, 0 off, -1 from STRATA_MMVQ_STAGE at the first launch (mmvq.cu)
+// Whether (and with how much dynamic shared memory) st_k_mmvq_staged takes a launch that would otherwise run
+// st_k_mmvq<type, 1, 1, false> with one warp per row: returns the shared bytes, or 0 for "not staged".
+static inline size_t st_mmvq_staged_smem(int type, const st_mmvq_args &a, int n_tok, bool glu) {
+    if (glu || a.ids || n_tok != 1 || a.wpr != 1 || a.row_bytes % 16 || ST_QB_IS_FLOAT(type) ||
+        (ST_QB_ALIGN(type) >= 16))
+        return 0;
+    if (st_mmvq_staging < 0) {  // STRATA_MMVQ_STAGE=0: never staged (A/B)
+        const char *e = getenv("STRATA_MMVQ_STAGE");
+        st_mmvq_staging = !(e && atoi(e) == 0);
+    }
+    const size_t smem = (size_t)MMVQ_WARPS * ST_MMVQ_STAGE_ROWS * (size_t)a.row_bytes;
+    return st_mmvq_staging && smem <= ST_MMVQ_STAGE_MAX_SMEM ? smem : 0;
+}
+#define ST_MMVQ_STAGED_CASE(T)                                                                              \
+    case T:                                                                                                 \
+        st_k_mmvq_staged<T><<<dim3((unsigned)((a.n_out + MMVQ_WARPS * ST_MMVQ_STAGE_ROWS - 1) /              \
+                                              (MMVQ_WARPS * ST_MMVQ_STAGE_ROWS))),                          \
+                               dim3(ST_WARP_SIZE, MMVQ_WARPS), staged, s>>>(a);                             \
+        return 1;
 
 // Launches the kernel variant for (TYPE, token count class, glu).
 template <int TYPE>

@@ -232,6 +232,51 @@ static void test_plain(int type, int ne0, int n_out, int n_tok, st_rng *r) {
     if (fmt >= 0 && (fmt != ST_TYPE_Q8_K || ne0 % 256 == 0)) test_plain_fmt(type, ne0, n_out, n_tok, fmt, r);
 }
 
+// One token through the staged kernel (rows copied to shared memory first) against the direct one: bit for bit.
+// n_out is large enough for one warp per row (the staged kernel's condition) and leaves a partial last block.
+static void test_staged(int type, int ne0, int n_out, st_rng *r) {
+    const size_t row_bytes = st_row_size(type, ne0), wbytes = row_bytes * (size_t)n_out;
+    const size_t xq_stride = (size_t)st_q8_1_row_bytes(ne0);
+    uint8_t *W = xmalloc(wbytes);
+    fill_random_weights(type, W, (int64_t)ne0 * n_out, r);
+    float *x = xmalloc(sizeof(float) * (size_t)ne0);
+    for (int i = 0; i < ne0; i++) x[i] = st_rng_normal(r);
+    float *y[2] = {xmalloc(sizeof(float) * (size_t)n_out), xmalloc(sizeof(float) * (size_t)n_out)};
+    void *dW = st_cuda_alloc(&g_ctx, wbytes, "W"), *dxq = st_cuda_alloc(&g_ctx, xq_stride, "xq");
+    float *dx = st_cuda_alloc(&g_ctx, sizeof(float) * (size_t)ne0, "x");
+    float *dy = st_cuda_alloc(&g_ctx, sizeof(float) * (size_t)n_out, "y");
+    if (!dW || !dxq || !dx || !dy) DIE("device alloc");
+    cudaStream_t s = g_ctx.streams[0];
+    CK(st_cuda_memcpy_h2d(&g_ctx, dW, W, wbytes, NULL));
+    CK(st_cuda_memcpy_h2d(&g_ctx, dx, x, sizeof(float) * (size_t)ne0, NULL));
+    CK(st_cuda_quantize_q8_1(&g_ctx, dx, dxq, 1, ne0, s));
+    for (int v = 0; v < 2; v++) {
+        st_cuda_mmvq_set_staging(v == 0);
+        CK(st_cuda_memset(&g_ctx, dy, 0xff, sizeof(float) * (size_t)n_out, s));  // NaN poison
+        CK(st_cuda_mmvq(&g_ctx, type, dW, ne0, n_out, dxq, 1, dy, s));
+        CK(st_cuda_sync(&g_ctx, s));
+        CK(st_cuda_memcpy_d2h(&g_ctx, y[v], dy, sizeof(float) * (size_t)n_out, NULL));
+    }
+    st_cuda_mmvq_set_staging(-1);
+    int bad = 0, first = -1;
+    for (int i = 0; i < n_out; i++)
+        if (memcmp(&y[0][i], &y[1][i], sizeof(float)) || y[0][i] != y[0][i]) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    g_checks++;
+    if (bad) {
+        g_fail++;
+        printf("FAIL staged mmvq %s %dx%d: %d of %d outputs differ from the direct kernel (first row %d: %.9g vs "
+               "%.9g)\n", st_type_name(type), ne0, n_out, bad, n_out, first, y[0][first], y[1][first]);
+    }
+    st_cuda_free(&g_ctx, dW);
+    st_cuda_free(&g_ctx, dxq);
+    st_cuda_free(&g_ctx, dx);
+    st_cuda_free(&g_ctx, dy);
+    free(W), free(x), free(y[0]), free(y[1]);
+}
+
 // Expert-indexed case: stack of n_expert matrices [n_out, ne0]; n_tok tokens x n_slot slots selected.
 // glu: gate and up stacks, y = silu(gate) * up. per_pair_x: activations are per pair (xrow NULL), as for down.
 static void test_ids(int type, int ne0, int n_out, int n_expert, int n_tok, int n_slot, int glu, int per_pair_x,
@@ -510,6 +555,15 @@ int main(int argc, char **argv) {
         test_plain(ST_TYPE_Q4_K, 2048, 151936, 8, &r);
         test_plain(ST_TYPE_Q8_0, 2048, 151936, 3, &r);
         printf("%s large n_out (2048x151936: Q6_K, Q4_K, Q8_0)\n", g_fail ? "(see above)" : "PASS");
+    }
+    {  // rows staged through shared memory == direct, bit for bit (n_out: one warp per row, a partial block)
+        const int before = g_fail;
+        const int staged_types[] = {ST_TYPE_Q6_K, ST_TYPE_Q3_K, ST_TYPE_Q2_K};
+        for (int i = 0; i < 3; i++) {
+            test_staged(staged_types[i], 2048, quick ? 4 * 32 * g_ctx.sm_count + 3 : 50003, &r);
+            test_staged(staged_types[i], 4096, 32 * g_ctx.sm_count + 5, &r);
+        }
+        printf("%s staged rows == direct (Q6_K, Q3_K, Q2_K; 2048 and 4096 wide)\n", g_fail == before ? "PASS" : "FAIL");
     }
     const int failed = g_fail;
     if (!quick && !no_timing && !failed) timing(&r);
