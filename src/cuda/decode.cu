@@ -35,6 +35,13 @@
 #ifndef ST_DOWN_ROWS4
 #define ST_DOWN_ROWS4 1
 #endif
+// ST_DOWN_IDS_TOGETHER (default 1; 0 for an A/B build): the down kernel's groups load the K ids and table entries
+// once per group (lane k: pair k), the DOWN_N tasks take theirs by shuffles. Before (2026-11-30i SASS of k_moe_down<Q4_K>), each task's id load was followed by a
+// branch on the loaded id, so the tasks' id loads ran one L2 round trip after the other (~5 serial round trips
+// before the first weight load instead of 2). Bit-identical; written without a GPU, unmeasured.
+#ifndef ST_DOWN_IDS_TOGETHER
+#define ST_DOWN_IDS_TOGETHER 1
+#endif
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
@@ -157,8 +164,21 @@ struct multi_args {
     const uint8_t *xq;
 };
 
+// ST_MULTI_GRID_CONST (opt-in A/B build, -DST_MULTI_GRID_CONST=1; CUDA 11.7+): the argument block stays in the
+// constant bank and the matrix is picked by index (one constant-bank load per field), instead of an unrolled scan of
+// selects whose results the 48-register mixed-type instance spills to local memory (its local accesses 14 -> 4 in
+// the SASS, 2026-11-30i), but the Q4_K instance then spills its output pointer (0 -> 2). Unmeasured.
+#ifndef ST_MULTI_GRID_CONST
+#define ST_MULTI_GRID_CONST 0
+#endif
+#if ST_MULTI_GRID_CONST
+#define MULTI_ARGS_PARAM const __grid_constant__ multi_args a
+#else
+#define MULTI_ARGS_PARAM const multi_args a
+#endif
+
 template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
+__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(MULTI_ARGS_PARAM) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -166,6 +186,15 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
         st_pdl_trigger();
         return;
     }
+#if ST_MULTI_GRID_CONST
+    int m = 0;  // the matrix holding row grow
+#pragma unroll
+    for (int i = 1; i < ST_DEC_MAX_MATS; i++) m += i < a.n_mat && grow >= a.row_end[i - 1];
+    const uint8_t *W = a.W[m];
+    float *y = a.y[m];
+    const long long rb = a.row_bytes[m];
+    const int type = a.type[m], r = m ? grow - a.row_end[m - 1] : grow;
+#else
     // Select the matrix with an unrolled scan, so the argument arrays are never indexed dynamically.
     const uint8_t *W = a.W[0];
     float *y = a.y[0];
@@ -177,6 +206,7 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
             W = a.W[i], y = a.y[i], rb = a.row_bytes[i], type = a.type[i];
             r = grow - a.row_end[i - 1];
         }
+#endif
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
     for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
@@ -575,6 +605,24 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     if constexpr (TYPE != 0) {
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
             const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
+#if ST_DOWN_IDS_TOGETHER
+            // Lane k < K loads pair k's id, then its down matrix from the table (two L2 round trips before the
+            // weight loads, whatever DOWN_N: no branch on a loaded id between one task's loads and the next's);
+            // the tasks take theirs by shuffles.
+            const int my_e = lane < K ? ids[t * K + lane] : -1;
+            const bool my_ok = my_e >= 0 && my_e < E;
+            const unsigned long long my_base =
+                (unsigned long long)st_tbl_entry(tbl, 3 * (size_t)(my_ok ? my_e : 0) + 2);
+#pragma unroll
+            for (int n = 0; n < DOWN_N; n++) {
+                const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
+                const bool have = task < K * DOWN_R && r < d;
+                const bool ok = __shfl_sync(ST_WARP_MASK, (int)my_ok, have ? k : 0, G32);
+                const uint8_t *b = (const uint8_t *)__shfl_sync(ST_WARP_MASK, my_base, have ? k : 0, G32);
+                rows[n] = have && ok ? b + (size_t)r * (size_t)row_bytes : NULL;
+                xqs[n] = have ? actq + (size_t)p * (size_t)aq_stride : actq;
+            }
+#else
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
@@ -586,6 +634,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
                     xqs[n] = actq + (size_t)p * (size_t)aq_stride;
                 }
             }
+#endif
             float v[DOWN_N];
             row_dotN<TYPE, DOWN_N>(rows, xqs, nitems, lane, v);  // NaN for a skipped row, as below
 #pragma unroll
