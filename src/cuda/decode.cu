@@ -42,6 +42,14 @@
 #ifndef ST_DOWN_IDS_TOGETHER
 #define ST_DOWN_IDS_TOGETHER 1
 #endif
+// ST_DOWN_TAIL_EARLY (default 1; 0 for an A/B build): the down kernel copies its tail's inputs (the route weights,
+// the residual rows) to shared memory by cp.async right after the dependency wait instead of loading them after the
+// row dots and the barrier, where they were two more L2 round trips on the way out (2026-11-30i SASS; loading them
+// into registers early instead spilled them, and the spill's store waited for the load at the kernel's head).
+// Bit-identical; written without a GPU, unmeasured.
+#ifndef ST_DOWN_TAIL_EARLY
+#define ST_DOWN_TAIL_EARLY 1
+#endif
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
@@ -58,6 +66,12 @@
 #endif
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
+#endif
+// ROUTER_STAGE_X (default 1; 0 for an A/B build): k_router copies its input row to shared memory by cp.async before
+// the dot (one L2 round trip for the row instead of one per batch of register loads). Written without a GPU,
+// unmeasured (2026-11-30i).
+#ifndef ROUTER_STAGE_X
+#define ROUTER_STAGE_X 1
 #endif
 
 // ---- weight-type instances ----------------------------------------------------------------------------------
@@ -277,7 +291,24 @@ __global__ void __launch_bounds__(DEC_THREADS)
     st_pdl_trigger();
     if (have) {
         const int r = task % E, t = task / E;
-        const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
+        const float *xr = x + (int64_t)t * ne0;
+#if ROUTER_STAGE_X
+        // The row's first ROUTER_PRE * 32 float4 into shared memory by cp.async, each lane its own chunks (the ones
+        // it reads back: no barrier), all in flight at once: with the weights in 64 registers, loads into registers
+        // went out in batches of 4-6 with the FMAs between, one L2 round trip per batch (2026-11-30i SASS).
+        __shared__ __align__(16) float4 xs_all[ROUTER_GROUPS][ROUTER_PRE * G32];
+        float4 *xs = xs_all[g];
+#pragma unroll
+        for (int u = 0; u < ROUTER_PRE; u++) {
+            const int i4 = lane + u * G32;
+            if (i4 < n4) st_cp16(xs + i4, (const float4 *)xr + i4);
+        }
+        st_cp_commit();
+        st_cp_wait<0>();
+        const float sum = router_dot<T>(w, wp, (const float *)xs, xr, n4, lane);
+#else
+        const float sum = router_dot<T>(w, wp, xr, xr, n4, lane);
+#endif
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
@@ -309,7 +340,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     st_pdl_trigger();
     block_rmsnorm_smem(sv, x, res, nw, ne0, eps);  // (x + res written back below)
     if (have) {
-        const float sum = router_dot<T>(w, wp, sv, n4, lane);
+        const float sum = router_dot<T>(w, wp, sv, sv, n4, lane);
         if (lane == 0) logits[r] = sum;
     }
     if (!last_block_done(counter)) return;
@@ -601,6 +632,17 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
     st_pdl_wait();
     st_pdl_trigger();
+#if ST_DOWN_TAIL_EARLY
+    // The tail's inputs copied to shared memory now (cp.async: no register waits for them, none is spilled), so
+    // they arrive while the rows are computed: group 0's lane k < K the route weight of pair k, its lanes < DOWN_R
+    // the residual of their row (add may alias out: these rows are this block's alone).
+    __shared__ float s_tw[DOWN_MAX_USED], s_tadd[DOWN_R];
+    if (g == 0) {
+        if (lane < K) st_cp4(&s_tw[lane], wts + (size_t)t * K + lane);
+        if (lane < DOWN_R && r0 + lane < d && add) st_cp4(&s_tadd[lane], add + (size_t)t * d + r0 + lane);
+        st_cp_commit();
+    }
+#endif
 #if ST_DOWN_ROWS4
     if constexpr (TYPE != 0) {
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
@@ -657,6 +699,15 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
         }
         if (lane == 0) ys[k][rr] = v;
     }
+#if ST_DOWN_TAIL_EARLY
+    if (g == 0) st_cp_wait<0>();  // the tail's copies, before the barrier makes them every thread's
+    __syncthreads();
+    const int rr = threadIdx.x, r = r0 + rr;
+    if (rr < DOWN_R && r < d) {
+        const float o = rank_sum(&ys[0][0], DOWN_R, rr, s_tw, K);
+        out[(size_t)t * d + r] = add ? __fadd_rn(s_tadd[rr], o) : o;
+    }
+#else
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if (rr < DOWN_R && r < d) {
@@ -664,6 +715,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
         const size_t at = (size_t)t * d + r;
         out[at] = add ? __fadd_rn(add[at], o) : o;
     }
+#endif
 }
 
 extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,

@@ -131,23 +131,29 @@ __device__ __forceinline__ void router_preload(const T *w, int n4, int lane, boo
     }
 }
 
+// One chunk's contribution, rounded explicitly (no contraction left to the compiler, so every kernel that inlines
+// router_dot, and both of its paths, get the same bits): ((a.x b.x + a.y b.y) + a.z b.z) + a.w b.w by FMAs.
+__device__ __forceinline__ float router_dot4(const float4 a, const float4 b) {
+    return __fmaf_rn(a.w, b.w, __fmaf_rn(a.z, b.z, __fmaf_rn(a.y, b.y, __fmul_rn(a.x, b.x))));
+}
+
 // One logit: dot(router row w, x) by one group, i4 ascending per lane, then the butterfly (every lane gets it).
+// xs: the row's first ROUTER_PRE * 32 float4 (may be a shared-memory copy, each lane's own chunks), x: the row.
 template <typename T>
-__device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *x, int n4,
-                                           int lane) {
+__device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *xs, const float *x,
+                                           int n4, int lane) {
     float sum = 0.0f;
+    if (n4 >= ROUTER_PRE * G32) {  // uniform: every lane has all its chunks, so their loads issue without branches
 #pragma unroll
-    for (int u = 0; u < ROUTER_PRE; u++) {
-        const int i4 = lane + u * G32;
-        if (i4 < n4) {
-            const float4 a = wp[u], b = ldx4<T>(x, i4);
-            sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+        for (int u = 0; u < ROUTER_PRE; u++) sum = __fadd_rn(sum, router_dot4(wp[u], ldx4<T>(xs, lane + u * G32)));
+    } else {
+#pragma unroll
+        for (int u = 0; u < ROUTER_PRE; u++) {
+            const int i4 = lane + u * G32;
+            if (i4 < n4) sum = __fadd_rn(sum, router_dot4(wp[u], ldx4<T>(xs, i4)));
         }
     }
-    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
-        const float4 a = ld4<T>(w, i4), b = ldx4<T>(x, i4);
-        sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-    }
+    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) sum = __fadd_rn(sum, router_dot4(ld4<T>(w, i4), ldx4<T>(x, i4)));
     return g32_sum_f(sum);
 }
 
