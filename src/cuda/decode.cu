@@ -36,9 +36,10 @@
 #define ST_DOWN_ROWS4 1
 #endif
 // ST_DOWN_IDS_TOGETHER (default 1; 0 for an A/B build): the down kernel's groups load the K ids and table entries
-// once per group (lane k: pair k), the DOWN_N tasks take theirs by shuffles. Before (2026-11-30i SASS of k_moe_down<Q4_K>), each task's id load was followed by a
-// branch on the loaded id, so the tasks' id loads ran one L2 round trip after the other (~5 serial round trips
-// before the first weight load instead of 2). Bit-identical; written without a GPU, unmeasured.
+// once per group (lane k: pair k), the DOWN_N tasks take theirs by shuffles. Before (2026-11-30i SASS of
+// k_moe_down<Q4_K>), each task's id load was followed by a branch on the loaded id, so the tasks' id loads ran one
+// L2 round trip after the other (~5 serial round trips before the first weight load instead of 2). Bit-identical;
+// written without a GPU, unmeasured.
 #ifndef ST_DOWN_IDS_TOGETHER
 #define ST_DOWN_IDS_TOGETHER 1
 #endif

@@ -153,8 +153,44 @@ __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_P
             if (i4 < n4) sum = __fadd_rn(sum, router_dot4(wp[u], ldx4<T>(xs, i4)));
         }
     }
-    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) sum = __fadd_rn(sum, router_dot4(ld4<T>(w, i4), ldx4<T>(x, i4)));
+    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32)
+        sum = __fadd_rn(sum, router_dot4(ld4<T>(w, i4), ldx4<T>(x, i4)));
     return g32_sum_f(sum);
+}
+
+// ST_ROUTE_FAST (opt-in A/B build, -DST_ROUTE_FAST=1; 2026-11-30i, written without a GPU, unmeasured): the route of
+// up to 128 experts with (a) the exponentials by route_exp below, branch-free, so a lane's four run side by side
+// instead of one after the other behind the library exp's special-case branches, and (b) the top-k over per-lane
+// lists sorted once, one warp max and a ballot per pick (a second reduction only for tied values) instead of a
+// four-way local max and two warp reductions per pick. Same picks, order and weights (exp to ~1 ulp in double
+// before the rounding to float, as the library's).
+#ifndef ST_ROUTE_FAST
+#define ST_ROUTE_FAST 0
+#endif
+
+// exp(x) for x <= 0 (x >= -708 after clamping) in double without branches: x = k ln2 + r, |r| <= ln2 / 2 (ln2 in
+// two parts, the fdlibm constants), exp(r) by its Taylor series to r^13 (truncation < 5e-18 relative), times 2^k
+// built in the exponent field.
+__device__ __forceinline__ double route_exp(double x) {
+    x = fmax(x, -708.0);
+    const double kd = rint(x * 1.4426950408889634074);
+    double r = fma(-kd, 6.93147180369123816490e-01, x);
+    r = fma(-kd, 1.90821492927058770002e-10, r);
+    double q = 1.0 / 6227020800.0;  // 1 / 13!
+    q = fma(q, r, 1.0 / 479001600.0);
+    q = fma(q, r, 1.0 / 39916800.0);
+    q = fma(q, r, 1.0 / 3628800.0);
+    q = fma(q, r, 1.0 / 362880.0);
+    q = fma(q, r, 1.0 / 40320.0);
+    q = fma(q, r, 1.0 / 5040.0);
+    q = fma(q, r, 1.0 / 720.0);
+    q = fma(q, r, 1.0 / 120.0);
+    q = fma(q, r, 1.0 / 24.0);
+    q = fma(q, r, 1.0 / 6.0);
+    q = fma(q, r, 0.5);
+    q = fma(q, r, 1.0);
+    q = fma(q, r, 1.0);
+    return q * __hiloint2double(((int)kd + 1023) << 20, 0);
 }
 
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
@@ -174,6 +210,10 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
 #pragma unroll
     for (int j = 0; j < PL; j++) {
         const int e = lane + j * G32;
+#if ST_ROUTE_FAST
+        if constexpr (PL == 4) p[j] = e < E ? (float)route_exp((double)(p[j] - mx)) : 0.0f;
+        else
+#endif
         p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
         sum += p[j];
     }
@@ -187,32 +227,68 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
     float my_w = 0.0f;  // lane k keeps the k-th pick
     int32_t my_id = 0;
     double wsum = 0;
-    for (int k = 0; k < K; k++) {
-        float bv = -1.0f;
-        int bi = 0x7fffffff;
+#if ST_ROUTE_FAST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
+    constexpr bool fast = PL == 4;
+#else
+    constexpr bool fast = false;
+#endif
+    if constexpr (fast) {
+        // The lane's four (value, id) in pick order: value descending, the lower id first among equal values.
+        float v[4];
+        int id[4];
 #pragma unroll
-        for (int j = 0; j < PL; j++)
-            if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
+        for (int j = 0; j < 4; j++) v[j] = p[j], id[j] = p[j] >= 0.0f ? lane + j * G32 : 0x7fffffff;
+        auto cas = [&](int a, int b) {
+            const bool sw = v[b] > v[a] || (v[b] == v[a] && id[b] < id[a]);
+            const float tv = v[a];
+            const int ti = id[a];
+            v[a] = sw ? v[b] : v[a], id[a] = sw ? id[b] : id[a];
+            v[b] = sw ? tv : v[b], id[b] = sw ? ti : id[b];
+        };
+        cas(0, 1), cas(2, 3), cas(0, 2), cas(1, 3), cas(1, 2);
+        for (int k = 0; k < K; k++) {
+            const unsigned key = v[0] >= 0.0f ? __float_as_uint(v[0]) + 1u : 0u;  // as below
+            const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+            bool win = key == mk;
+            if (__popc(__ballot_sync(0xffffffffu, win)) != 1)  // a tie (or none left): the lowest id holding it
+                win = win && (unsigned)id[0] == __reduce_min_sync(0xffffffffu, win ? (unsigned)id[0] : 0x7fffffffu);
+            const float bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
+            if (win) {  // the pick's id from its lane; the lane moves to its next value
+                ids[k] = id[0];
+                v[0] = v[1], v[1] = v[2], v[2] = v[3], v[3] = -1.0f;
+                id[0] = id[1], id[1] = id[2], id[2] = id[3], id[3] = 0x7fffffff;
+            }
+            if (lane == k) my_w = bv;
+            wsum += (double)bv;  // k ascending, in double, as the CPU
+        }
+    } else {
+        for (int k = 0; k < K; k++) {
+            float bv = -1.0f;
+            int bi = 0x7fffffff;
+#pragma unroll
+            for (int j = 0; j < PL; j++)
+                if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
-        // Two warp reductions (one instruction each) instead of five shuffle rounds: the largest value (p >= 0: its
-        // float bits order like the values; +1 keeps 0.0 above "none"), then the lowest id holding it.
-        const unsigned key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
-        const unsigned mk = __reduce_max_sync(0xffffffffu, key);
-        bi = (int)__reduce_min_sync(0xffffffffu, key == mk ? (unsigned)bi : 0x7fffffffu);
-        bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
+            // Two warp reductions (one instruction each) instead of five shuffle rounds: the largest value (p >= 0:
+            // its float bits order like the values; +1 keeps 0.0 above "none"), then the lowest id holding it.
+            const unsigned key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
+            const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+            bi = (int)__reduce_min_sync(0xffffffffu, key == mk ? (unsigned)bi : 0x7fffffffu);
+            bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
 #else
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
-            const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-        }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
+                const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+            }
 #endif
 #pragma unroll
-        for (int j = 0; j < PL; j++)
-            if (lane + j * G32 == bi) p[j] = -1.0f;
-        if (lane == k) my_w = bv, my_id = bi;
-        wsum += (double)bv;  // k ascending, in double, as the CPU
+            for (int j = 0; j < PL; j++)
+                if (lane + j * G32 == bi) p[j] = -1.0f;
+            if (lane == k) my_w = bv, my_id = bi;
+            wsum += (double)bv;  // k ascending, in double, as the CPU
+        }
     }
     if (lane < K) {
         float w = my_w;
@@ -221,7 +297,7 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
             if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
             w = __fdiv_rn(my_w, fs);
         }
-        ids[lane] = my_id;
+        if constexpr (!fast) ids[lane] = my_id;  // (the fast path's picks wrote their ids)
         weights[lane] = w;
     }
 }
