@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "cuda/act_math.h"       // st_am_expf: the CPU engine's vector exp
 #include "cuda/decode_common.cuh"  // groups, reductions
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
 
@@ -158,40 +159,21 @@ __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_P
     return g32_sum_f(sum);
 }
 
-// ST_ROUTE_FAST (opt-in A/B build, -DST_ROUTE_FAST=1; 2026-11-30i, written without a GPU, unmeasured): the route of
-// up to 128 experts with (a) the exponentials by route_exp below, branch-free, so a lane's four run side by side
-// instead of one after the other behind the library exp's special-case branches, and (b) the top-k over per-lane
-// lists sorted once, one warp max and a ballot per pick (a second reduction only for tied values) instead of a
-// four-way local max and two warp reductions per pick. Same picks, order and weights (exp to ~1 ulp in double
-// before the rounding to float, as the library's).
+// ST_ROUTE_FAST (opt-in A/B build, -DST_ROUTE_FAST=1; 2026-11-30i, written without a GPU, unmeasured): the top-k of
+// up to 128 experts over per-lane lists sorted once, one warp max and a ballot per pick (a second reduction only for
+// tied values) instead of a four-way local max and two warp reductions per pick. Same picks, order and weights (a
+// Python model of both pick rules agreed on 20,000 random routes with forced ties and K > E).
 #ifndef ST_ROUTE_FAST
 #define ST_ROUTE_FAST 0
 #endif
-
-// exp(x) for x <= 0 (x >= -708 after clamping) in double without branches: x = k ln2 + r, |r| <= ln2 / 2 (ln2 in
-// two parts, the fdlibm constants), exp(r) by its Taylor series to r^13 (truncation < 5e-18 relative), times 2^k
-// built in the exponent field.
-__device__ __forceinline__ double route_exp(double x) {
-    x = fmax(x, -708.0);
-    const double kd = rint(x * 1.4426950408889634074);
-    double r = fma(-kd, 6.93147180369123816490e-01, x);
-    r = fma(-kd, 1.90821492927058770002e-10, r);
-    double q = 1.0 / 6227020800.0;  // 1 / 13!
-    q = fma(q, r, 1.0 / 479001600.0);
-    q = fma(q, r, 1.0 / 39916800.0);
-    q = fma(q, r, 1.0 / 3628800.0);
-    q = fma(q, r, 1.0 / 362880.0);
-    q = fma(q, r, 1.0 / 40320.0);
-    q = fma(q, r, 1.0 / 5040.0);
-    q = fma(q, r, 1.0 / 720.0);
-    q = fma(q, r, 1.0 / 120.0);
-    q = fma(q, r, 1.0 / 24.0);
-    q = fma(q, r, 1.0 / 6.0);
-    q = fma(q, r, 0.5);
-    q = fma(q, r, 1.0);
-    q = fma(q, r, 1.0);
-    return q * __hiloint2double(((int)kd + 1023) << 20, 0);
-}
+// ST_ROUTE_CPU_SOFTMAX (default 1; 0 for an A/B build): for E a multiple of 16 the route's softmax computes the CPU
+// engine's st_softmax bits (cpu/ops.c): ggml's vector exp (st_am_expf, float), sums of 16 experts in hsum16's tree
+// (xor butterflies 8, 4, 2, 1 within 16 lanes), accumulated in double in expert order. Before, a double-precision
+// exp per expert (a long chain with special-case branches, the four of a lane one after the other) and a
+// different sum gave probabilities an ulp or so off the CPU's. 2026-11-30i, written without a GPU, unmeasured.
+#ifndef ST_ROUTE_CPU_SOFTMAX
+#define ST_ROUTE_CPU_SOFTMAX 1
+#endif
 
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
 template <int PL>
@@ -207,17 +189,32 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
     }
     mx = g32_max(mx);
     double sum = 0;
+#if ST_ROUTE_CPU_SOFTMAX && ST_WARP_SIZE == 32
+    if (E % 16 == 0) {  // uniform; the CPU's st_softmax (see ST_ROUTE_CPU_SOFTMAX)
+        float gs[PL];   // the sum of lane's 16-expert group (experts 32 j + 16 (lane / 16) ..), in hsum16's order
 #pragma unroll
-    for (int j = 0; j < PL; j++) {
-        const int e = lane + j * G32;
-#if ST_ROUTE_FAST
-        if constexpr (PL == 4) p[j] = e < E ? (float)route_exp((double)(p[j] - mx)) : 0.0f;
-        else
+        for (int j = 0; j < PL; j++) {
+            const int e = lane + j * G32;
+            p[j] = e < E ? st_am_expf(__fsub_rn(p[j], mx)) : 0.0f;
+            float t = p[j];
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+            gs[j] = t;
+        }
+#pragma unroll
+        for (int j = 0; j < PL; j++)  // groups 2 j and 2 j + 1, in expert order (empty groups add 0)
+            sum = (sum + (double)__shfl_sync(0xffffffffu, gs[j], 0)) + (double)__shfl_sync(0xffffffffu, gs[j], 16);
+    } else
 #endif
-        p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
-        sum += p[j];
+    {
+#pragma unroll
+        for (int j = 0; j < PL; j++) {
+            const int e = lane + j * G32;
+            p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
+            sum += p[j];
+        }
+        sum = g32_sum_d(sum);
     }
-    sum = g32_sum_d(sum);
     const float inv = (float)(1.0 / sum);
 #pragma unroll
     for (int j = 0; j < PL; j++) {
