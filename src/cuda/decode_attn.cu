@@ -322,6 +322,12 @@ __global__ void __launch_bounds__(ATT_NT)
 // active splits, the last block of each group of ATC_SG splits merges its group into a level-1 partial first, so
 // no single block reads more than max(ATC_SG, n_split / ATC_SG) partials (at depth 16K: 8 + 9 x 4 KiB instead of
 // 65 x 4 KiB from L2 through one SM).
+// ST_ATT_POS_EARLY (default 1; 0 for an A/B build): the tensor-core kernel takes the step's position from its
+// pre-wait read instead of reading it again after the wait (an L2 round trip before the first K/V copy could issue).
+// 2026-11-30i, written without a GPU, unmeasured.
+#ifndef ST_ATT_POS_EARLY
+#define ST_ATT_POS_EARLY 1
+#endif
 #define ATC_NW 4                          // warps per block
 #define ATC_NT (ATC_NW * 32)
 #define ATC_TP 16                         // positions per warp tile
@@ -419,9 +425,10 @@ __global__ void __launch_bounds__(ATC_NT, 2)
 
     // Before the dependency wait: L2 prefetch of this block's rows. Rows below the current position were written
     // by earlier steps; the current row may still be in flight, but a prefetch is only a hint to L2 (the point of
-    // coherence; L1 untouched), and d_pos is read from L2 again after the wait, so a stale value only misdirects it.
+    // coherence; L1 untouched). The position is no kernel's output (the step's copy precedes every kernel of the
+    // step, as k_qk_norm_rope_kv relies on too), so the value read here is the step's.
+    const int L0 = __ldcg(d_pos) + 1;
     {
-        const int L0 = __ldcg(d_pos) + 1;
         int c0, na0;
         atc_chunk(L0, n_split, single_max, c0, na0);
         if (L0 >= 1 && split < na0) {
@@ -433,36 +440,17 @@ __global__ void __launch_bounds__(ATC_NT, 2)
             }
         }
     }
-    st_pdl_wait();  // q, this step's K/V row and d_pos come from earlier work
+    st_pdl_wait();  // q and this step's K/V row come from earlier work
     st_pdl_trigger();
-    const int L = __ldcg(d_pos) + 1;
+#if ST_ATT_POS_EARLY
+    const int L = L0;
+#else
+    const int L = __ldcg(d_pos) + 1;  // (an A/B build: one more L2 round trip before the first K/V copy)
+#endif
     int chunk, n_act;
     atc_chunk(L, n_split, single_max, chunk, n_act);
     if (split >= n_act) return;  // idle split (uniform per block)
     const int start = split * chunk, end = min(L, start + chunk);
-
-    // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
-    // applied to the f32 scores.
-    uint32_t qa[KS][4];
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-        for (int sub = 0; sub < 2; sub++) {
-            const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
-            float x0 = 0.0f, x1 = 0.0f;
-            if (g < G) {
-                const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
-                x0 = v.x, x1 = v.y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
-            }
-            const __half2 hi = __floats2half2_rn(x0, x1);
-            const float2 hf = __half22float2(hi);
-            qa[kk][sub ? 2 : 0] = atc_h2(hi);
-            qa[kk][sub ? 3 : 1] = atc_h2(__floats2half2_rn(x0 - hf.x, x1 - hf.y));
-        }
-    float o[DT][4];
-#pragma unroll
-    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
 
     // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
     const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
@@ -489,7 +477,30 @@ __global__ void __launch_bounds__(ATC_NT, 2)
         tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
     };
 #pragma unroll
-    for (int i = 0; i < ATC_ST - 1; i++) issue(i);
+    for (int i = 0; i < ATC_ST - 1; i++) issue(i);  // the first tiles' copies before the query's loads
+    // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
+    // applied to the f32 scores.
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int sub = 0; sub < 2; sub++) {
+            const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
+            float x0 = 0.0f, x1 = 0.0f;
+            if (g < G) {
+                const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
+                x0 = v.x, x1 = v.y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
+            }
+            const __half2 hi = __floats2half2_rn(x0, x1);
+            const float2 hf = __half22float2(hi);
+            qa[kk][sub ? 2 : 0] = atc_h2(hi);
+            qa[kk][sub ? 3 : 1] = atc_h2(__floats2half2_rn(x0 - hf.x, x1 - hf.y));
+        }
+    float o[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
+
     for (int i = 0; i < nbw; i++) {
         issue(i + ATC_ST - 1);
         tc_cp_wait<ATC_ST - 1>();  // tile i has landed (this thread's own copies)
