@@ -22,6 +22,7 @@
 #include "cuda/decode_rows.cuh"     // row dots, router loads, route_group
 #include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 #include "cuda/hybrid_count.cuh"  // the hybrid routing count (st_cuda_router_topk_count)
+#include "cuda/mma.cuh"  // cp.async (tc_cp16, tc_cp4)
 
 #define DEC_GROUPS 8                           // groups per block
 #define DEC_THREADS (DEC_GROUPS * G32)
@@ -302,10 +303,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
 #pragma unroll
         for (int u = 0; u < ROUTER_PRE; u++) {
             const int i4 = lane + u * G32;
-            if (i4 < n4) st_cp16(xs + i4, (const float4 *)xr + i4);
+            if (i4 < n4) tc_cp16(xs + i4, (const float4 *)xr + i4, 16);
         }
-        st_cp_commit();
-        st_cp_wait<0>();
+        tc_cp_commit();
+        tc_cp_wait<0>();
         const float sum = router_dot<T>(w, wp, (const float *)xs, xr, n4, lane);
 #else
         const float sum = router_dot<T>(w, wp, xr, xr, n4, lane);
@@ -639,23 +640,24 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     // the residual of their row (add may alias out: these rows are this block's alone).
     __shared__ float s_tw[DOWN_MAX_USED], s_tadd[DOWN_R];
     if (g == 0) {
-        if (lane < K) st_cp4(&s_tw[lane], wts + (size_t)t * K + lane);
-        if (lane < DOWN_R && r0 + lane < d && add) st_cp4(&s_tadd[lane], add + (size_t)t * d + r0 + lane);
-        st_cp_commit();
+        if (lane < K) tc_cp4(&s_tw[lane], wts + (size_t)t * K + lane);
+        if (lane < DOWN_R && r0 + lane < d && add) tc_cp4(&s_tadd[lane], add + (size_t)t * d + r0 + lane);
+        tc_cp_commit();
     }
 #endif
 #if ST_DOWN_ROWS4
     if constexpr (TYPE != 0) {
+#if ST_DOWN_IDS_TOGETHER
+        // Lane k < K loads pair k's id, then its down matrix from the table (two L2 round trips before the weight
+        // loads, whatever DOWN_N: no branch on a loaded id between one task's loads and the next's); the tasks take
+        // theirs by shuffles.
+        const int my_e = lane < K ? ids[t * K + lane] : -1;
+        const bool my_ok = my_e >= 0 && my_e < E;
+        const unsigned long long my_base = (unsigned long long)st_tbl_entry(tbl, 3 * (size_t)(my_ok ? my_e : 0) + 2);
+#endif
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
             const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
 #if ST_DOWN_IDS_TOGETHER
-            // Lane k < K loads pair k's id, then its down matrix from the table (two L2 round trips before the
-            // weight loads, whatever DOWN_N: no branch on a loaded id between one task's loads and the next's);
-            // the tasks take theirs by shuffles.
-            const int my_e = lane < K ? ids[t * K + lane] : -1;
-            const bool my_ok = my_e >= 0 && my_e < E;
-            const unsigned long long my_base =
-                (unsigned long long)st_tbl_entry(tbl, 3 * (size_t)(my_ok ? my_e : 0) + 2);
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
@@ -701,7 +703,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
         if (lane == 0) ys[k][rr] = v;
     }
 #if ST_DOWN_TAIL_EARLY
-    if (g == 0) st_cp_wait<0>();  // the tail's copies, before the barrier makes them every thread's
+    if (g == 0) tc_cp_wait<0>();  // the tail's copies, before the barrier makes them every thread's
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if (rr < DOWN_R && r < d) {

@@ -159,17 +159,17 @@ __global__ void __launch_bounds__(ATT_NT)
 #pragma unroll
             for (int r = 0; r < ATT_NB; r++) {
                 const int p = min(p0 + r * NGW, end - 1);  // past the end: a valid row, masked below
-                st_cp16(&stg[((s * ATT_NB + r) * 2 + 0) * ATT_NT + tid], kb + (int64_t)p * row);
-                st_cp16(&stg[((s * ATT_NB + r) * 2 + 1) * ATT_NT + tid], vb + (int64_t)p * row);
+                tc_cp16(&stg[((s * ATT_NB + r) * 2 + 0) * ATT_NT + tid], kb + (int64_t)p * row, 16);
+                tc_cp16(&stg[((s * ATT_NB + r) * 2 + 1) * ATT_NT + tid], vb + (int64_t)p * row, 16);
             }
         }
-        st_cp_commit();  // an empty group past the end keeps the wait counts uniform
+        tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
     };
 #pragma unroll
     for (int i = 0; i < ATT_ST - 1; i++) issue(i);
     for (int i = 0; i < nbw; i++) {
         issue(i + ATT_ST - 1);
-        st_cp_wait<ATT_ST - 1>();  // batch i has landed
+        tc_cp_wait<ATT_ST - 1>();  // batch i has landed
         const int s = i % ATT_ST, p0 = start + (w + ATT_NW * i) * BP + grp;
         float sc[ATT_NB];
 #pragma unroll
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(ATT_NT)
             }
         }
     }
-    st_cp_wait<0>();
+    tc_cp_wait<0>();
     __syncthreads();  // every warp is done with its staging: the merges reuse it
 
     // Block merge of the NSUB row-group partials.

@@ -27,40 +27,6 @@
 
 #define G32 32  // lanes per group
 
-// 16-byte global -> shared copies without a register round trip (cp.async, sm_80+; a plain load + store elsewhere or
-// with -DST_NO_CP_ASYNC): every copy of a thread is in flight at once; st_cp_wait<N>() waits until at most N of the
-// thread's committed groups are pending. A thread sees its own copies after the wait; others need a barrier.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(ST_NO_CP_ASYNC) && !defined(ST_ATT_NO_ASYNC)
-#include <cuda_pipeline_primitives.h>
-#define ST_CP_ASYNC 1
-#else
-#define ST_CP_ASYNC 0
-#endif
-__device__ __forceinline__ void st_cp16(void *dst_smem, const void *src) {
-#if ST_CP_ASYNC
-    __pipeline_memcpy_async(dst_smem, src, 16);
-#else
-    *(uint4 *)dst_smem = *(const uint4 *)src;
-#endif
-}
-__device__ __forceinline__ void st_cp4(float *dst_smem, const float *src) {
-#if ST_CP_ASYNC
-    __pipeline_memcpy_async(dst_smem, src, 4);
-#else
-    *dst_smem = *src;
-#endif
-}
-__device__ __forceinline__ void st_cp_commit() {
-#if ST_CP_ASYNC
-    __pipeline_commit();
-#endif
-}
-template <int N> __device__ __forceinline__ void st_cp_wait() {
-#if ST_CP_ASYNC
-    __pipeline_wait_prior(N);
-#endif
-}
-
 #if ST_WARP_SIZE % 32 != 0
 #error "decode kernels: groups of 32 lanes must tile the warp"
 #endif

@@ -32,15 +32,6 @@
 // pairs per lane, whose shared header loads the compiler merges, measured 316 vs 362 tok/s: more registers.)
 #define DEC_FOR_ITEMS(it, nitems, lane) for (int it = (lane); it < (nitems); it += G32)
 
-// Activation block `it` of a planar q8_1 row: quants as 8 ints, (d, s) pair.
-static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8], float2 &ds) {
-    const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
-    const uint4 v0 = qp[0], v1 = qp[1];
-    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
-    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
-    ds = ((const float2 *)xds)[it];
-}
-
 // dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
 template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -50,7 +41,7 @@ template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row,
     DEC_FOR_ITEMS(it, nitems, lane) {  // unrolled: both items' loads in flight together
         int32_t q[8];
         float2 ds;
-        load_act(xq, xds, it, q, ds);
+        st_qb_load_act(xq, xds, it, q, ds);
         st_qb_w w;
         st_qb_unpack(TYPE, row + (size_t)(it / IPB) * TS, it % IPB, &w);
         acc += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
@@ -69,7 +60,7 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
     DEC_FOR_ITEMS(it, nitems, lane) {
         int32_t q[8];
         float2 ds;
-        load_act(xq, xds, it, q, ds);
+        st_qb_load_act(xq, xds, it, q, ds);
         const size_t off = (size_t)(it / IPB) * TS;
         st_qb_w w;
         st_qb_unpack(TYPE, ra + off, it % IPB, &w);
@@ -346,7 +337,7 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
             if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;
             int32_t q[8];
             float2 ds;
-            load_act(xs[n], xs[n] + (size_t)nitems * 32, it, q, ds);
+            st_qb_load_act(xs[n], xs[n] + (size_t)nitems * 32, it, q, ds);
             st_qb_w w;
             st_qb_unpack(TYPE, r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
@@ -384,7 +375,7 @@ __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uin
     DEC_FOR_ITEMS(it, nitems, lane) {
         int32_t q[8];
         float2 ds;
-        load_act(xq, xds, it, q, ds);
+        st_qb_load_act(xq, xds, it, q, ds);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;
