@@ -60,10 +60,16 @@ for n, us in sorted(per.items(), key=lambda a: -a[1]):
     print(f"  {n:40s} {us:8.2f} us")
 EOF
 if [ -n "$detail" ]; then
+  # Per-issue stall cycles by reason (the WarpStateStats section prints only their total).
+  stalls=""
+  for r in long_scoreboard short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle barrier membar \
+           no_instruction dispatch_stall not_selected selected branch_resolving drain sleeping tex_throttle misc; do
+    stalls=$stalls${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
+  done
   # (with -k, --launch-skip counts only the matching launches: skip the first 3 steps' worth of them)
   "$NCU" --clock-control none --graph-profiling node --launch-skip $((layers * 3)) -k "regex:$detail" \
     --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section LaunchStats --section Occupancy $bin bench -m "$m" -p 0 -n 12 -d "$depth" -r 1 > "$out/ncu-detail.txt" 2>&1
-  grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Stall|Warp Cycles|Registers|Theoretical Occ|L2 Hit|Block Limit" \
-    "$out/ncu-detail.txt" | head -120
+    --section LaunchStats --section Occupancy --section SourceCounters --metrics "$stalls" $bin bench -m "$m" -p 0 -n 12 -d "$depth" -r 1 > "$out/ncu-detail.txt" 2>&1
+  grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Stall|stalled|Warp Cycles|Registers|Theoretical Occ|L2 Hit|Block Limit" \
+    "$out/ncu-detail.txt" | head -${STRATA_PROFILE_LINES:-120}
 fi

@@ -22,7 +22,6 @@
 #include "cuda/decode_rows.cuh"     // row dots, router loads, route_group
 #include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 #include "cuda/hybrid_count.cuh"  // the hybrid routing count (st_cuda_router_topk_count)
-#include "cuda/mma.cuh"  // cp.async (tc_cp16, tc_cp4)
 
 #define DEC_GROUPS 8                           // groups per block
 #define DEC_THREADS (DEC_GROUPS * G32)
@@ -35,22 +34,6 @@
 // measured 355 (dropped).
 #ifndef ST_DOWN_ROWS4
 #define ST_DOWN_ROWS4 1
-#endif
-// ST_DOWN_IDS_TOGETHER (default 1; 0 for an A/B build): the down kernel's groups load the K ids and table entries
-// once per group (lane k: pair k), the DOWN_N tasks take theirs by shuffles. Before (2026-11-30i SASS of
-// k_moe_down<Q4_K>), each task's id load was followed by a branch on the loaded id, so the tasks' id loads ran one
-// L2 round trip after the other (~5 serial round trips before the first weight load instead of 2). Bit-identical;
-// written without a GPU, unmeasured.
-#ifndef ST_DOWN_IDS_TOGETHER
-#define ST_DOWN_IDS_TOGETHER 1
-#endif
-// ST_DOWN_TAIL_EARLY (default 1; 0 for an A/B build): the down kernel copies its tail's inputs (the route weights,
-// the residual rows) to shared memory by cp.async right after the dependency wait instead of loading them after the
-// row dots and the barrier, where they were two more L2 round trips on the way out (2026-11-30i SASS; loading them
-// into registers early instead spilled them, and the spill's store waited for the load at the kernel's head).
-// Bit-identical; written without a GPU, unmeasured.
-#ifndef ST_DOWN_TAIL_EARLY
-#define ST_DOWN_TAIL_EARLY 1
 #endif
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
@@ -68,12 +51,6 @@
 #endif
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
-#endif
-// ROUTER_STAGE_X (default 1; 0 for an A/B build): k_router copies its input row to shared memory by cp.async before
-// the dot (one L2 round trip for the row instead of one per batch of register loads). Written without a GPU,
-// unmeasured (2026-11-30i).
-#ifndef ROUTER_STAGE_X
-#define ROUTER_STAGE_X 1
 #endif
 
 // ---- weight-type instances ----------------------------------------------------------------------------------
@@ -180,21 +157,8 @@ struct multi_args {
     const uint8_t *xq;
 };
 
-// ST_MULTI_GRID_CONST (opt-in A/B build, -DST_MULTI_GRID_CONST=1; CUDA 11.7+): the argument block stays in the
-// constant bank and the matrix is picked by index (one constant-bank load per field), instead of an unrolled scan of
-// selects whose results the 48-register mixed-type instance spills to local memory (its local accesses 14 -> 4 in
-// the SASS, 2026-11-30i), but the Q4_K instance then spills its output pointer (0 -> 2). Unmeasured.
-#ifndef ST_MULTI_GRID_CONST
-#define ST_MULTI_GRID_CONST 0
-#endif
-#if ST_MULTI_GRID_CONST
-#define MULTI_ARGS_PARAM const __grid_constant__ multi_args a
-#else
-#define MULTI_ARGS_PARAM const multi_args a
-#endif
-
 template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(MULTI_ARGS_PARAM) {
+__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -202,15 +166,6 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
         st_pdl_trigger();
         return;
     }
-#if ST_MULTI_GRID_CONST
-    int m = 0;  // the matrix holding row grow
-#pragma unroll
-    for (int i = 1; i < ST_DEC_MAX_MATS; i++) m += i < a.n_mat && grow >= a.row_end[i - 1];
-    const uint8_t *W = a.W[m];
-    float *y = a.y[m];
-    const long long rb = a.row_bytes[m];
-    const int type = a.type[m], r = m ? grow - a.row_end[m - 1] : grow;
-#else
     // Select the matrix with an unrolled scan, so the argument arrays are never indexed dynamically.
     const uint8_t *W = a.W[0];
     float *y = a.y[0];
@@ -222,7 +177,6 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
             W = a.W[i], y = a.y[i], rb = a.row_bytes[i], type = a.type[i];
             r = grow - a.row_end[i - 1];
         }
-#endif
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
     for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
@@ -293,24 +247,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     st_pdl_trigger();
     if (have) {
         const int r = task % E, t = task / E;
-        const float *xr = x + (int64_t)t * ne0;
-#if ROUTER_STAGE_X
-        // The row's first ROUTER_PRE * 32 float4 into shared memory by cp.async, each lane its own chunks (the ones
-        // it reads back: no barrier), all in flight at once: with the weights in 64 registers, loads into registers
-        // went out in batches of 4-6 with the FMAs between, one L2 round trip per batch (2026-11-30i SASS).
-        __shared__ __align__(16) float4 xs_all[ROUTER_GROUPS][ROUTER_PRE * G32];
-        float4 *xs = xs_all[g];
-#pragma unroll
-        for (int u = 0; u < ROUTER_PRE; u++) {
-            const int i4 = lane + u * G32;
-            if (i4 < n4) tc_cp16(xs + i4, (const float4 *)xr + i4, 16);
-        }
-        tc_cp_commit();
-        tc_cp_wait<0>();
-        const float sum = router_dot<T>(w, wp, (const float *)xs, xr, n4, lane);
-#else
-        const float sum = router_dot<T>(w, wp, xr, xr, n4, lane);
-#endif
+        const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
@@ -342,7 +279,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     st_pdl_trigger();
     block_rmsnorm_smem(sv, x, res, nw, ne0, eps);  // (x + res written back below)
     if (have) {
-        const float sum = router_dot<T>(w, wp, sv, sv, n4, lane);
+        const float sum = router_dot<T>(w, wp, sv, n4, lane);
         if (lane == 0) logits[r] = sum;
     }
     if (!last_block_done(counter)) return;
@@ -634,40 +571,10 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
     st_pdl_wait();
     st_pdl_trigger();
-#if ST_DOWN_TAIL_EARLY
-    // The tail's inputs copied to shared memory now (cp.async: no register waits for them, none is spilled), so
-    // they arrive while the rows are computed: group 0's lane k < K the route weight of pair k, its lanes < DOWN_R
-    // the residual of their row (add may alias out: these rows are this block's alone).
-    __shared__ float s_tw[DOWN_MAX_USED], s_tadd[DOWN_R];
-    if (g == 0) {
-        if (lane < K) tc_cp4(&s_tw[lane], wts + (size_t)t * K + lane);
-        if (lane < DOWN_R && r0 + lane < d && add) tc_cp4(&s_tadd[lane], add + (size_t)t * d + r0 + lane);
-        tc_cp_commit();
-    }
-#endif
 #if ST_DOWN_ROWS4
     if constexpr (TYPE != 0) {
-#if ST_DOWN_IDS_TOGETHER
-        // Lane k < K loads pair k's id, then its down matrix from the table (two L2 round trips before the weight
-        // loads, whatever DOWN_N: no branch on a loaded id between one task's loads and the next's); the tasks take
-        // theirs by shuffles.
-        const int my_e = lane < K ? ids[t * K + lane] : -1;
-        const bool my_ok = my_e >= 0 && my_e < E;
-        const unsigned long long my_base = (unsigned long long)st_tbl_entry(tbl, 3 * (size_t)(my_ok ? my_e : 0) + 2);
-#endif
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
             const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
-#if ST_DOWN_IDS_TOGETHER
-#pragma unroll
-            for (int n = 0; n < DOWN_N; n++) {
-                const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
-                const bool have = task < K * DOWN_R && r < d;
-                const bool ok = __shfl_sync(ST_WARP_MASK, (int)my_ok, have ? k : 0, G32);
-                const uint8_t *b = (const uint8_t *)__shfl_sync(ST_WARP_MASK, my_base, have ? k : 0, G32);
-                rows[n] = have && ok ? b + (size_t)r * (size_t)row_bytes : NULL;
-                xqs[n] = have ? actq + (size_t)p * (size_t)aq_stride : actq;
-            }
-#else
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
@@ -679,7 +586,6 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
                     xqs[n] = actq + (size_t)p * (size_t)aq_stride;
                 }
             }
-#endif
             float v[DOWN_N];
             row_dotN<TYPE, DOWN_N>(rows, xqs, nitems, lane, v);  // NaN for a skipped row, as below
 #pragma unroll
@@ -702,15 +608,6 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
         }
         if (lane == 0) ys[k][rr] = v;
     }
-#if ST_DOWN_TAIL_EARLY
-    if (g == 0) tc_cp_wait<0>();  // the tail's copies, before the barrier makes them every thread's
-    __syncthreads();
-    const int rr = threadIdx.x, r = r0 + rr;
-    if (rr < DOWN_R && r < d) {
-        const float o = rank_sum(&ys[0][0], DOWN_R, rr, s_tw, K);
-        out[(size_t)t * d + r] = add ? __fadd_rn(s_tadd[rr], o) : o;
-    }
-#else
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if (rr < DOWN_R && r < d) {
@@ -718,7 +615,6 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
         const size_t at = (size_t)t * d + r;
         out[at] = add ? __fadd_rn(add[at], o) : o;
     }
-#endif
 }
 
 extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,

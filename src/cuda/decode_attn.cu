@@ -34,6 +34,12 @@
 #include "cuda/mma.cuh"  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
 #include "cuda/qblock.h"
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(ST_ATT_NO_ASYNC)
+#include <cuda_pipeline_primitives.h>
+#define ATT_ASYNC 1
+#else
+#define ATT_ASYNC 0
+#endif
 
 #define ATT_NW 4                   // warps per block
 #define ATT_NT (ATT_NW * 32)       // threads per block
@@ -41,6 +47,24 @@
 #define ATT_ST 3                   // staging stages
 #define ATT_MAX_SPLIT 256          // n_split limit (last-block weights in shared memory)
 #define ATT_SMEM 49152             // static shared bytes: the staging, reused by the merges
+
+__device__ __forceinline__ void att_cp16(void *dst_smem, const void *src) {
+#if ATT_ASYNC
+    __pipeline_memcpy_async(dst_smem, src, 16);
+#else
+    *(uint4 *)dst_smem = *(const uint4 *)src;
+#endif
+}
+__device__ __forceinline__ void att_commit() {
+#if ATT_ASYNC
+    __pipeline_commit();
+#endif
+}
+template <int N> __device__ __forceinline__ void att_wait() {
+#if ATT_ASYNC
+    __pipeline_wait_prior(N);
+#endif
+}
 
 __device__ __forceinline__ void att_cvt(const uint4 &u, float *f, const __half *) {
     const __half2 *h = (const __half2 *)&u;
@@ -159,17 +183,17 @@ __global__ void __launch_bounds__(ATT_NT)
 #pragma unroll
             for (int r = 0; r < ATT_NB; r++) {
                 const int p = min(p0 + r * NGW, end - 1);  // past the end: a valid row, masked below
-                tc_cp16(&stg[((s * ATT_NB + r) * 2 + 0) * ATT_NT + tid], kb + (int64_t)p * row, 16);
-                tc_cp16(&stg[((s * ATT_NB + r) * 2 + 1) * ATT_NT + tid], vb + (int64_t)p * row, 16);
+                att_cp16(&stg[((s * ATT_NB + r) * 2 + 0) * ATT_NT + tid], kb + (int64_t)p * row);
+                att_cp16(&stg[((s * ATT_NB + r) * 2 + 1) * ATT_NT + tid], vb + (int64_t)p * row);
             }
         }
-        tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
+        att_commit();  // an empty group past the end keeps the wait counts uniform
     };
 #pragma unroll
     for (int i = 0; i < ATT_ST - 1; i++) issue(i);
     for (int i = 0; i < nbw; i++) {
         issue(i + ATT_ST - 1);
-        tc_cp_wait<ATT_ST - 1>();  // batch i has landed
+        att_wait<ATT_ST - 1>();  // batch i has landed
         const int s = i % ATT_ST, p0 = start + (w + ATT_NW * i) * BP + grp;
         float sc[ATT_NB];
 #pragma unroll
@@ -219,7 +243,7 @@ __global__ void __launch_bounds__(ATT_NT)
             }
         }
     }
-    tc_cp_wait<0>();
+    att_wait<0>();
     __syncthreads();  // every warp is done with its staging: the merges reuse it
 
     // Block merge of the NSUB row-group partials.
@@ -322,18 +346,30 @@ __global__ void __launch_bounds__(ATT_NT)
 // active splits, the last block of each group of ATC_SG splits merges its group into a level-1 partial first, so
 // no single block reads more than max(ATC_SG, n_split / ATC_SG) partials (at depth 16K: 8 + 9 x 4 KiB instead of
 // 65 x 4 KiB from L2 through one SM).
-// ST_ATT_POS_EARLY (default 1; 0 for an A/B build): the tensor-core kernel takes the step's position from its
-// pre-wait read instead of reading it again after the wait (an L2 round trip before the first K/V copy could issue).
-// 2026-11-30i, written without a GPU, unmeasured.
-#ifndef ST_ATT_POS_EARLY
-#define ST_ATT_POS_EARLY 1
-#endif
 #define ATC_NW 4                          // warps per block
 #define ATC_NT (ATC_NW * 32)
 #define ATC_TP 16                         // positions per warp tile
 #define ATC_MINC (ATC_NW * ATC_TP)        // positions per block step (minimum chunk)
-#define ATC_ST 3                          // staging depth (tiles)
-#define ATC_SG 8                          // splits per level-1 merge group
+#ifndef ATC_ST
+#define ATC_ST 3                          // staging depth (tiles; -D for an A/B build)
+#endif
+// Blocks per SM the launch bounds ask for and the split count targets (st_cuda_attn_dec_splits). At depth 16K
+// Nsight Compute (2026-11-30j) shows the kernel latency bound: 2 blocks of 4 warps per SM (registers and the
+// 3-stage staging allow no more), 12.8 cycles per issued instruction, DRAM at 25%; yet 3 blocks of a 2-stage
+// staging (297.1 vs 309.7 tok/s at tg64 @ d16384), 1 block (281.6) or 3 requested (281.0) all lost. -D for A/B.
+#ifndef ATC_BLOCKS_PER_SM
+#define ATC_BLOCKS_PER_SM 2
+#endif
+// ATC_L2_PREFETCH: the L2 prefetch of the block's K/V rows before the dependency wait, 1 (default) only when the
+// context takes one split per KV head, 2 always, 0 never. At depth 16K the prefetches (one per 128-byte line, all
+// blocks at once) flooded the memory system ahead of the blocks' own copies: tg64 @ d16384 319.5 vs 311.2 tok/s
+// without them (bench/ab.sh, 2026-11-30j); at short depth they are few and the A/B was even (470.1 vs 472.0).
+#ifndef ATC_L2_PREFETCH
+#define ATC_L2_PREFETCH 1
+#endif
+#ifndef ATC_SG
+#define ATC_SG 8                          // splits per level-1 merge group (-D for an A/B build)
+#endif
 #define ATC_NG (ATT_MAX_SPLIT / ATC_SG)   // level-1 groups per KV head at most
 #define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
 
@@ -400,7 +436,7 @@ __device__ void atc_merge(const float *o, const float *ml, int stride, int s0, i
 }
 
 template <int HD>
-__global__ void __launch_bounds__(ATC_NT, 2)
+__global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
@@ -425,13 +461,12 @@ __global__ void __launch_bounds__(ATC_NT, 2)
 
     // Before the dependency wait: L2 prefetch of this block's rows. Rows below the current position were written
     // by earlier steps; the current row may still be in flight, but a prefetch is only a hint to L2 (the point of
-    // coherence; L1 untouched). The position is no kernel's output (the step's copy precedes every kernel of the
-    // step, as k_qk_norm_rope_kv relies on too), so the value read here is the step's.
-    const int L0 = __ldcg(d_pos) + 1;
+    // coherence; L1 untouched), and d_pos is read from L2 again after the wait, so a stale value only misdirects it.
     {
+        const int L0 = __ldcg(d_pos) + 1;
         int c0, na0;
         atc_chunk(L0, n_split, single_max, c0, na0);
-        if (L0 >= 1 && split < na0) {
+        if ((ATC_L2_PREFETCH == 2 || (ATC_L2_PREFETCH == 1 && na0 == 1)) && L0 >= 1 && split < na0) {
             constexpr int LN = HD * 2 / 128;  // 128-byte lines per row slice
             const int s0 = split * c0, n0 = min(L0, s0 + c0) - s0;
             for (int i = tid; i < n0 * 2 * LN; i += ATC_NT) {
@@ -440,17 +475,36 @@ __global__ void __launch_bounds__(ATC_NT, 2)
             }
         }
     }
-    st_pdl_wait();  // q and this step's K/V row come from earlier work
+    st_pdl_wait();  // q, this step's K/V row and d_pos come from earlier work
     st_pdl_trigger();
-#if ST_ATT_POS_EARLY
-    const int L = L0;
-#else
-    const int L = __ldcg(d_pos) + 1;  // (an A/B build: one more L2 round trip before the first K/V copy)
-#endif
+    const int L = __ldcg(d_pos) + 1;
     int chunk, n_act;
     atc_chunk(L, n_split, single_max, chunk, n_act);
     if (split >= n_act) return;  // idle split (uniform per block)
     const int start = split * chunk, end = min(L, start + chunk);
+
+    // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
+    // applied to the f32 scores.
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int sub = 0; sub < 2; sub++) {
+            const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
+            float x0 = 0.0f, x1 = 0.0f;
+            if (g < G) {
+                const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
+                x0 = v.x, x1 = v.y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
+            }
+            const __half2 hi = __floats2half2_rn(x0, x1);
+            const float2 hf = __half22float2(hi);
+            qa[kk][sub ? 2 : 0] = atc_h2(hi);
+            qa[kk][sub ? 3 : 1] = atc_h2(__floats2half2_rn(x0 - hf.x, x1 - hf.y));
+        }
+    float o[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
 
     // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
     const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
@@ -477,30 +531,7 @@ __global__ void __launch_bounds__(ATC_NT, 2)
         tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
     };
 #pragma unroll
-    for (int i = 0; i < ATC_ST - 1; i++) issue(i);  // the first tiles' copies before the query's loads
-    // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
-    // applied to the f32 scores.
-    uint32_t qa[KS][4];
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-        for (int sub = 0; sub < 2; sub++) {
-            const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
-            float x0 = 0.0f, x1 = 0.0f;
-            if (g < G) {
-                const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
-                x0 = v.x, x1 = v.y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
-            }
-            const __half2 hi = __floats2half2_rn(x0, x1);
-            const float2 hf = __half22float2(hi);
-            qa[kk][sub ? 2 : 0] = atc_h2(hi);
-            qa[kk][sub ? 3 : 1] = atc_h2(__floats2half2_rn(x0 - hf.x, x1 - hf.y));
-        }
-    float o[DT][4];
-#pragma unroll
-    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
-
+    for (int i = 0; i < ATC_ST - 1; i++) issue(i);
     for (int i = 0; i < nbw; i++) {
         issue(i + ATC_ST - 1);
         tc_cp_wait<ATC_ST - 1>();  // tile i has landed (this thread's own copies)
@@ -643,7 +674,8 @@ extern "C" int st_cuda_attn_dec_supported(int head_dim, int n_head, int n_head_k
 }
 
 extern "C" int st_cuda_attn_dec_splits(int n_head_kv, int n_sm) {
-    int s = n_head_kv > 0 ? (2 * n_sm + n_head_kv - 1) / n_head_kv : 1;  // about two blocks per SM at long contexts
+    // about ATC_BLOCKS_PER_SM blocks per SM at long contexts
+    int s = n_head_kv > 0 ? (ATC_BLOCKS_PER_SM * n_sm + n_head_kv - 1) / n_head_kv : 1;
     return s < 1 ? 1 : s > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : s;
 }
 

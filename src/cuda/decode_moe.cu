@@ -131,7 +131,10 @@ template <typename T> __global__ void __launch_bounds__(FFN_THREADS) k_moe_ffn(c
         const T *w = W + (size_t)e * d;
         float sum = 0.0f;  // as k_router: i4 ascending per lane, then the butterfly
 #pragma unroll 16
-        for (int i4 = lane; i4 < n4; i4 += G32) sum = __fadd_rn(sum, router_dot4(ld4<T>(w, i4), ldx4<T>(xn, i4)));
+        for (int i4 = lane; i4 < n4; i4 += G32) {
+            const float4 a = ld4<T>(w, i4), b = ldx4<T>(xn, i4);
+            sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+        }
         sum = g32_sum_f(sum);
         if (lane == 0) p.logits[e] = sum;
     }

@@ -10,7 +10,6 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
-#include "cuda/act_math.h"       // st_am_expf: the CPU engine's vector exp
 #include "cuda/decode_common.cuh"  // groups, reductions
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
 
@@ -32,6 +31,15 @@
 // pairs per lane, whose shared header loads the compiler merges, measured 316 vs 362 tok/s: more registers.)
 #define DEC_FOR_ITEMS(it, nitems, lane) for (int it = (lane); it < (nitems); it += G32)
 
+// Activation block `it` of a planar q8_1 row: quants as 8 ints, (d, s) pair.
+static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8], float2 &ds) {
+    const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
+    const uint4 v0 = qp[0], v1 = qp[1];
+    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
+    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
+    ds = ((const float2 *)xds)[it];
+}
+
 // dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
 template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -41,7 +49,7 @@ template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row,
     DEC_FOR_ITEMS(it, nitems, lane) {  // unrolled: both items' loads in flight together
         int32_t q[8];
         float2 ds;
-        st_qb_load_act(xq, xds, it, q, ds);
+        load_act(xq, xds, it, q, ds);
         st_qb_w w;
         st_qb_unpack(TYPE, row + (size_t)(it / IPB) * TS, it % IPB, &w);
         acc += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
@@ -60,7 +68,7 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
     DEC_FOR_ITEMS(it, nitems, lane) {
         int32_t q[8];
         float2 ds;
-        st_qb_load_act(xq, xds, it, q, ds);
+        load_act(xq, xds, it, q, ds);
         const size_t off = (size_t)(it / IPB) * TS;
         st_qb_w w;
         st_qb_unpack(TYPE, ra + off, it % IPB, &w);
@@ -123,48 +131,25 @@ __device__ __forceinline__ void router_preload(const T *w, int n4, int lane, boo
     }
 }
 
-// One chunk's contribution, rounded explicitly (no contraction left to the compiler, so every kernel that inlines
-// router_dot, and both of its paths, get the same bits): ((a.x b.x + a.y b.y) + a.z b.z) + a.w b.w by FMAs.
-__device__ __forceinline__ float router_dot4(const float4 a, const float4 b) {
-    return __fmaf_rn(a.w, b.w, __fmaf_rn(a.z, b.z, __fmaf_rn(a.y, b.y, __fmul_rn(a.x, b.x))));
-}
-
 // One logit: dot(router row w, x) by one group, i4 ascending per lane, then the butterfly (every lane gets it).
-// xs: the row's first ROUTER_PRE * 32 float4 (may be a shared-memory copy, each lane's own chunks), x: the row.
 template <typename T>
-__device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *xs, const float *x,
-                                           int n4, int lane) {
+__device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *x, int n4,
+                                           int lane) {
     float sum = 0.0f;
-    if (n4 >= ROUTER_PRE * G32) {  // uniform: every lane has all its chunks, so their loads issue without branches
 #pragma unroll
-        for (int u = 0; u < ROUTER_PRE; u++) sum = __fadd_rn(sum, router_dot4(wp[u], ldx4<T>(xs, lane + u * G32)));
-    } else {
-#pragma unroll
-        for (int u = 0; u < ROUTER_PRE; u++) {
-            const int i4 = lane + u * G32;
-            if (i4 < n4) sum = __fadd_rn(sum, router_dot4(wp[u], ldx4<T>(xs, i4)));
+    for (int u = 0; u < ROUTER_PRE; u++) {
+        const int i4 = lane + u * G32;
+        if (i4 < n4) {
+            const float4 a = wp[u], b = ldx4<T>(x, i4);
+            sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
         }
     }
-    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32)
-        sum = __fadd_rn(sum, router_dot4(ld4<T>(w, i4), ldx4<T>(x, i4)));
+    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
+        const float4 a = ld4<T>(w, i4), b = ldx4<T>(x, i4);
+        sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
     return g32_sum_f(sum);
 }
-
-// ST_ROUTE_FAST (opt-in A/B build, -DST_ROUTE_FAST=1; 2026-11-30i, written without a GPU, unmeasured): the top-k of
-// up to 128 experts over per-lane lists sorted once, one warp max and a ballot per pick (a second reduction only for
-// tied values) instead of a four-way local max and two warp reductions per pick. Same picks, order and weights (a
-// Python model of both pick rules agreed on 20,000 random routes with forced ties and K > E).
-#ifndef ST_ROUTE_FAST
-#define ST_ROUTE_FAST 0
-#endif
-// ST_ROUTE_CPU_SOFTMAX (default 1; 0 for an A/B build): for E a multiple of 16 the route's softmax computes the CPU
-// engine's st_softmax bits (cpu/ops.c): ggml's vector exp (st_am_expf, float), sums of 16 experts in hsum16's tree
-// (xor butterflies 8, 4, 2, 1 within 16 lanes), accumulated in double in expert order. Before, a double-precision
-// exp per expert (a long chain with special-case branches, the four of a lane one after the other) and a
-// different sum gave probabilities an ulp or so off the CPU's. 2026-11-30i, written without a GPU, unmeasured.
-#ifndef ST_ROUTE_CPU_SOFTMAX
-#define ST_ROUTE_CPU_SOFTMAX 1
-#endif
 
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
 template <int PL>
@@ -180,32 +165,13 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
     }
     mx = g32_max(mx);
     double sum = 0;
-#if ST_ROUTE_CPU_SOFTMAX && ST_WARP_SIZE == 32
-    if (E % 16 == 0) {  // uniform; the CPU's st_softmax (see ST_ROUTE_CPU_SOFTMAX)
-        float gs[PL];   // the sum of lane's 16-expert group (experts 32 j + 16 (lane / 16) ..), in hsum16's order
 #pragma unroll
-        for (int j = 0; j < PL; j++) {
-            const int e = lane + j * G32;
-            p[j] = e < E ? st_am_expf(__fsub_rn(p[j], mx)) : 0.0f;
-            float t = p[j];
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
-            gs[j] = t;
-        }
-#pragma unroll
-        for (int j = 0; j < PL; j++)  // groups 2 j and 2 j + 1, in expert order (empty groups add 0)
-            sum = (sum + (double)__shfl_sync(0xffffffffu, gs[j], 0)) + (double)__shfl_sync(0xffffffffu, gs[j], 16);
-    } else
-#endif
-    {
-#pragma unroll
-        for (int j = 0; j < PL; j++) {
-            const int e = lane + j * G32;
-            p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
-            sum += p[j];
-        }
-        sum = g32_sum_d(sum);
+    for (int j = 0; j < PL; j++) {
+        const int e = lane + j * G32;
+        p[j] = e < E ? (float)exp((double)(p[j] - mx)) : 0.0f;  // accurate exp: the weights feed the sum
+        sum += p[j];
     }
+    sum = g32_sum_d(sum);
     const float inv = (float)(1.0 / sum);
 #pragma unroll
     for (int j = 0; j < PL; j++) {
@@ -215,68 +181,32 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
     float my_w = 0.0f;  // lane k keeps the k-th pick
     int32_t my_id = 0;
     double wsum = 0;
-#if ST_ROUTE_FAST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
-    constexpr bool fast = PL == 4;
-#else
-    constexpr bool fast = false;
-#endif
-    if constexpr (fast) {
-        // The lane's four (value, id) in pick order: value descending, the lower id first among equal values.
-        float v[4];
-        int id[4];
+    for (int k = 0; k < K; k++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
 #pragma unroll
-        for (int j = 0; j < 4; j++) v[j] = p[j], id[j] = p[j] >= 0.0f ? lane + j * G32 : 0x7fffffff;
-        auto cas = [&](int a, int b) {
-            const bool sw = v[b] > v[a] || (v[b] == v[a] && id[b] < id[a]);
-            const float tv = v[a];
-            const int ti = id[a];
-            v[a] = sw ? v[b] : v[a], id[a] = sw ? id[b] : id[a];
-            v[b] = sw ? tv : v[b], id[b] = sw ? ti : id[b];
-        };
-        cas(0, 1), cas(2, 3), cas(0, 2), cas(1, 3), cas(1, 2);
-        for (int k = 0; k < K; k++) {
-            const unsigned key = v[0] >= 0.0f ? __float_as_uint(v[0]) + 1u : 0u;  // as below
-            const unsigned mk = __reduce_max_sync(0xffffffffu, key);
-            bool win = key == mk;
-            if (__popc(__ballot_sync(0xffffffffu, win)) != 1)  // a tie (or none left): the lowest id holding it
-                win = win && (unsigned)id[0] == __reduce_min_sync(0xffffffffu, win ? (unsigned)id[0] : 0x7fffffffu);
-            const float bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
-            if (win) {  // the pick's id from its lane; the lane moves to its next value
-                ids[k] = id[0];
-                v[0] = v[1], v[1] = v[2], v[2] = v[3], v[3] = -1.0f;
-                id[0] = id[1], id[1] = id[2], id[2] = id[3], id[3] = 0x7fffffff;
-            }
-            if (lane == k) my_w = bv;
-            wsum += (double)bv;  // k ascending, in double, as the CPU
-        }
-    } else {
-        for (int k = 0; k < K; k++) {
-            float bv = -1.0f;
-            int bi = 0x7fffffff;
-#pragma unroll
-            for (int j = 0; j < PL; j++)
-                if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
+        for (int j = 0; j < PL; j++)
+            if (p[j] > bv) bv = p[j], bi = lane + j * G32;  // strict: the lower id wins within a lane
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
-            // Two warp reductions (one instruction each) instead of five shuffle rounds: the largest value (p >= 0:
-            // its float bits order like the values; +1 keeps 0.0 above "none"), then the lowest id holding it.
-            const unsigned key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
-            const unsigned mk = __reduce_max_sync(0xffffffffu, key);
-            bi = (int)__reduce_min_sync(0xffffffffu, key == mk ? (unsigned)bi : 0x7fffffffu);
-            bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
+        // Two warp reductions (one instruction each) instead of five shuffle rounds: the largest value (p >= 0: its
+        // float bits order like the values; +1 keeps 0.0 above "none"), then the lowest id holding it.
+        const unsigned key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
+        const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == mk ? (unsigned)bi : 0x7fffffffu);
+        bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
 #else
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
-                const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
-                if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-            }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(ST_WARP_MASK, bv, o);
+            const int oi = __shfl_xor_sync(ST_WARP_MASK, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
 #endif
 #pragma unroll
-            for (int j = 0; j < PL; j++)
-                if (lane + j * G32 == bi) p[j] = -1.0f;
-            if (lane == k) my_w = bv, my_id = bi;
-            wsum += (double)bv;  // k ascending, in double, as the CPU
-        }
+        for (int j = 0; j < PL; j++)
+            if (lane + j * G32 == bi) p[j] = -1.0f;
+        if (lane == k) my_w = bv, my_id = bi;
+        wsum += (double)bv;  // k ascending, in double, as the CPU
     }
     if (lane < K) {
         float w = my_w;
@@ -285,7 +215,7 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
             if (!(fs >= 6.103515625e-5f)) fs = 6.103515625e-5f;
             w = __fdiv_rn(my_w, fs);
         }
-        if constexpr (!fast) ids[lane] = my_id;  // (the fast path's picks wrote their ids)
+        ids[lane] = my_id;
         weights[lane] = w;
     }
 }
@@ -337,7 +267,7 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
             if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;
             int32_t q[8];
             float2 ds;
-            st_qb_load_act(xs[n], xs[n] + (size_t)nitems * 32, it, q, ds);
+            load_act(xs[n], xs[n] + (size_t)nitems * 32, it, q, ds);
             st_qb_w w;
             st_qb_unpack(TYPE, r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
@@ -375,7 +305,7 @@ __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uin
     DEC_FOR_ITEMS(it, nitems, lane) {
         int32_t q[8];
         float2 ds;
-        st_qb_load_act(xq, xds, it, q, ds);
+        load_act(xq, xds, it, q, ds);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;

@@ -92,9 +92,11 @@ __global__ void __launch_bounds__(MMVQ_WARPS * ST_WARP_SIZE) st_k_mmvq(const st_
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (NT == 1 || t < a.n_tok) {
-                    float2 ds;
-                    st_qb_load_act(xq + (size_t)t * (size_t)a.xq_stride, xds + (size_t)t * (size_t)a.xq_stride, it,
-                                   q[t], ds);
+                    const uint4 *qp = (const uint4 *)(xq + (size_t)t * (size_t)a.xq_stride + (size_t)it * 32);
+                    const uint4 v0 = qp[0], v1 = qp[1];
+                    q[t][0] = (int32_t)v0.x, q[t][1] = (int32_t)v0.y, q[t][2] = (int32_t)v0.z, q[t][3] = (int32_t)v0.w;
+                    q[t][4] = (int32_t)v1.x, q[t][5] = (int32_t)v1.y, q[t][6] = (int32_t)v1.z, q[t][7] = (int32_t)v1.w;
+                    const float2 ds = ((const float2 *)(xds + (size_t)t * (size_t)a.xq_stride))[it];
                     d8[t] = ds.x, s8[t] = ds.y;
                 } else {
 #pragma unroll
@@ -218,8 +220,11 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
     for (int r = 0; r < RW; r++) acc[r] = 0.0f;
     for (int it = lane; it < a.nitems; it += ST_WARP_SIZE) {
         int32_t q[8];
-        float2 ds;
-        st_qb_load_act(a.xq, xds, it, q, ds);
+        const uint4 *qp = (const uint4 *)(a.xq + (size_t)it * 32);
+        const uint4 v0 = qp[0], v1 = qp[1];
+        q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
+        q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
+        const float2 ds = ((const float2 *)xds)[it];
         const int blk = it / IPB, j = it % IPB;
 #pragma unroll
         for (int r = 0; r < RW; r++) {

@@ -700,18 +700,6 @@ ST_HD float st_qb_dot(int type, const uint8_t *x, int j, const int32_t *q, float
 //   row stride                st_q8_1_row_bytes(ne0): 40 nb rounded up to 128 bytes (rows stay 16-byte aligned)
 ST_HD int64_t st_q8_1_row_bytes(int64_t ne0) { return ((ne0 / 32) * 40 + 127) / 128 * 128; }
 
-#if defined(__CUDACC__)
-// Block `it` of a planar q8_1 row (quants at xq, the (d, s) pairs at xds = xq + 32 nb): the quants as 8 words.
-__device__ __forceinline__ void st_qb_load_act(const uint8_t *xq, const uint8_t *xds, int it, int32_t q[8],
-                                               float2 &ds) {
-    const uint4 *qp = (const uint4 *)(xq + (size_t)it * 32);
-    const uint4 v0 = qp[0], v1 = qp[1];
-    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
-    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
-    ds = ((const float2 *)xds)[it];
-}
-#endif
-
 // Reference quantization of one 32-float block (the GPU kernel computes the same thing across a warp).
 ST_HD void st_qb_quantize_q8_1(const float *x, int8_t *q, float *d, float *s) {
     float amax = 0.0f;
