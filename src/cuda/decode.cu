@@ -404,32 +404,12 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
 // ROUTE (one token): the ids are not an input; every block routes the token itself from the router's logits
 // (route_group, the CPU's route, as the router kernel's last block would) and block (0, 0) writes ids and weights
 // for the down kernel: the router launch ends with its logits, without its fence / counter / route tail.
-// down_bytes > 0: the blocks of each pair also prefetch that expert's down matrix (down_bytes contiguous bytes from
-// its table entry) into L2, a slice per block, right after the route: the down launch that follows then reads its
-// weights from L2 instead of waiting on DRAM behind the GLU (one prefetch per thread or fewer; the decode kernels
-// are latency chains, DRAM is mostly idle during the GLU's own wait).
 struct glu_route {
     const float *logits;  // [E] the router's logits
     int norm;             // renormalise the top-k weights
     int32_t *ids;         // [K] out
     float *weights;       // [K] out
-    long long down_bytes; // bytes of one expert's down matrix to prefetch into L2 (0: none)
 };
-
-// GLU_PF_DOWN_AT_END (A/B build): the down prefetch after the block's row dots instead of before them (where the
-// warp waits for the down table entry, loaded beside the gate / up entries, before its first weight load).
-#ifndef GLU_PF_DOWN_AT_END
-#define GLU_PF_DOWN_AT_END 0
-#endif
-// This block's slice of expert e's down matrix into L2 (128-byte lines; rt.down_bytes 0: nothing).
-template <bool ROUTE>
-__device__ __forceinline__ void glu_prefetch_down(const uint8_t *const *tbl, int e, const glu_route &rt) {
-    if (!ROUTE || rt.down_bytes <= 0) return;
-    const uint8_t *down = st_tbl_entry(tbl, 3 * e + 2);
-    const long long n_lines = (rt.down_bytes + 127) / 128, step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n_lines; i += step)
-        st_prefetch_l2(down + i * 128);
-}
 
 template <int TYPE, int R = 1, bool ROUTE = false>
 __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
@@ -458,7 +438,6 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     for (int j = 0; j < R; j++) v[j] = f_nan();
     if (e >= 0 && e < E) {
         const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
-        if (!GLU_PF_DOWN_AT_END) glu_prefetch_down<ROUTE>(tbl, e, rt);
         const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
         float a[R], b[R];
         if constexpr (TYPE == 0) {
@@ -484,7 +463,6 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
         }
 #pragma unroll
         for (int j = 0; j < R; j++) v[j] = st_am_silu_mul(a[j], b[j]);  // the CPU's SwiGLU, bit for bit
-        if (GLU_PF_DOWN_AT_END) glu_prefetch_down<ROUTE>(tbl, e, rt);
     }
     float *arow = act + (size_t)p * (size_t)n_ff;
     if (lane == 0)
@@ -546,7 +524,7 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
     if (route && fn == k_moe_glu<0, 1>)
         return st_err("st_cuda_moe_route_glu_q: gate/up type %s has no routing instance", st_type_name(gu_type));
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
-    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL, 0};
+    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL};
     const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
@@ -566,11 +544,9 @@ extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_ex
 extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
                                        int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
                                        int32_t *ids, float *weights, float *act, void *actq, int act_format,
-                                       int32_t *counters, int64_t down_prefetch_bytes, cudaStream_t stream) {
+                                       int32_t *counters, cudaStream_t stream) {
     if (!actq) return st_err("st_cuda_moe_route_glu_q: no quantized output given");
-    if (down_prefetch_bytes < 0) return st_err("st_cuda_moe_route_glu_q: down_prefetch_bytes %lld < 0",
-                                               (long long)down_prefetch_bytes);
-    const glu_route rt = {logits, norm, ids, weights, (long long)down_prefetch_bytes};
+    const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
                    stream);
 }

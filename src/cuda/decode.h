@@ -99,13 +99,10 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 // One token: the route from the router's logits [n_expert] (as st_cuda_router_topk's last block: ids and weights
 // written, [n_used]) taken inside the GLU launch, then st_cuda_moe_glu_q of those experts; bit for bit
 // st_cuda_router_topk + st_cuda_moe_glu_q. n_used <= 32, n_expert <= 512. Default for one token
-// (STRATA_GLU_ROUTE=0: the router routes). down_prefetch_bytes > 0: each selected expert's down matrix (that many
-// contiguous bytes from its table entry, which must all be readable device memory) is prefetched into L2 for the
-// down launch that follows; 0: none.
+// (STRATA_GLU_ROUTE=0: the router routes).
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
-                            float *act, void *actq, int act_format, int32_t *counters, int64_t down_prefetch_bytes,
-                            cudaStream_t stream);
+                            float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
 
 // Down projection of the selected experts, the weighted sum in rank order and the residual add, per token t:
 //   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each

@@ -114,7 +114,6 @@ struct st_gpu_session {
     size_t gemm_scratch_bytes;
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
-    int glu_pf_down;            // ... and prefetches the selected experts' down matrices into L2 (STRATA_GLU_PF_DOWN=0 off)
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
@@ -506,8 +505,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
-    const char *gpd = getenv("STRATA_GLU_PF_DOWN");
-    s->glu_pf_down = !(gpd && *gpd == '0');
     if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
         const char *bps = getenv("STRATA_FFN_BPS");
         s->moe_ffn_grid = st_cuda_dec_moe_grid((int64_t)d, bps ? atoi(bps) : 0);
@@ -882,9 +879,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int dfmt = st_cuda_act_format(L->down_exps.type);
             if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
-                                                      s->ffn_a, s->xq2, dfmt, s->dec_counters,
-                                                      s->glu_pf_down ? d * (int64_t)st_row_size(L->down_exps.type, F) : 0,
-                                                      st)
+                                                      s->ffn_a, s->xq2, dfmt, s->dec_counters, st)
                             : RUN(DEC_SKIP_GLU, st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts,
                                                                   E, d, F, s->xq, s->d_ids, n, K, s->ffn_a, s->xq2,
                                                                   dfmt, s->dec_counters, st))) ||

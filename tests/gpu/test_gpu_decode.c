@@ -700,10 +700,8 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
                                       dcnt, 0));
             } else {
                 CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, 0));
-                // run 2 with the down matrices' L2 prefetch (a hint: the same bits)
                 CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dlog, norm, K, dids, dw,
-                                            dact, daq, dfmt, dcnt, v == 2 ? (int64_t)d * st_row_size(down_type, F) : 0,
-                                            0));
+                                            dact, daq, dfmt, dcnt, 0));
             }
             CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx, 0));
             d2h(v ? g1 : r1, dx, sizeof(float) * d), d2h(v ? gid1 : rid1, dids, sizeof(int32_t) * K);
