@@ -4,17 +4,20 @@
 # shapes and types, so per-layer kernels are representative), skips the first decode steps and records one
 # step's kernels (graph nodes profiled one by one: durations exclude launch gaps). Prints per kernel: duration,
 # DRAM bytes read, DRAM throughput (% of peak), achieved occupancy, grid, registers; then the sum per layer.
-#   usage: bench/profile_decode.sh [--layers N] [--depth D] [--detail KERNEL_REGEX]
+#   usage: bench/profile_decode.sh [--layers N] [--depth D] [--detail KERNEL_REGEX] [--source KERNEL_REGEX]
 #   --detail: also a full-section report (warp stall reasons, memory chart) of the first launch of each kernel
 #             whose name matches, written to $OUT/ncu-detail.txt.
+#   --source: per-instruction warp stall samples (SASS) of one launch of the matching kernel: $OUT/ncu-source.csv,
+#             the 40 instructions with the most samples printed.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-layers=4; depth=0; detail=""
+layers=4; depth=0; detail=""; source=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --layers) layers=$2; shift ;;
     --depth) depth=$2; shift ;;
     --detail) detail=$2; shift ;;
+    --source) source=$2; shift ;;
     -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "profile_decode.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -72,4 +75,29 @@ if [ -n "$detail" ]; then
     --section LaunchStats --section Occupancy --section SourceCounters --metrics "$stalls" $bin bench -m "$m" -p 0 -n 12 -d "$depth" -r 1 > "$out/ncu-detail.txt" 2>&1
   grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Stall|stalled|Warp Cycles|Registers|Theoretical Occ|L2 Hit|Block Limit" \
     "$out/ncu-detail.txt" | head -${STRATA_PROFILE_LINES:-120}
+fi
+if [ -n "$source" ]; then
+  "$NCU" --clock-control none --graph-profiling node --launch-skip $((layers * 3)) -k "regex:$source" --launch-count 1 \
+    --section WarpStateStats --section SourceCounters -f -o "$out/ncu-source" $bin bench -m "$m" -p 0 -n 12 -d "$depth" \
+    -r 1 > "$out/ncu-source.log" 2>&1 || { tail -5 "$out/ncu-source.log"; exit 1; }
+  "$NCU" --import "$out/ncu-source.ncu-rep" --page source --csv --print-source sass > "$out/ncu-source.csv" 2>&1 ||
+    { head -5 "$out/ncu-source.csv"; exit 1; }
+  python3 - "$out/ncu-source.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+hdr_i = next((i for i, r in enumerate(rows) if any("Stall Sampling" in c for c in r)), None)
+if hdr_i is None:
+    print("no stall-sampling column; first lines:"); [print(",".join(r)[:160]) for r in rows[:5]]; sys.exit(0)
+hdr, body = rows[hdr_i], rows[hdr_i + 1:]
+col = next(i for i, c in enumerate(hdr) if "Stall Sampling (All" in c or "Stall Sampling" in c)
+src = next((i for i, c in enumerate(hdr) if c.strip() in ("Source", "SASS")), 1)
+addr = next((i for i, c in enumerate(hdr) if "Address" in c), 0)
+def num(v):
+    try: return float(v.replace(",", ""))
+    except ValueError: return 0.0
+tot = sum(num(r[col]) for r in body if len(r) > col)
+print(f"stall samples: {tot:.0f} over {len(body)} instructions (column '{hdr[col]}')")
+for r in sorted((r for r in body if len(r) > col), key=lambda r: -num(r[col]))[:40]:
+    print(f"{num(r[col]) / max(tot, 1) * 100:5.1f}%  {r[addr]:>6s}  {r[src][:90]}")
+PY
 fi

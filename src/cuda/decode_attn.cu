@@ -367,6 +367,18 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_L2_PREFETCH
 #define ATC_L2_PREFETCH 1
 #endif
+// ATC_BULK (default 1; 0 for an A/B build, and the path where sm_90's bulk copies do not exist): each warp's K/V
+// tile arrives by 32 bulk copies (one 16 x 2 x HD x 2-byte row per lane, TMA's 1-D form) completing on an mbarrier
+// per stage, into row-major staging whose row strides (2 HD + 64 bytes for K, 2 HD + 16 for V) keep the fragment
+// loads free of bank conflicts, instead of 16 cp.async of 16 bytes per thread into per-thread slots. At depth 16K
+// Nsight's stall sampling put 29% of the kernel's stalls on issuing the first tiles' cp.async (MIO and LSU queue
+// throttles, 2026-11-30j) and more in the loop's.
+#ifndef ATC_BULK
+#define ATC_BULK 1
+#endif
+#define ATC_KSTR(hd) (2 * (hd) + 64)  // bulk staging: bytes per K row
+#define ATC_VSTR(hd) (2 * (hd) + 16)  // bulk staging: bytes per V row
+#define ATC_WSB(hd) (16 * ATC_KSTR(hd) + 16 * ATC_VSTR(hd))  // bulk staging: bytes per warp and stage
 #ifndef ATC_SG
 #define ATC_SG 8                          // splits per level-1 merge group (-D for an A/B build)
 #endif
@@ -384,7 +396,9 @@ __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, in
     }
 }
 
-static size_t atc_smem_bytes(int hd) { return (size_t)ATC_ST * (hd / 8) * ATC_NT * 16; }
+static size_t atc_smem_bytes(int hd) {
+    return ATC_BULK ? (size_t)ATC_ST * ATC_NW * ATC_WSB(hd) : (size_t)ATC_ST * (hd / 8) * ATC_NT * 16;
+}
 
 __device__ __forceinline__ uint32_t atc_h2(__half2 h) { return *(const uint32_t *)&h; }
 __device__ __forceinline__ uint32_t atc_w(const uint4 &u, int i) {
@@ -509,6 +523,27 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
     const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
     const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
+#if ATC_BULK && ST_TC_BULK
+    // [ATC_ST][ATC_NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes]; one mbarrier per warp and stage.
+    constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = ATC_WSB(HD);
+    __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < ATC_ST; s++) tc_mbar_init(&s_bar[w][s], 1);
+        tc_mbar_fence_init();
+    }
+    __syncwarp();
+    auto stage = [&](int i) { return smem + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
+    auto issue = [&](int i) {
+        if (i >= nbw) return;  // warp-uniform
+        uint8_t *base = stage(i);
+        __syncwarp();  // every lane is done reading this stage's previous tile
+        if (lane == 0) tc_mbar_expect_tx(&s_bar[w][i % ATC_ST], 32 * HD * 2);
+        const int rr = lane % 16, p = min(start + (w + ATC_NW * i) * ATC_TP + rr, end - 1);  // past the end: masked
+        if (lane < 16) tc_bulk_g2s(base + rr * KSTR, kb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
+        else tc_bulk_g2s(base + 16 * KSTR + rr * VSTR, vb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
+    };
+#else
     uint4 *stg = (uint4 *)smem;  // [ATC_ST][NU][ATC_NT]: thread tid's slots at stride ATC_NT
     auto issue = [&](int i) {
         if (i < nbw) {
@@ -530,12 +565,24 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
         }
         tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
     };
+#endif
 #pragma unroll
     for (int i = 0; i < ATC_ST - 1; i++) issue(i);
     for (int i = 0; i < nbw; i++) {
         issue(i + ATC_ST - 1);
+#if ATC_BULK && ST_TC_BULK
+        tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
+        const uint8_t *kst = stage(i), *vst = kst + 16 * KSTR;
+        // K row 8 j + g, bytes 64 u + 16 t (halves 32 u + 8 t, as the slots held); V row (r >> 1) 8 + 2 t + (r & 1),
+        // bytes 128 c + 16 g.
+#define ATC_KW(j, u) (*(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t))
+#define ATC_VW(r, c) (*(const uint4 *)(vst + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * VSTR + 128 * (c) + 16 * g))
+#else
         tc_cp_wait<ATC_ST - 1>();  // tile i has landed (this thread's own copies)
         const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
+#define ATC_KW(j, u) (src[((j) * NK + (u)) * ATC_NT])
+#define ATC_VW(r, c) (src[(2 * NK + (r) * NV + (c)) * ATC_NT])
+#endif
         const int p0 = start + (w + ATC_NW * i) * ATC_TP;
         float sc[2][4];
 #pragma unroll
@@ -543,7 +590,7 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
             sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
             uint4 kw[NK];
 #pragma unroll
-            for (int u = 0; u < NK; u++) kw[u] = src[(j * NK + u) * ATC_NT];
+            for (int u = 0; u < NK; u++) kw[u] = ATC_KW(j, u);
 #pragma unroll
             for (int kk = 0; kk < KS; kk++)
                 tc_mma(sc[j], qa[kk], atc_w(kw[kk / 2], 2 * (kk % 2)), atc_w(kw[kk / 2], 2 * (kk % 2) + 1));
@@ -584,8 +631,7 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
         }
 #pragma unroll
         for (int c = 0; c < NV; c++) {
-            const uint4 v0 = src[(2 * NK + 0 * NV + c) * ATC_NT], v1 = src[(2 * NK + 1 * NV + c) * ATC_NT];
-            const uint4 v2 = src[(2 * NK + 2 * NV + c) * ATC_NT], v3 = src[(2 * NK + 3 * NV + c) * ATC_NT];
+            const uint4 v0 = ATC_VW(0, c), v1 = ATC_VW(1, c), v2 = ATC_VW(2, c), v3 = ATC_VW(3, c);
 #pragma unroll
             for (int i2 = 0; i2 < 8; i2++) {
                 const unsigned sel = i2 % 2 ? 0x7632u : 0x5410u;  // high halves / low halves of the two words
@@ -595,7 +641,11 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
             }
         }
     }
+#undef ATC_KW
+#undef ATC_VW
+#if !(ATC_BULK && ST_TC_BULK)
     tc_cp_wait<0>();
+#endif
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
     __syncthreads();  // every warp is done with its staging: the merges reuse it
@@ -744,8 +794,11 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
         return st_err("st_cuda_attn_dec: no current device");
     int *set = &g_att_tc_smem[dev][HD == 128];
     if (!*set) {  // once per device (the first, eager step: not inside a capture)
-        const cudaError_t e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        // All of the unified L1 / shared memory as shared: two blocks of the bulk staging per SM need 2 x 113.7 KB.
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     (int)cudaSharedmemCarveoutMaxShared);
         if (e != cudaSuccess)
             return st_err("st_cuda_attn_dec: cudaFuncSetAttribute(%zu bytes of shared memory): %s", smem,
                           cudaGetErrorString(e));

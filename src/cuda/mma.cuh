@@ -43,6 +43,48 @@ template <int N> __device__ __forceinline__ void tc_cp_wait() {
 #endif
 }
 
+// Bulk async copies (sm_90, TMA's 1-D form) into shared memory, completed through an mbarrier's transaction
+// count: tc_mbar_init once (one thread, then tc_mbar_fence_init and a sync), per use tc_mbar_expect_tx (one thread:
+// the arrival plus the bytes to wait for) and any number of tc_bulk_g2s, then tc_mbar_wait on the use's phase parity.
+// ST_TC_BULK is 1 where these exist; callers keep another path for the rest.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && ST_TC_PTX
+#define ST_TC_BULK 1
+__device__ __forceinline__ unsigned tc_smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void tc_mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tc_smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void tc_mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void tc_mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(tc_smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+// bytes: a multiple of 16; dst and src 16-byte aligned.
+__device__ __forceinline__ void tc_bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     tc_smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(tc_smem_u32(bar))
+                 : "memory");
+}
+// Waits for the phase of the given parity to complete; traps after ~2^26 polls (a lost copy must not hang the
+// process: the launch fails and the caller reports it).
+__device__ __forceinline__ void tc_mbar_wait(uint64_t *bar, unsigned parity) {
+    const unsigned a = tc_smem_u32(bar);
+    for (unsigned n = 0;; n++) {
+        unsigned done;
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+        if (done) return;
+        if (n > (1u << 26)) __trap();
+    }
+}
+#else
+#define ST_TC_BULK 0
+#endif
+
 // A fragment of m16n8k16 (16 x 16 halves, rows `ld` halves apart): a0 (row g, k 2t), a1 (g+8, 2t), a2 (g, 2t+8),
 // a3 (g+8, 2t+8), each two consecutive halves.
 __device__ __forceinline__ void tc_ld_a(uint32_t (&a)[4], const __half *base, int ld) {
