@@ -367,14 +367,16 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_L2_PREFETCH
 #define ATC_L2_PREFETCH 1
 #endif
-// ATC_BULK (default 1; 0 for an A/B build, and the path where sm_90's bulk copies do not exist): each warp's K/V
+// ATC_BULK (opt-in, -DATC_BULK=1: written 2026-11-30j after the session's last device call, not yet run on a GPU;
+// sm_90 only, the cp.async path elsewhere): each warp's K/V
 // tile arrives by 32 bulk copies (one 16 x 2 x HD x 2-byte row per lane, TMA's 1-D form) completing on an mbarrier
 // per stage, into row-major staging whose row strides (2 HD + 64 bytes for K, 2 HD + 16 for V) keep the fragment
 // loads free of bank conflicts, instead of 16 cp.async of 16 bytes per thread into per-thread slots. At depth 16K
 // Nsight's stall sampling put 29% of the kernel's stalls on issuing the first tiles' cp.async (MIO and LSU queue
-// throttles, 2026-11-30j) and more in the loop's.
+// throttles, 2026-11-30j) and more in the loop's. The SASS issues the 32 copies as a loop over the lanes (UBLKCP
+// takes uniform registers: ~8 instructions per copy); a 2-D tensor map (one copy per tile) would avoid that.
 #ifndef ATC_BULK
-#define ATC_BULK 1
+#define ATC_BULK 0
 #endif
 #define ATC_KSTR(hd) (2 * (hd) + 64)  // bulk staging: bytes per K row
 #define ATC_VSTR(hd) (2 * (hd) + 16)  // bulk staging: bytes per V row
@@ -796,7 +798,7 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
     if (!*set) {  // once per device (the first, eager step: not inside a capture)
         cudaError_t e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         // All of the unified L1 / shared memory as shared: two blocks of the bulk staging per SM need 2 x 113.7 KB.
-        if (e == cudaSuccess)
+        if (ATC_BULK && e == cudaSuccess)
             e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      (int)cudaSharedmemCarveoutMaxShared);
         if (e != cudaSuccess)
