@@ -289,25 +289,12 @@ static void test_get_rows(void) {
 
 // ---- MoE router and weighted sum --------------------------------------------------------------------------------
 
-// The session's route() (engine/session.c): softmax, top-k by repeated max (ties to the lower id), renormalise.
+// The engine's route (engine/session.c): st_softmax, then st_route_topk (top-k by repeated max, ties to the lower
+// id, renormalised in double).
 static void cpu_route(const float *logits, int E, int K, int norm, int32_t *sel, float *wt, float *prob) {
     memcpy(prob, logits, sizeof(float) * E);
     st_softmax(prob, E);
-    for (int k = 0; k < K; k++) {
-        int32_t best = -1;
-        for (int32_t e = 0; e < E; e++) {
-            int taken = 0;
-            for (int j = 0; j < k; j++) taken |= sel[j] == e;
-            if (!taken && (best < 0 || prob[e] > prob[best])) best = e;
-        }
-        sel[k] = best;
-        wt[k] = prob[best];
-    }
-    if (norm) {
-        float sum = 0;
-        for (int k = 0; k < K; k++) sum += wt[k];
-        for (int k = 0; k < K; k++) wt[k] /= sum;
-    }
+    st_route_topk(prob, E, K, norm, sel, wt);
 }
 
 static void test_moe(void) {
