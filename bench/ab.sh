@@ -98,3 +98,4 @@ for i in "${!names[@]}"; do
   mean=$(echo "${results[$i]}" | awk '{s = 0; n = 0; for (k = 1; k <= NF; k++) if ($k != "fail") { s += $k; n++ } printf n ? "%.2f" : "-", n ? s / n : 0}')
   echo "| ${names[$i]} | ${specs[$i]#*=} | ${results[$i]# } | $mean |"
 done
+echo "(strata source $(python3 scripts/src_hash.py): scripts/src_hash.py --rev REV matches a commit)"

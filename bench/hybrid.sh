@@ -109,6 +109,7 @@ if [ $agent = 1 ]; then  # the long agent prompt: 16K of prefill, then 256 decod
 fi
 echo "== benches done in $((SECONDS - t0)) s"
 
+echo "strata source $(python3 scripts/src_hash.py) (scripts/src_hash.py --rev REV matches a commit)"
 python3 - "$out" "$model" "$budgets" "$ncmoe" "$pp" "$tg" <<'EOF' | tee "$out/hybrid.md"
 import json, os, sys
 out, model, budgets, ncmoe, pp, tg = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5], sys.argv[6]

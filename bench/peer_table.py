@@ -33,7 +33,11 @@ def main():
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"model: {os.path.basename(model)} ({os.path.getsize(model) / 2**30:.2f} GiB); GPU: {gpu}; strata commit {commit}")
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    src = subprocess.run([sys.executable, os.path.join(here, "scripts", "src_hash.py"), here], capture_output=True,
+                         text=True).stdout.strip()
+    print(f"model: {os.path.basename(model)} ({os.path.getsize(model) / 2**30:.2f} GiB); GPU: {gpu}; strata source "
+          f"{src} (scripts/src_hash.py --rev REV matches a commit; git HEAD here: {commit})")
     print()
     print("| test | llama.cpp t/s | strata t/s | ratio | strata GB/s |")
     print("| --- | ---: | ---: | ---: | ---: |")
