@@ -89,7 +89,8 @@ hdr_i = next((i for i, r in enumerate(rows) if any("Stall Sampling" in c for c i
 if hdr_i is None:
     print("no stall-sampling column; first lines:"); [print(",".join(r)[:160]) for r in rows[:5]]; sys.exit(0)
 hdr, body = rows[hdr_i], rows[hdr_i + 1:]
-col = next(i for i, c in enumerate(hdr) if "Stall Sampling (All" in c or "Stall Sampling" in c)
+cols = [i for i, c in enumerate(hdr) if "Stall Sampling" in c]
+col = next((i for i in cols if "(All" in hdr[i]), cols[0])
 src = next((i for i, c in enumerate(hdr) if c.strip() in ("Source", "SASS")), 1)
 addr = next((i for i, c in enumerate(hdr) if "Address" in c), 0)
 def num(v):

@@ -34,12 +34,6 @@
 #include "cuda/mma.cuh"  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
 #include "cuda/qblock.h"
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(ST_ATT_NO_ASYNC)
-#include <cuda_pipeline_primitives.h>
-#define ATT_ASYNC 1
-#else
-#define ATT_ASYNC 0
-#endif
 
 #define ATT_NW 4                   // warps per block
 #define ATT_NT (ATT_NW * 32)       // threads per block
@@ -47,24 +41,6 @@
 #define ATT_ST 3                   // staging stages
 #define ATT_MAX_SPLIT 256          // n_split limit (last-block weights in shared memory)
 #define ATT_SMEM 49152             // static shared bytes: the staging, reused by the merges
-
-__device__ __forceinline__ void att_cp16(void *dst_smem, const void *src) {
-#if ATT_ASYNC
-    __pipeline_memcpy_async(dst_smem, src, 16);
-#else
-    *(uint4 *)dst_smem = *(const uint4 *)src;
-#endif
-}
-__device__ __forceinline__ void att_commit() {
-#if ATT_ASYNC
-    __pipeline_commit();
-#endif
-}
-template <int N> __device__ __forceinline__ void att_wait() {
-#if ATT_ASYNC
-    __pipeline_wait_prior(N);
-#endif
-}
 
 __device__ __forceinline__ void att_cvt(const uint4 &u, float *f, const __half *) {
     const __half2 *h = (const __half2 *)&u;
@@ -183,17 +159,17 @@ __global__ void __launch_bounds__(ATT_NT)
 #pragma unroll
             for (int r = 0; r < ATT_NB; r++) {
                 const int p = min(p0 + r * NGW, end - 1);  // past the end: a valid row, masked below
-                att_cp16(&stg[((s * ATT_NB + r) * 2 + 0) * ATT_NT + tid], kb + (int64_t)p * row);
-                att_cp16(&stg[((s * ATT_NB + r) * 2 + 1) * ATT_NT + tid], vb + (int64_t)p * row);
+                tc_cp16(&stg[((s * ATT_NB + r) * 2 + 0) * ATT_NT + tid], kb + (int64_t)p * row, 16);
+                tc_cp16(&stg[((s * ATT_NB + r) * 2 + 1) * ATT_NT + tid], vb + (int64_t)p * row, 16);
             }
         }
-        att_commit();  // an empty group past the end keeps the wait counts uniform
+        tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
     };
 #pragma unroll
     for (int i = 0; i < ATT_ST - 1; i++) issue(i);
     for (int i = 0; i < nbw; i++) {
         issue(i + ATT_ST - 1);
-        att_wait<ATT_ST - 1>();  // batch i has landed
+        tc_cp_wait<ATT_ST - 1>();  // batch i has landed
         const int s = i % ATT_ST, p0 = start + (w + ATT_NW * i) * BP + grp;
         float sc[ATT_NB];
 #pragma unroll
@@ -243,7 +219,7 @@ __global__ void __launch_bounds__(ATT_NT)
             }
         }
     }
-    att_wait<0>();
+    tc_cp_wait<0>();
     __syncthreads();  // every warp is done with its staging: the merges reuse it
 
     // Block merge of the NSUB row-group partials.
@@ -368,8 +344,7 @@ __global__ void __launch_bounds__(ATT_NT)
 #define ATC_L2_PREFETCH 1
 #endif
 // ATC_BULK (opt-in, -DATC_BULK=1: written 2026-11-30j after the session's last device call, not yet run on a GPU;
-// sm_90 only, the cp.async path elsewhere): each warp's K/V
-// tile arrives by 32 bulk copies (one 16 x 2 x HD x 2-byte row per lane, TMA's 1-D form) completing on an mbarrier
+// sm_90 only, the cp.async path elsewhere): each warp's K/V tile arrives by 32 bulk copies (one 16 x 2 x HD x 2-byte row per lane, TMA's 1-D form) completing on an mbarrier
 // per stage, into row-major staging whose row strides (2 HD + 64 bytes for K, 2 HD + 16 for V) keep the fragment
 // loads free of bank conflicts, instead of 16 cp.async of 16 bytes per thread into per-thread slots. At depth 16K
 // Nsight's stall sampling put 29% of the kernel's stalls on issuing the first tiles' cp.async (MIO and LSU queue
