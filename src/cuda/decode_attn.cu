@@ -343,15 +343,20 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_L2_PREFETCH
 #define ATC_L2_PREFETCH 1
 #endif
-// ATC_BULK (opt-in, -DATC_BULK=1: written 2026-11-30j after the session's last device call, not yet run on a GPU;
-// sm_90 only, the cp.async path elsewhere): each warp's K/V tile arrives by 32 bulk copies (one 16 x 2 x HD x 2-byte row per lane, TMA's 1-D form) completing on an mbarrier
-// per stage, into row-major staging whose row strides (2 HD + 64 bytes for K, 2 HD + 16 for V) keep the fragment
-// loads free of bank conflicts, instead of 16 cp.async of 16 bytes per thread into per-thread slots. At depth 16K
-// Nsight's stall sampling put 29% of the kernel's stalls on issuing the first tiles' cp.async (MIO and LSU queue
-// throttles, 2026-11-30j) and more in the loop's. The SASS issues the 32 copies as a loop over the lanes (UBLKCP
-// takes uniform registers: ~8 instructions per copy); a 2-D tensor map (one copy per tile) would avoid that.
+// ATC_BULK (sm_90; the cp.async path elsewhere): a block with at least ATC_BULK_MIN_TILES tiles stages its K/V by
+// bulk copies instead of cp.async: each warp's tile arrives by 32 bulk copies (one 2 x HD-byte row per lane, TMA's
+// 1-D form) completing on an mbarrier per stage, into row-major staging whose row strides (2 HD + 64 bytes for K,
+// 2 HD + 16 for V) keep the fragment loads free of bank conflicts, instead of 16 cp.async of 16 bytes per thread
+// into per-thread slots. At depth 16K Nsight's stall sampling put 29% of the kernel's stalls on issuing the first
+// tiles' cp.async (MIO and LSU queue throttles, 2026-11-30j); bulk staging for every block measured tg64 @ d16384
+// 332.1 vs 316.4 tok/s but tg128 466.5 vs 474.5 (2026-12-01, bench/ab.sh): the SASS issues the 32 copies as a loop
+// over the lanes (UBLKCP takes uniform registers, ~8 instructions per copy), which a block of few tiles pays on its
+// critical path. 0: never, 1: blocks of >= ATC_BULK_MIN_TILES tiles (default), 2: every block.
 #ifndef ATC_BULK
-#define ATC_BULK 0
+#define ATC_BULK 1
+#endif
+#ifndef ATC_BULK_MIN_TILES
+#define ATC_BULK_MIN_TILES 16  // 4 tiles per warp
 #endif
 #define ATC_KSTR(hd) (2 * (hd) + 64)  // bulk staging: bytes per K row
 #define ATC_VSTR(hd) (2 * (hd) + 16)  // bulk staging: bytes per V row
@@ -373,8 +378,9 @@ __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, in
     }
 }
 
-static size_t atc_smem_bytes(int hd) {
-    return ATC_BULK ? (size_t)ATC_ST * ATC_NW * ATC_WSB(hd) : (size_t)ATC_ST * (hd / 8) * ATC_NT * 16;
+static size_t atc_smem_bytes(int hd) {  // the larger of the two stagings where both may run
+    const size_t cp = (size_t)ATC_ST * (hd / 8) * ATC_NT * 16, bulk = (size_t)ATC_ST * ATC_NW * ATC_WSB(hd);
+    return ATC_BULK && bulk > cp ? bulk : cp;
 }
 
 __device__ __forceinline__ uint32_t atc_h2(__half2 h) { return *(const uint32_t *)&h; }
@@ -424,6 +430,147 @@ __device__ void atc_merge(const float *o, const float *ml, int stride, int s0, i
         }
     }
     __syncthreads();
+}
+
+// The block's tiles [start, end) into the warp's running (m, lsum, o): Q . K^T, online softmax, P . V, each warp on
+// tiles w, w + ATC_NW, ... ; staging by cp.async (BULK false) or bulk copies (BULK true, sm_90; see ATC_BULK).
+template <int HD, bool BULK>
+__device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4],
+                                          float &m, float &lsum, int start, int end, int n_tiles,
+                                          const __half *kb, const __half *vb, int64_t row, float scale) {
+    constexpr int NK = HD / 32, NV = HD / 64, NU = 2 * NK + 4 * NV, KS = HD / 16, DT = HD / 8;
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
+    // Bulk: [ATC_ST][ATC_NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes], one mbarrier per warp and stage.
+    // Otherwise: [ATC_ST][NU][ATC_NT] uint4, thread tid's slots at stride ATC_NT.
+    constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = ATC_WSB(HD);
+    __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
+    uint4 *stg = (uint4 *)smem;
+    auto stage = [&](int i) { return smem + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
+#if ST_TC_BULK
+    if constexpr (BULK) {
+        if (lane == 0) {
+#pragma unroll
+            for (int s = 0; s < ATC_ST; s++) tc_mbar_init(&s_bar[w][s], 1);
+            tc_mbar_fence_init();
+        }
+        __syncwarp();
+    }
+#endif
+    auto issue = [&](int i) {
+        if constexpr (BULK) {
+#if ST_TC_BULK
+            if (i >= nbw) return;  // warp-uniform
+            uint8_t *base = stage(i);
+            __syncwarp();  // every lane is done reading this stage's previous tile
+            if (lane == 0) tc_mbar_expect_tx(&s_bar[w][i % ATC_ST], 32 * HD * 2);
+            const int rr = lane % 16, p = min(start + (w + ATC_NW * i) * ATC_TP + rr, end - 1);  // past the end: masked
+            if (lane < 16) tc_bulk_g2s(base + rr * KSTR, kb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
+            else tc_bulk_g2s(base + 16 * KSTR + rr * VSTR, vb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
+#endif
+        } else {
+            if (i < nbw) {
+                const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+                uint4 *dst = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int p = min(p0 + 8 * j + g, end - 1);  // past the end: a valid row, masked below
+#pragma unroll
+                    for (int u = 0; u < NK; u++)
+                        tc_cp16(dst + (j * NK + u) * ATC_NT, kb + p * row + 32 * u + 8 * t, 16);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int p = min(p0 + (r >> 1) * 8 + 2 * t + (r & 1), end - 1);
+#pragma unroll
+                    for (int c = 0; c < NV; c++)
+                        tc_cp16(dst + (2 * NK + r * NV + c) * ATC_NT, vb + p * row + 64 * c + 8 * g, 16);
+                }
+            }
+            tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
+        }
+    };
+#pragma unroll
+    for (int i = 0; i < ATC_ST - 1; i++) issue(i);
+    for (int i = 0; i < nbw; i++) {
+        issue(i + ATC_ST - 1);
+        const uint8_t *kst = stage(i), *vst = kst + 16 * KSTR;
+        const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
+        if constexpr (BULK) {
+#if ST_TC_BULK
+            tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
+#endif
+        } else {
+            tc_cp_wait<ATC_ST - 1>();  // tile i has landed (this thread's own copies)
+        }
+        // Bulk: K row 8 j + g, bytes 64 u + 16 t (halves 32 u + 8 t, as the slots hold); V row (r >> 1) 8 + 2 t +
+        // (r & 1), bytes 128 c + 16 g.
+#define ATC_KW(j, u) \
+    (BULK ? *(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t) : src[((j) * NK + (u)) * ATC_NT])
+#define ATC_VW(r, c)                                                                                      \
+    (BULK ? *(const uint4 *)(vst + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * VSTR + 128 * (c) + 16 * g) \
+          : src[(2 * NK + (r) * NV + (c)) * ATC_NT])
+        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+        float sc[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            uint4 kw[NK];
+#pragma unroll
+            for (int u = 0; u < NK; u++) kw[u] = ATC_KW(j, u);
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++)
+                tc_mma(sc[j], qa[kk], atc_w(kw[kk / 2], 2 * (kk % 2)), atc_w(kw[kk / 2], 2 * (kk % 2) + 1));
+        }
+        float x[4], mx = -INFINITY;  // positions p0 + 8 j + 2 t + e as x[2 j + e]
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float v = (sc[j][e] + sc[j][2 + e]) * scale;
+                x[2 * j + e] = p0 + 8 * j + 2 * t + e < end ? v : -INFINITY;
+                mx = fmaxf(mx, x[2 * j + e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 1, 32));
+        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 2, 32));
+        const float mn = fmaxf(m, mx);
+        const bool none = mn == -INFINITY;  // cannot happen (a tile's first position is valid); kept for safety
+        const float cr = none ? 1.0f : __expf(m - mn);
+        float p[4], ps = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            p[e] = none ? 0.0f : __expf(x[e] - mn);
+            ps += p[e];
+        }
+        lsum = lsum * cr + ps;
+        m = mn;
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[d][0] *= cr, o[d][1] *= cr, o[d][2] *= cr, o[d][3] *= cr;
+        uint32_t pa[4];
+        {  // P x 2^10 (exact; undone in the block merge), so lo = p - hi of p down to ~1e-5 stays a normal half
+            const float a0 = p[0] * ATC_PS, a1 = p[1] * ATC_PS, a2 = p[2] * ATC_PS, a3 = p[3] * ATC_PS;
+            const __half2 h0 = __floats2half2_rn(a0, a1), h1 = __floats2half2_rn(a2, a3);
+            const float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
+            pa[0] = atc_h2(h0);
+            pa[1] = atc_h2(__floats2half2_rn(a0 - f0.x, a1 - f0.y));
+            pa[2] = atc_h2(h1);
+            pa[3] = atc_h2(__floats2half2_rn(a2 - f1.x, a3 - f1.y));
+        }
+#pragma unroll
+        for (int c = 0; c < NV; c++) {
+            const uint4 v0 = ATC_VW(0, c), v1 = ATC_VW(1, c), v2 = ATC_VW(2, c), v3 = ATC_VW(3, c);
+#pragma unroll
+            for (int i2 = 0; i2 < 8; i2++) {
+                const unsigned sel = i2 % 2 ? 0x7632u : 0x5410u;  // high halves / low halves of the two words
+                const uint32_t b0 = __byte_perm(atc_w(v0, i2 / 2), atc_w(v1, i2 / 2), sel);
+                const uint32_t b1 = __byte_perm(atc_w(v2, i2 / 2), atc_w(v3, i2 / 2), sel);
+                tc_mma(o[8 * c + i2], pa, b0, b1);
+            }
+        }
+    }
+#undef ATC_KW
+#undef ATC_VW
+    if constexpr (!BULK) tc_cp_wait<0>();
 }
 
 template <int HD>
@@ -499,130 +646,12 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
 
     // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
     const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
-    const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
 #if ATC_BULK && ST_TC_BULK
-    // [ATC_ST][ATC_NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes]; one mbarrier per warp and stage.
-    constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = ATC_WSB(HD);
-    __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
-    if (lane == 0) {
-#pragma unroll
-        for (int s = 0; s < ATC_ST; s++) tc_mbar_init(&s_bar[w][s], 1);
-        tc_mbar_fence_init();
-    }
-    __syncwarp();
-    auto stage = [&](int i) { return smem + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
-    auto issue = [&](int i) {
-        if (i >= nbw) return;  // warp-uniform
-        uint8_t *base = stage(i);
-        __syncwarp();  // every lane is done reading this stage's previous tile
-        if (lane == 0) tc_mbar_expect_tx(&s_bar[w][i % ATC_ST], 32 * HD * 2);
-        const int rr = lane % 16, p = min(start + (w + ATC_NW * i) * ATC_TP + rr, end - 1);  // past the end: masked
-        if (lane < 16) tc_bulk_g2s(base + rr * KSTR, kb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
-        else tc_bulk_g2s(base + 16 * KSTR + rr * VSTR, vb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
-    };
-#else
-    uint4 *stg = (uint4 *)smem;  // [ATC_ST][NU][ATC_NT]: thread tid's slots at stride ATC_NT
-    auto issue = [&](int i) {
-        if (i < nbw) {
-            const int p0 = start + (w + ATC_NW * i) * ATC_TP;
-            uint4 *dst = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int p = min(p0 + 8 * j + g, end - 1);  // past the end: a valid row, masked below
-#pragma unroll
-                for (int u = 0; u < NK; u++) tc_cp16(dst + (j * NK + u) * ATC_NT, kb + p * row + 32 * u + 8 * t, 16);
-            }
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int p = min(p0 + (r >> 1) * 8 + 2 * t + (r & 1), end - 1);
-#pragma unroll
-                for (int c = 0; c < NV; c++)
-                    tc_cp16(dst + (2 * NK + r * NV + c) * ATC_NT, vb + p * row + 64 * c + 8 * g, 16);
-            }
-        }
-        tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
-    };
+    if (ATC_BULK == 2 || n_tiles >= ATC_BULK_MIN_TILES)  // uniform per block
+        atc_tiles<HD, true>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
+    else
 #endif
-#pragma unroll
-    for (int i = 0; i < ATC_ST - 1; i++) issue(i);
-    for (int i = 0; i < nbw; i++) {
-        issue(i + ATC_ST - 1);
-#if ATC_BULK && ST_TC_BULK
-        tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
-        const uint8_t *kst = stage(i), *vst = kst + 16 * KSTR;
-        // K row 8 j + g, bytes 64 u + 16 t (halves 32 u + 8 t, as the slots held); V row (r >> 1) 8 + 2 t + (r & 1),
-        // bytes 128 c + 16 g.
-#define ATC_KW(j, u) (*(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t))
-#define ATC_VW(r, c) (*(const uint4 *)(vst + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * VSTR + 128 * (c) + 16 * g))
-#else
-        tc_cp_wait<ATC_ST - 1>();  // tile i has landed (this thread's own copies)
-        const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
-#define ATC_KW(j, u) (src[((j) * NK + (u)) * ATC_NT])
-#define ATC_VW(r, c) (src[(2 * NK + (r) * NV + (c)) * ATC_NT])
-#endif
-        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
-        float sc[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-            uint4 kw[NK];
-#pragma unroll
-            for (int u = 0; u < NK; u++) kw[u] = ATC_KW(j, u);
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++)
-                tc_mma(sc[j], qa[kk], atc_w(kw[kk / 2], 2 * (kk % 2)), atc_w(kw[kk / 2], 2 * (kk % 2) + 1));
-        }
-        float x[4], mx = -INFINITY;  // positions p0 + 8 j + 2 t + e as x[2 j + e]
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float v = (sc[j][e] + sc[j][2 + e]) * scale;
-                x[2 * j + e] = p0 + 8 * j + 2 * t + e < end ? v : -INFINITY;
-                mx = fmaxf(mx, x[2 * j + e]);
-            }
-        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 1, 32));
-        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 2, 32));
-        const float mn = fmaxf(m, mx);
-        const bool none = mn == -INFINITY;  // cannot happen (a tile's first position is valid); kept for safety
-        const float cr = none ? 1.0f : __expf(m - mn);
-        float p[4], ps = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            p[e] = none ? 0.0f : __expf(x[e] - mn);
-            ps += p[e];
-        }
-        lsum = lsum * cr + ps;
-        m = mn;
-#pragma unroll
-        for (int d = 0; d < DT; d++) o[d][0] *= cr, o[d][1] *= cr, o[d][2] *= cr, o[d][3] *= cr;
-        uint32_t pa[4];
-        {  // P x 2^10 (exact; undone in the block merge), so lo = p - hi of p down to ~1e-5 stays a normal half
-            const float a0 = p[0] * ATC_PS, a1 = p[1] * ATC_PS, a2 = p[2] * ATC_PS, a3 = p[3] * ATC_PS;
-            const __half2 h0 = __floats2half2_rn(a0, a1), h1 = __floats2half2_rn(a2, a3);
-            const float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
-            pa[0] = atc_h2(h0);
-            pa[1] = atc_h2(__floats2half2_rn(a0 - f0.x, a1 - f0.y));
-            pa[2] = atc_h2(h1);
-            pa[3] = atc_h2(__floats2half2_rn(a2 - f1.x, a3 - f1.y));
-        }
-#pragma unroll
-        for (int c = 0; c < NV; c++) {
-            const uint4 v0 = ATC_VW(0, c), v1 = ATC_VW(1, c), v2 = ATC_VW(2, c), v3 = ATC_VW(3, c);
-#pragma unroll
-            for (int i2 = 0; i2 < 8; i2++) {
-                const unsigned sel = i2 % 2 ? 0x7632u : 0x5410u;  // high halves / low halves of the two words
-                const uint32_t b0 = __byte_perm(atc_w(v0, i2 / 2), atc_w(v1, i2 / 2), sel);
-                const uint32_t b1 = __byte_perm(atc_w(v2, i2 / 2), atc_w(v3, i2 / 2), sel);
-                tc_mma(o[8 * c + i2], pa, b0, b1);
-            }
-        }
-    }
-#undef ATC_KW
-#undef ATC_VW
-#if !(ATC_BULK && ST_TC_BULK)
-    tc_cp_wait<0>();
-#endif
+        atc_tiles<HD, false>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
     __syncthreads();  // every warp is done with its staging: the merges reuse it

@@ -905,6 +905,10 @@ static void test_attn_dec(void) {
     test_attn_case(577, 32, 4, 128, 1, 256, ST_TYPE_Q8_K);
     test_attn_case(512, 32, 4, 128, 1, 8, ST_TYPE_Q8_0);
     test_attn_case(4500, 9, 3, 64, 1, 71, ST_TYPE_Q8_1);
+    // Blocks of >= 16 tiles stage by bulk copies on sm_90 (decode_attn.cu ATC_BULK), at hd 64 here, with a ragged
+    // last tile; the blocks of the 16385 case above mix both stagings in one launch.
+    test_attn_case(2001, 9, 3, 64, 1, 2, ST_TYPE_Q8_0);
+    test_attn_case(3003, 32, 4, 128, 1, 3, ST_TYPE_Q8_K);
     // The SIMT kernel on f16 caches too (the engine's default for now), then back to the environment's choice.
     printf("  attn_dec: f16 caches took the %s kernel above\n", st_cuda_attn_dec_tc(1) ? "tensor-core" : "SIMT");
     if (st_cuda_attn_dec_tc(1)) {
