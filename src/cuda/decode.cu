@@ -565,7 +565,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
                const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
-               const float *__restrict__ wts, int K, float *out, const float *add) {
+               const float *__restrict__ wts, int K, float *out, const float *add, float *yk) {
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
@@ -611,32 +611,55 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if (rr < DOWN_R && r < d) {
+        if (yk) {  // split (one token): a rank left to the CPU (-1) defers the sum to the combine kernel
+            bool defer = false;
+            for (int k = 0; k < K; k++) defer |= ids[k] == -1;
+            if (defer) {
+                for (int k = 0; k < K; k++) yk[(size_t)k * d + r] = ys[k][rr];
+                return;
+            }
+        }
         const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
         const size_t at = (size_t)t * d + r;
         out[at] = add ? __fadd_rn(add[at], o) : o;
     }
 }
 
-extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,
-                                    int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
-                                    int n_used, float *out, const float *add, cudaStream_t stream) {
+static int moe_down_sum(const char *what, int down_type, const void *const *table, int n_expert, int64_t n_embd,
+                        int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
+                        int n_used, float *out, const float *add, float *yk, cudaStream_t stream) {
     const st_type_info *ti = st_type_get(down_type);
     if (!ti || !st_cuda_dec_supported(down_type) || n_ff <= 0 || n_ff % ti->block_size || n_ff > INT32_MAX / 2)
-        return st_err("st_cuda_moe_down_sum: down type %s with rows of %lld is not supported",
-                      st_type_name(down_type), (long long)n_ff);
+        return st_err("%s: down type %s with rows of %lld is not supported", what, st_type_name(down_type),
+                      (long long)n_ff);
     if (n_embd <= 0 || n_embd > INT32_MAX / 2 || n_tok <= 0 || n_tok > 65535 || n_used <= 0 ||
-        n_used > DOWN_MAX_USED || n_expert <= 0)
-        return st_err("st_cuda_moe_down_sum: n_embd %lld, %d tokens, %d used (<= %d)", (long long)n_embd, n_tok,
-                      n_used, DOWN_MAX_USED);
+        n_used > DOWN_MAX_USED || n_expert <= 0 || (yk && n_tok != 1))
+        return st_err("%s: n_embd %lld, %d tokens (one with a per-rank output), %d used (<= %d)", what,
+                      (long long)n_embd, n_tok, n_used, DOWN_MAX_USED);
     if (!table || !actq || !ids || !weights || !out || ((uintptr_t)actq & 15))
-        return st_err("st_cuda_moe_down_sum: NULL or misaligned device pointer");
+        return st_err("%s: NULL or misaligned device pointer", what);
     const dim3 grid((unsigned)((n_embd + DOWN_R - 1) / DOWN_R), (unsigned)n_tok);
     decltype(&k_moe_down<0>) fn;
     DEC_PICK(fn, k_moe_down, down_type);
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, (const uint8_t *)actq,
-                  (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add);
-    return launch_check("moe_down_sum");
+                  (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, yk);
+    return launch_check(what);
+}
+
+extern "C" int st_cuda_moe_down_split(int down_type, const void *const *table, int n_expert, int64_t n_embd,
+                                      int64_t n_ff, const void *actq, const int32_t *ids_gpu, const float *weights,
+                                      int n_used, float *out, const float *add, float *yk, cudaStream_t stream) {
+    if (!yk) return st_err("st_cuda_moe_down_split: no per-rank output");
+    return moe_down_sum("st_cuda_moe_down_split", down_type, table, n_expert, n_embd, n_ff, actq, ids_gpu, weights, 1,
+                        n_used, out, add, yk, stream);
+}
+
+extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,
+                                    int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
+                                    int n_used, float *out, const float *add, cudaStream_t stream) {
+    return moe_down_sum("st_cuda_moe_down_sum", down_type, table, n_expert, n_embd, n_ff, actq, ids, weights, n_tok,
+                        n_used, out, add, NULL, stream);
 }
 
 // ---- MoE down projection with the input quantization in its prologue ------------------------------------------

@@ -111,6 +111,12 @@ int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert,
 int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                          const void *actq, const int32_t *ids, const float *weights, int n_tok, int n_used,
                          float *out, const float *add, cudaStream_t stream);
+// Hybrid decode with CPU misses (cuda/hybrid.h, one token): st_cuda_moe_down_sum of ids_gpu, whose -1 ranks the
+// CPU computes. When no rank is -1 it is st_cuda_moe_down_sum (out written); otherwise out is left alone and every
+// rank's unweighted row goes to yk [n_used][n_embd] (-1 ranks: NaN) for st_cuda_hy_combine's rank-order sum.
+int st_cuda_moe_down_split(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                           const void *actq, const int32_t *ids_gpu, const float *weights, int n_used, float *out,
+                           const float *add, float *yk, cudaStream_t stream);
 
 // ---- round 2: split-adaptive decode attention, PDL -----------------------------------------------------------
 

@@ -147,9 +147,10 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
     __shared__ int s_ok;
     st_pdl_wait();  // y_gpu, w, seq, add: earlier kernels (a no-op after a plain launch)
     st_pdl_trigger();
-    bool any_cpu = false;  // a CPU rank this layer (ids_gpu -1): only then is there an answer to wait for
+    bool any_cpu = false;  // a CPU rank this layer (ids_gpu -1): else the down kernel wrote out (decode.h)
     for (int k = 0; k < K; k++) any_cpu |= ids_gpu[k] < 0;
-    if (bell && any_cpu) {  // doorbell: wait for the host thread's answer (hybrid.h)
+    if (!any_cpu) return;  // uniform
+    if (bell) {  // doorbell: wait for the host thread's answer (hybrid.h)
         if (threadIdx.x == 0) {
             const uint32_t s = *seq;
             const volatile uint32_t *vb = bell;
@@ -172,7 +173,7 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
     }
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= d) return;
-    const float cpu_nan = bell && any_cpu && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
+    const float cpu_nan = bell && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
     float o = 0.0f;
     for (int k = 0; k < K; k++) {
         // CPU rows: written by the host between launches; ld.cv fetches system memory again rather than trusting

@@ -64,9 +64,11 @@ int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, const void *con
                         const void *vram_hi, uint32_t cpu_q16, uint32_t *carry, int32_t *ids_gpu, int32_t *meta,
                         const float *x, float *hx, int n_embd, uint32_t *cpu_count, cudaStream_t stream);
 
-// The rank-order weighted sum of K expert outputs and the residual add, as the fused down kernel's (decode.h
-// st_cuda_moe_down_q: o = w[0] y_0; o = o + w[k] y_k ...; out = add + o, each step IEEE-rounded), where y_k is
-// y_gpu row k when ids_gpu[k] >= 0, else y_cpu row k (a CPU miss: host memory mapped into the device, read uncached):
+// After st_cuda_moe_down_split (decode.h) of ids_gpu: nothing when no rank is a CPU miss (the down kernel wrote
+// out); otherwise the rank-order weighted sum of the K expert outputs and the residual add, as the fused down
+// kernel's (o = w[0] y_0; o = o + w[k] y_k ...; out = add + o, each step IEEE-rounded), where y_k is y_gpu row k
+// (the down kernel's per-rank rows) when ids_gpu[k] >= 0, else y_cpu row k (host memory mapped into the device,
+// read uncached):
 //   out[r] = add[r] + o[r] for r < n_embd; out may alias add. y_gpu: device f32 [K][n_embd]; y_cpu: mapped
 //   f32 [K][n_embd]; w: device f32 [K].
 int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu, int K,

@@ -862,7 +862,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
                 // hybrid --pcie-frac < 1: a share of the misses computed by CPU workers in parallel (gpu_hybrid.h)
                 if (st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq, s->d_ids,
-                                         s->d_wts, s->ffn_a, s->x, st))
+                                         s->d_wts, s->ffn_a, s->xq2, s->dec_counters, s->x, st))
                     return -1;
                 continue;
             }

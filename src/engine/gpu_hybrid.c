@@ -659,18 +659,26 @@ static int hy_bell_init(st_hybrid *h) {
 }
 
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
-                         const int32_t *ids, const float *wts, float *act, float *x, cudaStream_t st) {
+                         const int32_t *ids, const float *wts, float *act, void *actq, int32_t *counters, float *x,
+                         cudaStream_t st) {
     const st_hparams *hp = &h->m->hp;
     const int K = h->K, E = (int)h->E, d = (int)hp->n_embd, F = (int)hp->n_ff_exp;
+    const int dfmt = st_cuda_act_format(down_type);
     const void *const *tab = st_hybrid_layer_table(h, l);
     uint32_t *cpu_cnt = h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l;
+    // GPU branch: hits and PCIe misses (CPU ranks have id -1: no weight reads) by the all-GPU path's kernels; with a
+    // CPU rank the down kernel leaves x alone and writes each rank's row to y_d for the combine (decode.h
+    // st_cuda_moe_down_split), else it adds the sum itself and the combine does nothing. (The split path used to
+    // run the down kernel as K one-expert tokens, 8x its blocks, and cost ~50 us per layer: 180 vs 325 tok/s at
+    // 16 GiB with almost no CPU misses, 2026-12-01.)
+#define HY_GPU_BRANCH()                                                                                         \
+    (st_cuda_moe_glu_q(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, actq, dfmt, counters, st) ||           \
+     st_cuda_moe_down_split(down_type, tab, E, d, F, actq, h->ids_gpu_d, wts, K, x, x, h->y_d, st))
     if (h->doorbell) {  // classify rings, the host thread computes, combine waits for its answer
         if (st_cuda_hy_classify_bell(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
                                      h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt,
                                      h->bell_seq_d, h->bell_dp, (int)l, st) ||
-            st_cuda_moe_glu(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, st) ||
-            st_cuda_moe_down_q(down_type, tab, E, d, F, act, st_cuda_act_format(down_type), h->ids_gpu_d, h->ones_d,
-                               K, 1, h->y_d, NULL, st))
+            HY_GPU_BRANCH())
             return -1;
         return st_cuda_hy_combine_bell(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, h->bell_seq_d, h->bell_dp,
                                        st);
@@ -683,12 +691,8 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
     HY_CHECK(cudaStreamWaitEvent(h->side, h->ev_fork, 0));
     HY_CHECK(cudaLaunchHostFunc(h->side, hy_host_node, &h->jobs[l]));
     HY_CHECK(cudaEventRecord(h->ev_join, h->side));
-    // GPU branch: hits and PCIe misses (CPU ranks have id -1: no weight reads, NaN rows the combine ignores). The
-    // down kernel runs as K one-expert "tokens" with weight 1, so each row is that expert's unweighted output.
-    if (st_cuda_moe_glu(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, st) ||
-        st_cuda_moe_down_q(down_type, tab, E, d, F, act, st_cuda_act_format(down_type), h->ids_gpu_d, h->ones_d, K, 1,
-                           h->y_d, NULL, st))
-        return -1;
+    if (HY_GPU_BRANCH()) return -1;
+#undef HY_GPU_BRANCH
     HY_CHECK(cudaStreamWaitEvent(st, h->ev_join, 0));  // join
     return st_cuda_hy_combine(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, st);
 }

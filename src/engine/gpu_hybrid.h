@@ -55,12 +55,15 @@ int st_hybrid_cpu_split(const st_hybrid *h);
 // (ids, wts) and st_hybrid_count (capturable: the CPU part is a host node on a side stream):
 //   classify the K experts (hit / PCIe miss / CPU miss) and export the CPU's ids and the row xn to mapped memory;
 //   fork: host node -> CPU miss workers compute their experts into mapped memory;
-//   meanwhile on st: GLU + down of the hits and PCIe misses (the fused decode kernels, CPU ranks skipped);
+//   meanwhile on st: GLU + down of the hits and PCIe misses (the decode kernels of the all-GPU path, CPU ranks
+//   skipped); a layer without CPU misses ends there (x += the down kernel's rank-order sum);
 //   join: x += the rank-order weighted sum over all K, each expert's output from the GPU or the CPU.
 //   xn: device f32 [n_embd] (the router's input); xq: its quantized row for the gate/up type; act: device scratch
-//   f32 [K][n_ff_exp]; x: device f32 [n_embd], the residual stream (updated).
+//   f32 [K][n_ff_exp]; actq: its quantized rows (st_cuda_moe_glu_q's, K rows of st_q8_1_row_bytes(n_ff_exp));
+//   counters: st_cuda_moe_glu_q's (zero between launches); x: device f32 [n_embd], the residual stream (updated).
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
-                         const int32_t *ids, const float *wts, float *act, float *x, cudaStream_t st);
+                         const int32_t *ids, const float *wts, float *act, void *actq, int32_t *counters, float *x,
+                         cudaStream_t st);
 // Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h), one-token decode steps only, all capturable:
 // st_hybrid_step_begin at the step's start (progress word reset), st_hybrid_prefetch after layer l's FFN norm
 // (forks a side branch: layer l+1's router on xn picks P experts, the missing ones are copied and published),

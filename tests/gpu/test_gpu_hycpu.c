@@ -3,9 +3,10 @@
 // gate/up and Q6_K down experts, half of them in device memory ("VRAM slots") and half in page-locked host memory
 // mapped into the device (misses, read zero-copy):
 //   classify   ids_gpu / exported CPU list / activation row / carry / counter == the host rule (cuda/hybrid_split.h)
-//   split==fused  GLU + per-expert down of the GPU's experts, the CPU ranks filled with the GPU's own per-expert
-//              outputs, then the rank-order combine + residual: bit-equal to the fused decode kernels (decode.h
-//              st_cuda_moe_glu + st_cuda_moe_down_q); shares 0, 1/2 and 1
+//   split==fused  the GPU branch (decode.h st_cuda_moe_glu_q + st_cuda_moe_down_split of ids_gpu: the per-rank
+//              rows when a rank is the CPU's, else the sum itself), the CPU ranks filled with the GPU's own
+//              per-expert outputs, then the combine: bit-equal to the all-GPU decode kernels (st_cuda_moe_glu_q +
+//              st_cuda_moe_down_sum); shares 0, 1/2 and 1
 //   graph      the whole sequence captured in a CUDA graph with the CPU part as a host node on a side stream (fork /
 //              join events), replayed with fresh routings: the host node computes its experts with the CPU kernels
 //              (cpu/matmul.h, as place/cpu_experts.c), the output matches the fused reference closely, and replays
@@ -117,7 +118,8 @@ static int cpu_expert(const layer *L, int e, const float *x, float *y) {
 // Device buffers of one step.
 typedef struct {
     float *x, *xn, *act, *y, *yfull, *ref, *out, *wts, *ones;
-    void *xq;
+    void *xq, *actq;       // the gate/up input row; the GLU's quantized output rows [K][st_q8_1_row_bytes(FF)]
+    int32_t *counters;     // st_cuda_moe_glu_q's (zero between launches)
     int32_t *ids, *ids_gpu;
     uint32_t *carry, *cnt;
     int32_t *meta_h, *meta_d;  // mapped
@@ -135,6 +137,10 @@ static void make_bufs(bufs *b) {
     CK(cudaMalloc((void **)&b->wts, sizeof(float) * K));
     CK(cudaMalloc((void **)&b->ones, sizeof(float) * K));
     CK(cudaMalloc(&b->xq, (size_t)st_cuda_q8_1_row_bytes(D)));
+    CK(cudaMalloc(&b->actq, (size_t)st_cuda_q8_1_row_bytes(FF) * K));
+    const size_t cnt_bytes = st_cuda_dec_counters_bytes(FF, K, 1);
+    CK(cudaMalloc((void **)&b->counters, cnt_bytes));
+    CK(cudaMemset(b->counters, 0, cnt_bytes));
     CK(cudaMalloc((void **)&b->ids, sizeof(int32_t) * K));
     CK(cudaMalloc((void **)&b->ids_gpu, sizeof(int32_t) * K));
     CK(cudaMalloc((void **)&b->carry, sizeof(uint32_t)));
@@ -177,21 +183,24 @@ static void fresh_inputs(bufs *b, st_rng *r, int32_t *ids, float *wts, float *x,
     CK(cudaStreamSynchronize(st));  // (pageable sources)
 }
 
-// The fused reference (ref = x + sum_k w_k y_k) and every expert's unweighted output (yfull rows).
+// The all-GPU reference (ref = x + sum_k w_k y_k, the engine's decode kernels) and every expert's unweighted
+// output (yfull rows).
 static void reference(const layer *L, st_cuda_ctx *ctx, bufs *b, cudaStream_t st) {
     const int dfmt = st_cuda_act_format(DN_TYPE);
     ST(st_cuda_quantize_act(ctx, st_cuda_act_format(GU_TYPE), b->xn, b->xq, 1, D, st));
-    ST(st_cuda_moe_glu(GU_TYPE, L->tab_d, E, D, FF, b->xq, b->ids, 1, K, b->act, st));
-    ST(st_cuda_moe_down_q(DN_TYPE, L->tab_d, E, D, FF, b->act, dfmt, b->ids, b->wts, 1, K, b->ref, b->x, st));
+    ST(st_cuda_moe_glu_q(GU_TYPE, L->tab_d, E, D, FF, b->xq, b->ids, 1, K, b->act, b->actq, dfmt, b->counters, st));
+    ST(st_cuda_moe_down_sum(DN_TYPE, L->tab_d, E, D, FF, b->actq, b->ids, b->wts, 1, K, b->ref, b->x, st));
     ST(st_cuda_moe_glu(GU_TYPE, L->tab_d, E, D, FF, b->xq, b->ids, 1, K, b->act, st));
     ST(st_cuda_moe_down_q(DN_TYPE, L->tab_d, E, D, FF, b->act, dfmt, b->ids, b->ones, K, 1, b->yfull, NULL, st));
 }
 
-// The GPU branch of the split: GLU + per-expert down of ids_gpu (CPU ranks -1).
+// The GPU branch of the split (as engine/gpu_hybrid.c): GLU + down of ids_gpu (CPU ranks -1); out = x + the sum
+// when no rank is the CPU's, else each rank's row in y.
 static void gpu_branch(const layer *L, bufs *b, cudaStream_t st) {
-    ST(st_cuda_moe_glu(GU_TYPE, L->tab_d, E, D, FF, b->xq, b->ids_gpu, 1, K, b->act, st));
-    ST(st_cuda_moe_down_q(DN_TYPE, L->tab_d, E, D, FF, b->act, st_cuda_act_format(DN_TYPE), b->ids_gpu, b->ones, K, 1,
-                          b->y, NULL, st));
+    const int dfmt = st_cuda_act_format(DN_TYPE);
+    ST(st_cuda_moe_glu_q(GU_TYPE, L->tab_d, E, D, FF, b->xq, b->ids_gpu, 1, K, b->act, b->actq, dfmt, b->counters,
+                         st));
+    ST(st_cuda_moe_down_split(DN_TYPE, L->tab_d, E, D, FF, b->actq, b->ids_gpu, b->wts, K, b->out, b->x, b->y, st));
 }
 
 static void classify(const layer *L, bufs *b, uint32_t q, cudaStream_t st) {
@@ -226,6 +235,8 @@ static void test_split(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         reference(L, ctx, b, st);
         for (int i = 0; i < ST_HY_META_INTS; i++) b->meta_h[i] = -7;  // poison the export
         for (int i = 0; i < D; i++) b->xrow_h[i] = NAN;
+        CK(cudaMemsetAsync(b->out, 0xff, sizeof(float) * D, st));  // NaN: the split must write every element
+        CK(cudaMemsetAsync(b->y, 0xff, sizeof(float) * K * D, st));
         classify(L, b, q, st);
         gpu_branch(L, b, st);
         CK(cudaStreamSynchronize(st));
@@ -260,7 +271,7 @@ static void test_split(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         CK(cudaMemcpy(y, b->y, sizeof y, cudaMemcpyDeviceToHost));
         for (int k = 0; k < K; k++) {
             int at;
-            if (cls[k] != ST_HY_CPU && !bitwise_eq(y + k * D, yfull + k * D, D, &at)) bad_rows++;
+            if (n_cpu > 0 && cls[k] != ST_HY_CPU && !bitwise_eq(y + k * D, yfull + k * D, D, &at)) bad_rows++;
             for (int i = 0; i < D; i++) b->ycpu_h[k * D + i] = cls[k] == ST_HY_CPU ? yfull[k * D + i] : NAN;
         }
         ST(st_cuda_hy_combine(b->ids_gpu, b->wts, b->y, b->ycpu_d, K, D, b->out, b->x, st));
