@@ -39,7 +39,7 @@ typedef struct strata_engine_params {
     bool arena_mmap;           // host arena = the pack mapped read-only (also STRATA_ARENA_MMAP=1)
     // CPU misses (hybrid decode, --pcie-frac): a share of each layer's misses is computed by CPU threads while the
     // GPU computes the rest; output then differs slightly from all-in-VRAM (CPU arithmetic). false: every miss is
-    // read by the GPU over PCIe and the output is bitwise the all-in-VRAM one (--deterministic).
+    // read by the GPU over PCIe and the output is bitwise the all-in-VRAM one (--deterministic). Default true, auto.
     bool cpu_misses;
     double pcie_frac;          // with cpu_misses: share of the misses the GPU reads over PCIe, 0..1; < 0: auto
     // Hybrid prefill in steps of up to 1024 tokens: CPU threads compute a share of each layer's non-resident

@@ -130,8 +130,9 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.profile_path = e->profile;
     ep.pack_path = e->pack;
     ep.arena_mmap = e->arena_mmap;
-    ep.cpu_misses = e->cpu_misses && !e->deterministic;
-    ep.pcie_frac = e->pcie_frac;
+    // CPU misses unless --deterministic, the split measured at load unless --pcie-frac says (the library default)
+    ep.cpu_misses = !e->deterministic;
+    ep.pcie_frac = e->cpu_misses ? e->pcie_frac : -1.0;
     ep.no_prefill_cpu = e->no_prefill_cpu || e->deterministic;
     ep.n_ubatch = st_args_ubatch(e);
     if (e->cpu_misses && e->deterministic)

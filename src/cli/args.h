@@ -39,7 +39,7 @@ typedef struct st_engine_args {
     const char *pack;         // --pack FILE
     bool arena_mmap;          // --arena-mmap
     int64_t plan_n_ctx;       // KV positions the budget reserves: set by the command from its context size
-    bool cpu_misses;          // --pcie-frac given (and no --deterministic)
+    bool cpu_misses;          // --pcie-frac given (else auto, unless --deterministic)
     double pcie_frac;         // --pcie-frac F (0..1), or -1 for auto
     bool deterministic;       // --deterministic: every miss over PCIe, whatever --pcie-frac says; no prefill CPU share
     bool no_prefill_cpu;      // --no-prefill-cpu: hybrid prefill stages every non-resident expert
@@ -58,8 +58,8 @@ bool st_args_hybrid(st_args *a, st_engine_args *e);
     "      --pack FILE         pack file (strata pack) for --arena-mmap\n"                                             \
     "      --arena-mmap        host expert arena = the pack mapped read-only (also STRATA_ARENA_MMAP=1)\n"               \
     "      --pcie-frac F|auto  hybrid decode: the GPU reads a share F (0..1) of each layer's expert-cache misses\n"   \
-    "                          over PCIe and CPU threads compute the rest at the same time; auto measures both at\n"  \
-    "                          load and picks F. Default 1 (every miss over PCIe)\n"                                  \
+    "                          over PCIe and CPU threads compute the rest at the same time; auto (the default)\n"  \
+    "                          measures both at load and picks F (1 when the VRAM cache holds half the experts)\n"   \
     "      --no-prefill-cpu    hybrid prefill: stage every non-resident expert over PCIe (by default, in steps of\n"\
     "                          up to 1024 tokens CPU threads compute a share of them at the same time)\n"             \
     "      --deterministic     hybrid output identical to all-in-VRAM (every miss read by the GPU; overrides\n"      \

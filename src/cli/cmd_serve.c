@@ -100,8 +100,8 @@ int cmd_serve(int argc, char **argv) {
     c.profile_path = hy.profile;
     c.pack_path = hy.pack;
     c.arena_mmap = hy.arena_mmap;
-    c.cpu_misses = hy.cpu_misses && !hy.deterministic;
-    c.pcie_frac = hy.pcie_frac;
+    c.cpu_misses = !hy.deterministic;  // CPU misses by default, auto split (st_args_load_engine)
+    c.pcie_frac = hy.cpu_misses ? hy.pcie_frac : -1.0;
     c.no_prefill_cpu = hy.no_prefill_cpu || hy.deterministic;
     c.n_ubatch = st_args_ubatch(&hy);
     if (hy.cpu_misses && hy.deterministic && c.worker_fd < 0)

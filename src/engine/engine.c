@@ -41,6 +41,8 @@ const char *strata_last_error(void) { return st_errmsg(); }
 
 strata_engine_params strata_engine_default_params(void) {
     strata_engine_params p = {0};
+    p.cpu_misses = true;  // hybrid decode: CPU threads take a measured share of the misses (docs/HYBRID.md)
+    p.pcie_frac = -1;
     return p;
 }
 

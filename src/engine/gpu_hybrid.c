@@ -200,7 +200,20 @@ static int env_int(const char *name, int def, int lo, int hi) {
     return x < lo ? lo : x > hi ? hi : x;
 }
 
-#define HY_SPLIT_OVERHEAD_S 60e-6
+// --pcie-frac auto (hy_cpu_init), measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M (tg128, 2026-12-01,
+// bench/results/2026-12-01-h200.md):
+//   HY_SPLIT_OVERHEAD_S: a split layer's classify and combine launches, paid by every layer: 16 GiB F 0.99 (0.1 CPU
+//   misses per token) 311.2 vs F 1 323.4 tok/s = 2.5 us per layer.
+//   HY_PCIE_SHARED: a demand miss's cost in decode against the load-time zero-copy figure while the lookahead
+//   prefetch's copies share the link: ~131 us per miss at 16 GiB (1 / 324 - 1 / 474 s over 7.1 misses) against
+//   80 us measured alone. With it the formula picks F ~0.25 at 12 and 8 GiB, where F 0.25 measured best of
+//   0.25 / 0.47 / 0.75 (275.4 / 254.4 / 236.1 at 12 GiB; 226.8 / 215.1 (0.41) / 206.6 (0.5) at 8 GiB; F 1 232.8 /
+//   174.7).
+//   HY_SPLIT_MAX_SHARE: at a cache share this high the skewed routing and the prefetch leave too few misses for the
+//   CPU to win back the per-layer cost: 16 GiB (62%) F 1 323.4, 0.99 311.2, 0.54 303.7, 0.25 311.0; so F = 1.
+#define HY_SPLIT_OVERHEAD_S 3e-6
+#define HY_PCIE_SHARED 1.6
+#define HY_SPLIT_MAX_SHARE 0.5
 #define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
 // Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.
 // Measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M, P 8 in own slots (tg128, bench/results/
@@ -544,23 +557,24 @@ static int hy_cpu_init(st_hybrid *h) {
     HY_CHECK(cudaEventCreateWithFlags(&h->ev_fork, cudaEventDisableTiming));
     HY_CHECK(cudaEventCreateWithFlags(&h->ev_join, cudaEventDisableTiming));
     double f = req;
-    char why[320] = "";
+    char why[400] = "";
     if (is_auto) {
         double t_pcie = 0, t_host = 0, t_cpu = st_hy_cpu_time_expert(h->cpu, 6);
         if (t_cpu < 0 || hy_time_pcie(h, h->ctx->streams[0], 8, &t_pcie) || hy_time_host_node(h, 20, &t_host))
             return st_err_prefix("%s: --pcie-frac auto: ", h->m->path);
         const double share = (double)h->lay.n_cache / ((double)h->L * h->E);
         const double m = h->K * (1.0 - share);  // misses per layer and token, uniform routing
-        // Fixed cost of a split layer: the host node plus the classify / combine launches and the fork/join in the
-        // graph, HY_SPLIT_OVERHEAD_S more per layer as measured on an H200 (30B-A3B at 16 GiB, auto vs 1: +3.9 ms
-        // per token over 48 layers with a 17 us host node).
-        f = st_hy_pick_pcie_frac(t_pcie, t_cpu, t_host + HY_SPLIT_OVERHEAD_S, m);
+        // A split layer's fixed cost: the CPU's round trip (the host node's, as the doorbell's stand-in) plus the
+        // split's launches; a GPU miss costs more than alone where the prefetch's copies share the link (above).
+        const double t_miss = t_pcie * (h->plan.prefetch_per_layer > 0 ? HY_PCIE_SHARED : 1.0);
+        f = share >= HY_SPLIT_MAX_SHARE ? 1.0 : st_hy_pick_pcie_frac(t_miss, t_cpu, t_host + HY_SPLIT_OVERHEAD_S, m);
         const double eb = (double)h->ebytes[0];
         snprintf(why, sizeof why,
-                 " (measured: PCIe zero-copy %.0f us/expert = %.1f GB/s; CPU %d threads %.0f us/expert = %.1f GB/s; "
-                 "host node %.0f us; %.1f misses/layer expected at a %.0f%% cache share)",
-                 t_pcie * 1e6, eb / t_pcie / 1e9, threads, t_cpu * 1e6, eb / t_cpu / 1e9, t_host * 1e6, m,
-                 100.0 * share);
+                 " (measured: PCIe zero-copy %.0f us/expert = %.1f GB/s, %.0f us counted with the prefetch's copies; "
+                 "CPU %d threads %.0f us/expert = %.1f GB/s; host node %.0f us; %.1f misses/layer expected at a %.0f%% "
+                 "cache share%s)",
+                 t_pcie * 1e6, eb / t_pcie / 1e9, t_miss * 1e6, threads, t_cpu * 1e6, eb / t_cpu / 1e9,
+                 t_host * 1e6, m, 100.0 * share, share >= HY_SPLIT_MAX_SHARE ? ", too high for a split" : "");
     }
     if (f < 0) f = 0;
     if (f > 1) f = 1;

@@ -35,8 +35,8 @@ typedef struct st_server_config {
     const char *profile_path;   // routing profile for the expert cache's initial contents, or NULL
     const char *pack_path;      // pack file for arena_mmap, or NULL
     bool arena_mmap;            // host expert arena = the pack mapped read-only
-    bool cpu_misses;            // --pcie-frac given (hybrid decode: a share of the misses computed by CPU threads)
-    double pcie_frac;           // its F (0..1), or -1 for auto
+    bool cpu_misses;            // hybrid decode: a share of the misses computed by CPU threads (unless --deterministic)
+    double pcie_frac;           // its F (0..1), or -1 for auto (the default)
     bool no_prefill_cpu;        // --no-prefill-cpu or --deterministic: hybrid prefill stages every expert
     int n_ubatch;               // -ub: tokens per GPU prefill step; 0: the engine's default
     bool chatml;                // --chat-format chatml: the built-in ChatML format instead of the model's template

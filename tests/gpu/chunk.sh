@@ -29,9 +29,10 @@ run() {  # name flags...
   return 0
 }
 run vram512 -ub 512; run vram2048; run vram4096 -ub 4096
-# (--no-prefill-cpu: the steps of up to 1024 tokens, incl. a 4096-step run's last 904, would otherwise have a CPU share)
-run hy4096 --gpu-mem $G --no-prefill-cpu; run hydet --gpu-mem $G --deterministic
-run hy512 --gpu-mem $G -ub 512 --no-prefill-cpu; run hy2048 --gpu-mem $G -ub 2048 --no-prefill-cpu
+# (--no-prefill-cpu --pcie-frac 1: the steps of up to 1024 tokens, incl. a 4096-step run's last 904, and the decode
+# would otherwise have a CPU share)
+run hy4096 --gpu-mem $G --no-prefill-cpu --pcie-frac 1; run hydet --gpu-mem $G --deterministic
+run hy512 --gpu-mem $G -ub 512 --no-prefill-cpu --pcie-frac 1; run hy2048 --gpu-mem $G -ub 2048 --no-prefill-cpu --pcie-frac 1
 for f in hy2048 hydet hy512 hy4096; do grep -q "hybrid placement:" "$out/$f.err" || fail "$f: not in hybrid placement"; done
 same() {  # a b label
   if cmp -s "$out/$1.json" "$out/$2.json"; then pass "$3"; else fail "$3"; fi

@@ -11,7 +11,7 @@
 #   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load (prefetch
 #                                   off); the prefetch in the prefill staging with every copy (8), 12 under a swap
 #                                   storm, 6 in its own slots
-#   4. strata logits (CLI)          --gpu-mem --no-prefill-cpu vs unlimited: identical JSON (tokens, top logits, 64
+#   4. strata logits (CLI)          --gpu-mem --no-prefill-cpu --pcie-frac 1 vs unlimited: identical JSON (tokens, top logits, 64
 #                                   greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
 #                                   small (must fail with the minimum named)
@@ -132,13 +132,13 @@ logits() {  # name model [flags...]: top-5 logits of 130 prompt tokens + 64 gree
   timeout 600 "$S" logits -m "$model" --tokens "$ids" --top 5 --greedy 64 "$@" > "$out/$name.json" 2> "$out/$name.err"
 }
 gmid=$(budget cli $mid 4096 128)
-if logits ref $mid && logits hyb $mid --gpu-mem "$gmid" --no-prefill-cpu; then
+if logits ref $mid && logits hyb $mid --gpu-mem "$gmid" --no-prefill-cpu --pcie-frac 1; then
   if cmp -s "$out/ref.json" "$out/hyb.json"; then pass "logits CLI: --gpu-mem $gmid == unlimited (prompt + 64 greedy)"
   else fail "logits-cli: outputs differ (see $out/ref.json, $out/hyb.json)"; fi
   grep -E "hybrid placement" "$out/hyb.err" | tail -1 | sed 's/^/   /'
 else tail -3 "$out/ref.err" "$out/hyb.err"; fail "logits-cli: strata logits failed"; fi
 # mmap arena from a pack
-if "$S" pack -m $mid -o /tmp/hy-mid.pack -q > "$out/pack.log" 2>&1 && logits mmap $mid --gpu-mem "$gmid" --no-prefill-cpu --arena-mmap --pack /tmp/hy-mid.pack; then
+if "$S" pack -m $mid -o /tmp/hy-mid.pack -q > "$out/pack.log" 2>&1 && logits mmap $mid --gpu-mem "$gmid" --no-prefill-cpu --pcie-frac 1 --arena-mmap --pack /tmp/hy-mid.pack; then
   if cmp -s "$out/ref.json" "$out/mmap.json"; then pass "logits CLI: --arena-mmap --pack == unlimited"
   else fail "logits-mmap: outputs differ"; fi
   grep -E "expert arena|cudaHostRegister|hybrid placement" "$out/mmap.err" | tail -3 | sed 's/^/   /'
@@ -147,7 +147,7 @@ else tail -5 "$out/pack.log" "$out/mmap.err"; fail "logits-mmap: failed"; fi
 printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 1 20) > "$out/prompt.txt"
 gtiny=$(budget cli-tiny $tiny 4096 16)
 if "$S" profile -m $tiny -f "$out/prompt.txt" -n 32 -o "$out/tiny.profile.json" > "$out/profile.log" 2>&1 &&
-   logits pref $tiny && logits pprof $tiny --gpu-mem "$gtiny" --no-prefill-cpu --profile "$out/tiny.profile.json"; then
+   logits pref $tiny && logits pprof $tiny --gpu-mem "$gtiny" --no-prefill-cpu --pcie-frac 1 --profile "$out/tiny.profile.json"; then
   if cmp -s "$out/pref.json" "$out/pprof.json"; then pass "logits CLI: --profile initial contents == unlimited"
   else fail "logits-profile: outputs differ"; fi
 else tail -5 "$out/profile.log" "$out/pprof.err"; fail "logits-profile: failed"; fi
