@@ -215,6 +215,7 @@ static int env_int(const char *name, int def, int lo, int hi) {
 #define HY_PCIE_SHARED 1.6
 #define HY_SPLIT_MAX_SHARE 0.5
 #define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
+#define HY_BELL_IDLE_S 1.0    // and dozes lightly (20 us) this long before it sleeps 1 ms at a time
 // Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.
 // Measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M, P 8 in own slots (tg128, bench/results/
 // 2026-11-30d-h200-prefetch.md): 16 GiB 233 -> 245 tok/s, 12 GiB 125 -> 160, 8 GiB 95 -> 137 (doorbell, auto F).
@@ -528,13 +529,18 @@ static int hy_cpu_init(st_hybrid *h) {
     if (!h->opts.cpu_misses || (!is_auto && !(req < 1.0))) return 0;
     h->K = (int)hp->n_expert_used;
     if (h->K < 1 || h->K > 32) {
-        st_warn("--pcie-frac: %d experts per token (the CPU miss path takes 1..32); every miss goes over PCIe", h->K);
+        st_log(is_auto ? ST_LOG_INFO : ST_LOG_WARN,
+               "--pcie-frac: %d experts per token (the CPU miss path takes 1..32); every miss goes over PCIe", h->K);
         return 0;
     }
     const int d = (int)hp->n_embd;
     const int n_cpu = st_cpu_count();
     const int threads = env_int("STRATA_HYBRID_CPU_THREADS", n_cpu > 2 ? n_cpu - 1 : 1, 1, 1024);
     h->cpu = st_hy_cpu_create(h->arena, hp->n_embd, hp->n_ff_exp, h->K, threads);
+    if (!h->cpu && is_auto) {  // auto (the default) falls back to every miss over PCIe; an explicit F fails
+        st_warn("hybrid decode: no CPU miss workers (%s); every miss goes over PCIe", st_errmsg());
+        return 0;
+    }
     if (!h->cpu) return st_err_prefix("%s: --pcie-frac: ", h->m->path);
     h->carry_d = st_cuda_alloc(h->ctx, sizeof(uint32_t) * h->L, "CPU-miss split residues");
     h->ids_gpu_d = st_cuda_alloc(h->ctx, sizeof(int32_t) * 32, "CPU-miss expert ids");
@@ -629,8 +635,9 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
 }
 
 // The doorbell thread: polls bell[0] (the classify kernel's ring), runs that layer's CPU misses, answers in
-// bell[1]. Spins while splits keep coming; after HY_BELL_SPIN_S without one it polls every 20 us (an idle engine
-// costs no core; the first split after a pause waits that long). The spin window spans several tokens: with the
+// bell[1]. Spins while splits keep coming; after HY_BELL_SPIN_S without one it polls every 20 us, after
+// HY_BELL_IDLE_S every millisecond (an idle engine costs no core, nor 50,000 wake-ups a second now that CPU misses are
+// on by default; the first split after a pause waits that long, once). The spin window spans several tokens: with the
 // prefetch, most layers have no CPU miss, and a doze between two of them would add its wake-up to the next one.
 static void *hy_bell_main(void *ud) {
     st_hybrid *h = ud;
@@ -640,8 +647,9 @@ static void *hy_bell_main(void *ud) {
     while (!atomic_load_explicit(&h->bell_stop, memory_order_relaxed)) {
         const uint32_t s = bell[0];
         if (s == seen) {
-            if (st_now() - last > HY_BELL_SPIN_S) {
-                struct timespec ts = {0, 20000};
+            const double idle = st_now() - last;
+            if (idle > HY_BELL_SPIN_S) {
+                struct timespec ts = {0, idle > HY_BELL_IDLE_S ? 1000000 : 20000};
                 nanosleep(&ts, NULL);
             } else {
 #if defined(__x86_64__) || defined(__i386__)
