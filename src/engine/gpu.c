@@ -472,6 +472,11 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         s->k_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
         s->v_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
+        // the decode attention's view of the pair (tensor maps in -DATC_TMA=1 builds; otherwise nothing)
+        if (!fail && (hp->head_dim_k == 64 || hp->head_dim_k == 128) &&
+            st_cuda_attn_dec_register(s->k_cache[l], s->v_cache[l], n_ctx, (int)hp->n_head_kv, (int)hp->head_dim_k,
+                                      kv_f16))
+            fail = 1;
     }
     // FFN rows: SMALL_BATCH * K (token, expert) pairs on the matrix-vector path, P tokens of a dense
     // FFN on the GEMM path (the MoE GEMM path keeps its pairs in gemm_scratch).
@@ -595,6 +600,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     st_cuda_ctx *c = &s->g->ctx;
     if (s->graph_ready) cudaGraphExecDestroy(s->graph);
     for (uint32_t l = 0; s->k_cache && l < s->g->m->hp.n_layer; l++) {
+        st_cuda_attn_dec_unregister(s->k_cache[l]);
         if (s->k_cache[l]) st_cuda_free(c, s->k_cache[l]);
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
     }
