@@ -119,6 +119,11 @@ int32_t st_args_ubatch(const st_engine_args *e) {
     return (int32_t)(e->n_ubatch > 0 ? e->n_ubatch : e->deterministic ? STRATA_UBATCH_DEFAULT : 0);
 }
 
+void st_args_cpu_misses(const st_engine_args *e, bool *cpu_misses, double *pcie_frac) {
+    *cpu_misses = !e->deterministic;
+    *pcie_frac = e->cpu_misses ? e->pcie_frac : -1.0;
+}
+
 strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     strata_engine_params ep = strata_engine_default_params();
     ep.model_path = e->model;
@@ -130,9 +135,7 @@ strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e) {
     ep.profile_path = e->profile;
     ep.pack_path = e->pack;
     ep.arena_mmap = e->arena_mmap;
-    // CPU misses unless --deterministic, the split measured at load unless --pcie-frac says (the library default)
-    ep.cpu_misses = !e->deterministic;
-    ep.pcie_frac = e->cpu_misses ? e->pcie_frac : -1.0;
+    st_args_cpu_misses(e, &ep.cpu_misses, &ep.pcie_frac);
     ep.no_prefill_cpu = e->no_prefill_cpu || e->deterministic;
     ep.n_ubatch = st_args_ubatch(e);
     if (e->cpu_misses && e->deterministic)

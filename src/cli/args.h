@@ -74,6 +74,8 @@ bool st_args_engine(st_args *a, st_engine_args *e);
 bool st_args_have_model(const st_args *a, const st_engine_args *e);
 // The engine's prefill step for these flags: -ub, else the all-in-VRAM default under --deterministic, else 0.
 int32_t st_args_ubatch(const st_engine_args *e);
+// The engine's CPU-miss options for these flags: on unless --deterministic; F from --pcie-frac, else -1 (auto).
+void st_args_cpu_misses(const st_engine_args *e, bool *cpu_misses, double *pcie_frac);
 // Loads the engine the flags name; on failure prints "strata CMD: <error>" and returns NULL.
 strata_engine *st_args_load_engine(const st_args *a, const st_engine_args *e);
 // Parses argv[i] when it is -p/--prompt TEXT or -f/--file FILE; false (nothing consumed) for any other flag.

@@ -100,8 +100,7 @@ int cmd_serve(int argc, char **argv) {
     c.profile_path = hy.profile;
     c.pack_path = hy.pack;
     c.arena_mmap = hy.arena_mmap;
-    c.cpu_misses = !hy.deterministic;  // CPU misses by default, auto split (st_args_load_engine)
-    c.pcie_frac = hy.cpu_misses ? hy.pcie_frac : -1.0;
+    st_args_cpu_misses(&hy, &c.cpu_misses, &c.pcie_frac);
     c.no_prefill_cpu = hy.no_prefill_cpu || hy.deterministic;
     c.n_ubatch = st_args_ubatch(&hy);
     if (hy.cpu_misses && hy.deterministic && c.worker_fd < 0)

@@ -732,7 +732,6 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     else
 #endif
         atc_tiles<HD, 0>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale, NULL, NULL, 0);
-    (void)tma;
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
     __syncthreads();  // every warp is done with its staging: the merges reuse it

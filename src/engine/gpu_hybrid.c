@@ -425,8 +425,9 @@ static int copy_records(st_hybrid *h, uint32_t l, const uint32_t *experts, int n
 
 static void CUDART_CB hy_noop(void *ud) { (void)ud; }
 
-// Seconds per expert for the GPU reading misses over PCIe: the split path's GLU + down kernels on K experts of one
-// layer whose table entries all point at the host arena, over `reps` layers/expert sets (distinct weights, so
+// Seconds per expert for the GPU reading misses over PCIe: GLU + down (st_cuda_moe_glu, and st_cuda_moe_down_q as K
+// one-expert tokens: the split path's kernels until 2026-12-01, kept because HY_PCIE_SHARED was calibrated against
+// this figure) on K experts of one layer whose table entries all point at the host arena, over `reps` layers/expert sets (distinct weights, so
 // neither the L2 nor the previous rep helps), after a warm-up.
 static int hy_time_pcie(st_hybrid *h, cudaStream_t st, int reps, double *t_expert) {
     const st_hparams *hp = &h->m->hp;

@@ -511,5 +511,6 @@ void st_server_config_defaults(st_server_config *c) {
     c->backoff_min_s = 0.5;
     c->backoff_max_s = 30;
     c->worker_fd = -1;
-    c->pcie_frac = 1.0;
+    c->cpu_misses = true;  // the engine's defaults (strata_engine_default_params)
+    c->pcie_frac = -1.0;
 }
