@@ -9,8 +9,8 @@
 # Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
 #   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
 #          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto] [--agent] [--prefetch P] [--doorbell]
-#   --pcie-frac: passed to Strata's budget runs (a share of the misses computed by CPU threads; default: none, every
-#   miss over PCIe); the table then shows CPU misses per token and the F in use
+#   --pcie-frac: passed to Strata's budget runs (the share of the misses the GPU reads over PCIe, the rest computed by
+#   CPU threads; default: Strata's own, auto); the table shows CPU misses per token and the F in use
 #   --agent: also the long agent prompt of issue #6 at every budget, both engines: a 16,384-token prefill
 #   (pp16384) and 256 tokens decoded after 16,384 in the KV cache (tg256 @ d16384), in a second table
 #   --prefetch P: Strata's lookahead prefetch of P experts per layer (STRATA_HY_PREFETCH=P); --host-node: the CPU-miss

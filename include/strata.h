@@ -128,6 +128,9 @@ typedef struct strata_hybrid_stats {
     uint64_t swaps;            // experts moved into the cache between tokens (adaptive replacement)
     uint64_t swap_bytes;
     uint64_t cpu_misses;       // misses computed by the CPU miss workers (included in misses, not in miss_bytes)
+    uint64_t cpu_jobs;         // layers whose CPU misses the workers computed (one-token decode, doorbell)
+    double cpu_job_s;          // the workers' time on those layers (request seen to answer written), seconds
+    double cpu_wait_s;         // the time the GPU stood still waiting for those answers, seconds
     double pcie_frac;          // share of misses read over PCIe in use (1: none on the CPU)
     int cpu_threads;           // CPU miss worker threads (0: none)
     int prefetch_per_layer;    // lookahead prefetch (STRATA_HY_PREFETCH=P, default 8): predictions per layer, 0: off

@@ -55,6 +55,9 @@ static strata_hybrid_stats hy_diff(const strata_hybrid_stats *a, const strata_hy
     d.swaps -= a->swaps;
     d.swap_bytes -= a->swap_bytes;
     d.cpu_misses -= a->cpu_misses;
+    d.cpu_jobs -= a->cpu_jobs;
+    d.cpu_job_s -= a->cpu_job_s;
+    d.cpu_wait_s -= a->cpu_wait_s;
     d.prefetch_records -= a->prefetch_records;
     d.prefetch_bytes -= a->prefetch_bytes;
     d.prefetch_hits -= a->prefetch_hits;
@@ -77,6 +80,9 @@ static void hy_add(strata_hybrid_stats *acc, const strata_hybrid_stats *d) {
     acc->swaps += a.swaps;
     acc->swap_bytes += a.swap_bytes;
     acc->cpu_misses += a.cpu_misses;
+    acc->cpu_jobs += a.cpu_jobs;
+    acc->cpu_job_s += a.cpu_job_s;
+    acc->cpu_wait_s += a.cpu_wait_s;
     acc->prefetch_records += a.prefetch_records;
     acc->prefetch_bytes += a.prefetch_bytes;
     acc->prefetch_hits += a.prefetch_hits;
@@ -90,6 +96,7 @@ static void hy_add(strata_hybrid_stats *acc, const strata_hybrid_stats *d) {
 typedef struct {
     double hit_rate, misses_per_tok, pcie_gb_per_tok, pcie_gbps, staged_gb_per_tok;
     double cpu_misses_per_tok;  // of misses_per_tok, computed by the CPU miss workers (--pcie-frac)
+    double cpu_layers_per_tok, cpu_job_us, cpu_wait_us;  // layers with CPU misses; per layer: CPU time, GPU's wait
     double pf_per_tok, pf_hits_per_tok, pf_late_per_tok;  // lookahead prefetch: copies, selections served, late layers
     double pf_prefill_per_chunk, cpu_prefill_per_chunk;  // prefill: records read from prefetch copies / by the CPU
 } hy_figs;
@@ -104,6 +111,9 @@ static hy_figs hy_figures(const result *r) {
     f.pcie_gbps = h->decode_tokens ? f.pcie_gb_per_tok * r->mean : 0;
     f.staged_gb_per_tok = (double)h->staged_bytes / pt / 1e9;
     f.cpu_misses_per_tok = (double)h->cpu_misses / dt;
+    f.cpu_layers_per_tok = (double)h->cpu_jobs / dt;
+    f.cpu_job_us = h->cpu_jobs ? 1e6 * h->cpu_job_s / (double)h->cpu_jobs : 0;
+    f.cpu_wait_us = h->cpu_jobs ? 1e6 * h->cpu_wait_s / (double)h->cpu_jobs : 0;
     f.pf_per_tok = (double)h->prefetch_records / dt;
     f.pf_hits_per_tok = (double)h->prefetch_hits / dt;
     f.pf_late_per_tok = (double)h->prefetch_late / dt;
@@ -247,8 +257,10 @@ int cmd_bench(int argc, char **argv) {
                            res[i].name, 100.0 * f.hit_rate, f.misses_per_tok, f.pcie_gb_per_tok, f.pcie_gbps,
                            (unsigned long long)h->swaps, (double)h->swap_bytes / 1e9);
                 if (h->decode_tokens && h->cpu_threads)
-                    printf("hybrid %s: --pcie-frac %.3f: %.1f CPU misses/token (%d CPU threads)\n", res[i].name,
-                           h->pcie_frac, f.cpu_misses_per_tok, h->cpu_threads);
+                    printf("hybrid %s: --pcie-frac %.3f: %.1f CPU misses/token (%d CPU threads) in %.1f layers/token: "
+                           "%.1f us each on the CPU, the GPU waited %.1f us each\n",
+                           res[i].name, h->pcie_frac, f.cpu_misses_per_tok, h->cpu_threads, f.cpu_layers_per_tok,
+                           f.cpu_job_us, f.cpu_wait_us);
                 if (h->decode_tokens && (h->prefetch_records || h->prefetch_late))
                     printf("hybrid %s: lookahead prefetch: %.1f experts/token copied ahead (%.4f GB/token), %.1f "
                            "selections/token served from them, %.1f layers/token too late\n",
@@ -278,13 +290,14 @@ int cmd_bench(int argc, char **argv) {
                 printf(", \"hybrid\": {\"gpu_mem_gib\": %.3f, \"n_slots\": %llu, \"n_experts\": %llu, \"hit_rate\": %.6f, "
                        "\"misses_per_token\": %.3f, \"pcie_gb_per_token\": %.6f, \"staged_gb_per_token\": %.6f, "
                        "\"swaps\": %llu, \"pcie_frac\": %.4f, \"cpu_misses_per_token\": %.3f, \"cpu_threads\": %d, "
+                       "\"cpu_layers_per_token\": %.3f, \"cpu_job_us\": %.2f, \"cpu_wait_us\": %.2f, "
                        "\"prefetch_per_token\": %.3f, \"prefetch_hits_per_token\": %.3f, "
                        "\"prefetch_late_per_token\": %.3f, \"prefill_prefetch_records_per_chunk\": %.1f, "
                        "\"prefill_cpu_records_per_chunk\": %.1f}}",
                        ea.gpu_mem_gib, (unsigned long long)res[i].hy.n_slots, (unsigned long long)res[i].hy.n_experts,
                        f.hit_rate, f.misses_per_tok, f.pcie_gb_per_tok, f.staged_gb_per_tok,
                        (unsigned long long)res[i].hy.swaps, res[i].hy.pcie_frac, f.cpu_misses_per_tok,
-                       res[i].hy.cpu_threads, f.pf_per_tok, f.pf_hits_per_tok, f.pf_late_per_tok,
+                       res[i].hy.cpu_threads, f.cpu_layers_per_tok, f.cpu_job_us, f.cpu_wait_us, f.pf_per_tok, f.pf_hits_per_tok, f.pf_late_per_tok,
                        f.pf_prefill_per_chunk, f.cpu_prefill_per_chunk);
             }
             printf("\n]\n");

@@ -143,7 +143,7 @@ extern "C" int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert,
 
 __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *__restrict__ w,
                              const float *__restrict__ y_gpu, const float *y_cpu, int K, int d, float *out,
-                             const float *add, const uint32_t *seq, uint32_t *bell) {
+                             const float *add, const uint32_t *seq, uint32_t *bell, unsigned long long *wait_ns) {
     __shared__ int s_ok;
     st_pdl_wait();  // y_gpu, w, seq, add: earlier kernels (a no-op after a plain launch)
     st_pdl_trigger();
@@ -167,6 +167,7 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
 #endif
             }
             __threadfence_system();
+            if (wait_ns && blockIdx.x == 0) atomicAdd(wait_ns, st_globaltimer_ns() - t0);
             s_ok = ok;
         }
         __syncthreads();
@@ -188,26 +189,27 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
 // Both combine entry points: argument checks, then the kernel (seq, bell NULL: no doorbell).
 static int hy_combine(const char *fn, const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
                       int K, int n_embd, float *out, const float *add, const uint32_t *seq, uint32_t *bell,
-                      cudaStream_t stream) {
+                      unsigned long long *wait_ns, cudaStream_t stream) {
     if (K <= 0 || K > 32 || n_embd <= 0) return st_err("%s: K %d (1..32), n_embd %d", fn, K, n_embd);
     if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("%s: NULL pointer", fn);
     // (as the classify launch: PDL on the doorbell path; the host-node path joins an event first)
     st_dec_launch_if(bell != NULL, k_hy_combine, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, stream, ids_gpu,
-                     w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell);
+                     w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell, wait_ns);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
 }
 
 extern "C" int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
                                   int K, int n_embd, float *out, const float *add, cudaStream_t stream) {
-    return hy_combine("st_cuda_hy_combine", ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, NULL, NULL, stream);
+    return hy_combine("st_cuda_hy_combine", ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, NULL, NULL, NULL, stream);
 }
 
 extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu,
                                        int K, int n_embd, float *out, const float *add, const uint32_t *seq,
-                                       uint32_t *bell, cudaStream_t stream) {
+                                       uint32_t *bell, unsigned long long *wait_ns, cudaStream_t stream) {
     if (!seq || !bell) return st_err("st_cuda_hy_combine_bell: NULL doorbell");
-    return hy_combine("st_cuda_hy_combine_bell", ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell, stream);
+    return hy_combine("st_cuda_hy_combine_bell", ids_gpu, w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell, wait_ns,
+                      stream);
 }
 
 // ---- lookahead prefetch (hybrid.h) ------------------------------------------------------------------------------

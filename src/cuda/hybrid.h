@@ -83,7 +83,8 @@ int st_cuda_hy_combine(const int32_t *ids_gpu, const float *w, const float *y_gp
 // y_cpu and then writes bell[1] = s (release). The combine kernel, when ids_gpu holds a CPU rank (-1), first waits
 // until bell[1] == *seq, polling system memory (a layer without CPU misses costs no PCIe round trip); after
 // ST_HY_BELL_TIMEOUT_NS it gives up, writes bell[3] = 1 and the CPU rows it reads are NaN, so a lost host thread
-// shows as an error, never as a hang.
+// shows as an error, never as a hang. wait_ns (device, may be NULL): the nanoseconds the combine waited are added to
+// it (how long the GPU stood still for the CPU).
 #define ST_HY_BELL_TIMEOUT_NS 5000000000ull
 int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert, const void *const *table, const void *vram_lo,
                              const void *vram_hi, uint32_t cpu_q16, uint32_t *carry, int32_t *ids_gpu, int32_t *meta,
@@ -91,7 +92,7 @@ int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert, const void
                              uint32_t *bell, int layer, cudaStream_t stream);
 int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, const float *y_gpu, const float *y_cpu, int K,
                             int n_embd, float *out, const float *add, const uint32_t *seq, uint32_t *bell,
-                            cudaStream_t stream);
+                            unsigned long long *wait_ns, cudaStream_t stream);
 
 // ---- lookahead prefetch (decode; STRATA_HY_PREFETCH=P in the engine, docs/HYBRID.md) ---------------------------
 //

@@ -249,6 +249,9 @@ int strata_session_hybrid_stats(strata_session *s, strata_hybrid_stats *out) {
     out->swaps = h.swaps;
     out->swap_bytes = h.swap_bytes;
     out->cpu_misses = h.cpu_misses;
+    out->cpu_jobs = h.cpu_jobs;
+    out->cpu_job_s = h.cpu_job_s;
+    out->cpu_wait_s = h.cpu_wait_s;
     out->pcie_frac = h.active ? h.pcie_frac : 1.0;
     out->cpu_threads = h.cpu_threads;
     out->prefetch_per_layer = h.pf_per_layer;

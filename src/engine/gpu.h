@@ -49,6 +49,9 @@ typedef struct st_gpu_hybrid_stats {
     uint64_t swaps;            // experts swapped into the cache between tokens
     uint64_t swap_bytes;
     uint64_t cpu_misses;       // misses computed by the CPU miss workers (--pcie-frac < 1)
+    uint64_t cpu_jobs;         // layers whose CPU misses the doorbell thread computed
+    double cpu_job_s;          // their time on the CPU side (doorbell seen to answer written)
+    double cpu_wait_s;         // time the GPU's combine kernels waited for those answers
     double pcie_frac;          // the share F of misses read over PCIe in use (1: no CPU work)
     int cpu_threads;           // CPU miss worker threads (0: none)
     int pf_per_layer;          // lookahead prefetch (STRATA_HY_PREFETCH): predictions per layer, 0: off

@@ -148,6 +148,8 @@ struct st_hybrid {
     int doorbell;
     uint32_t *bell_h, *bell_dp;   // [4] host / device address (cuda/hybrid.h)
     uint32_t *bell_seq_d;         // [1] device: the rings so far (cuda/hybrid.h)
+    unsigned long long *bell_wait_d;  // [1] device: ns the combine kernels waited for the answer (stats)
+    _Atomic uint64_t cpu_jobs, cpu_job_ns;  // layers the doorbell thread computed, and its ns on them (stats)
     pthread_t bell_thread;
     int bell_started;
     _Atomic int bell_stop;
@@ -209,11 +211,15 @@ static int env_int(const char *name, int def, int lo, int hi) {
 //   80 us measured alone. With it the formula picks F ~0.25 at 12 and 8 GiB, where F 0.25 measured best of
 //   0.25 / 0.47 / 0.75 (275.4 / 254.4 / 236.1 at 12 GiB; 226.8 / 215.1 (0.41) / 206.6 (0.5) at 8 GiB; F 1 232.8 /
 //   174.7).
-//   HY_SPLIT_MAX_SHARE: at a cache share this high the skewed routing and the prefetch leave too few misses for the
-//   CPU to win back the per-layer cost: 16 GiB (62%) F 1 323.4, 0.99 311.2, 0.54 303.7, 0.25 311.0; so F = 1.
+//   Since 2026-12-01b the pool's workers stay awake between layer jobs (STRATA_HY_CPU_SPIN_MS): a job of 1.5
+//   experts at 16 GiB took 116 us on the CPU without, 80 us with; and with that every budget measured best with
+//   all misses on the CPU (F 0): 16 GiB 342.6 vs F 0.25 334.6 vs F 1 317.6; 12 GiB 279.5 vs 278.2 (0.25) vs 263.2
+//   (0.5); 8 GiB 252.3 vs 241.9 vs 209.5. A miss over PCIe stalls the GPU for its whole read beside the copies,
+//   while a layer's CPU misses cost one job (~70 us of waiting at 16 GiB for 1.5 experts): st_hy_pick_pcie_frac
+//   gives F 0 whenever the CPU's time per expert is under the shared PCIe figure. (Until then F was 1 at cache
+//   shares >= 50%: 16 GiB F 1 323.4 vs 0.25 311.0 with sleeping workers.)
 #define HY_SPLIT_OVERHEAD_S 3e-6
 #define HY_PCIE_SHARED 1.6
-#define HY_SPLIT_MAX_SHARE 0.5
 #define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
 #define HY_BELL_IDLE_S 1.0    // and dozes lightly (20 us) this long before it sleeps 1 ms at a time
 // Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.
@@ -543,6 +549,9 @@ static int hy_cpu_init(st_hybrid *h) {
         return 0;
     }
     if (!h->cpu) return st_err_prefix("%s: --pcie-frac: ", h->m->path);
+    // The workers stay awake as long as the doorbell thread does: at 16 GiB a layer job came every ~0.7 ms and
+    // cost 108 us on the CPU for 1.5 experts, 135 us with 8 threads (2026-12-01b): ~77 us of it fixed.
+    st_hy_cpu_set_spin(h->cpu, env_int("STRATA_HY_CPU_SPIN_MS", (int)(HY_BELL_SPIN_S * 1e3), 0, 60000) * 1e-3);
     h->carry_d = st_cuda_alloc(h->ctx, sizeof(uint32_t) * h->L, "CPU-miss split residues");
     h->ids_gpu_d = st_cuda_alloc(h->ctx, sizeof(int32_t) * 32, "CPU-miss expert ids");
     h->ones_d = st_cuda_alloc(h->ctx, sizeof(float) * 32, "CPU-miss unit weights");
@@ -574,14 +583,14 @@ static int hy_cpu_init(st_hybrid *h) {
         // A split layer's fixed cost: the CPU's round trip (the host node's, as the doorbell's stand-in) plus the
         // split's launches; a GPU miss costs more than alone where the prefetch's copies share the link (above).
         const double t_miss = t_pcie * (h->plan.prefetch_per_layer > 0 ? HY_PCIE_SHARED : 1.0);
-        f = share >= HY_SPLIT_MAX_SHARE ? 1.0 : st_hy_pick_pcie_frac(t_miss, t_cpu, t_host + HY_SPLIT_OVERHEAD_S, m);
+        f = st_hy_pick_pcie_frac(t_miss, t_cpu, t_host + HY_SPLIT_OVERHEAD_S, m);
         const double eb = (double)h->ebytes[0];
         snprintf(why, sizeof why,
                  " (measured: PCIe zero-copy %.0f us/expert = %.1f GB/s, %.0f us counted with the prefetch's copies; "
                  "CPU %d threads %.0f us/expert = %.1f GB/s; host node %.0f us; %.1f misses/layer expected at a %.0f%% "
-                 "cache share%s)",
+                 "cache share)",
                  t_pcie * 1e6, eb / t_pcie / 1e9, t_miss * 1e6, threads, t_cpu * 1e6, eb / t_cpu / 1e9,
-                 t_host * 1e6, m, 100.0 * share, share >= HY_SPLIT_MAX_SHARE ? ", too high for a split" : "");
+                 t_host * 1e6, m, 100.0 * share);
     }
     if (f < 0) f = 0;
     if (f > 1) f = 1;
@@ -661,10 +670,13 @@ static void *hy_bell_main(void *ud) {
         }
         atomic_thread_fence(memory_order_acquire);  // the exports were written before the ring (system fence)
         seen = s;
+        const double t0 = st_now();
         hy_cpu_job(h, bell[2]);
         atomic_thread_fence(memory_order_release);  // the outputs before the answer
         bell[1] = s;
         last = st_now();
+        atomic_fetch_add_explicit(&h->cpu_jobs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&h->cpu_job_ns, (uint64_t)((last - t0) * 1e9), memory_order_relaxed);
     }
     return NULL;
 }
@@ -672,7 +684,10 @@ static void *hy_bell_main(void *ud) {
 static int hy_bell_init(st_hybrid *h) {
     if (hy_map_alloc((void **)&h->bell_h, (void **)&h->bell_dp, sizeof(uint32_t) * 4, "CPU-miss doorbell")) return -1;
     h->bell_seq_d = st_cuda_alloc(h->ctx, sizeof(uint32_t), "CPU-miss doorbell counter");
-    if (!h->bell_seq_d || st_cuda_memset(h->ctx, h->bell_seq_d, 0, sizeof(uint32_t), NULL)) return -1;
+    h->bell_wait_d = st_cuda_alloc(h->ctx, sizeof(unsigned long long), "CPU-miss wait counter");
+    if (!h->bell_seq_d || !h->bell_wait_d || st_cuda_memset(h->ctx, h->bell_seq_d, 0, sizeof(uint32_t), NULL) ||
+        st_cuda_memset(h->ctx, h->bell_wait_d, 0, sizeof(unsigned long long), NULL))
+        return -1;
     atomic_store(&h->bell_stop, 0);
     if (pthread_create(&h->bell_thread, NULL, hy_bell_main, h)) return st_err("cannot start the CPU-miss doorbell thread");
     h->bell_started = 1;
@@ -704,7 +719,7 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
             HY_GPU_BRANCH())
             return -1;
         return st_cuda_hy_combine_bell(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, h->bell_seq_d, h->bell_dp,
-                                       st);
+                                       h->bell_wait_d, st);
     }
     if (st_cuda_hy_classify(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
                             h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt, st))
@@ -1071,6 +1086,7 @@ void st_hybrid_free(st_hybrid *h) {
     hy_pc_free(h);  // (before h->cpu, which its thread may share)
     if (h->bell_h) cudaFreeHost(h->bell_h);
     if (h->bell_seq_d && h->ctx) st_cuda_free(h->ctx, h->bell_seq_d);
+    if (h->bell_wait_d && h->ctx) st_cuda_free(h->ctx, h->bell_wait_d);
     st_hy_cpu_free(h->cpu);
     if (h->side) cudaStreamDestroy(h->side);
     if (h->ev_fork) cudaEventDestroy(h->ev_fork);
@@ -1510,8 +1526,16 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
         HY_CHECK(cudaMemcpyAsync(pf, h->pf_stats_d, sizeof pf, cudaMemcpyDeviceToHost, st));
         HY_CHECK(cudaMemsetAsync(h->pf_stats_d, 0, sizeof pf, st));
     }
+    unsigned long long waited = 0;
+    if (h->bell_wait_d) {
+        HY_CHECK(cudaMemcpyAsync(&waited, h->bell_wait_d, sizeof waited, cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaMemsetAsync(h->bell_wait_d, 0, sizeof waited, st));
+    }
     HY_CHECK(cudaStreamSynchronize(st));
     if (stats) {
+        stats->cpu_jobs += atomic_exchange(&h->cpu_jobs, 0);  // (the stream is idle: no job in flight)
+        stats->cpu_job_s += 1e-9 * (double)atomic_exchange(&h->cpu_job_ns, 0);
+        stats->cpu_wait_s += 1e-9 * (double)waited;
         stats->pf_late += pf[1];
         stats->pf_records += pf[2];
         stats->pf_bytes += pf[3];

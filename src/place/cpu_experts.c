@@ -142,6 +142,8 @@ void st_hy_cpu_free(st_hy_cpu *c) {
 
 int st_hy_cpu_threads(const st_hy_cpu *c) { return st_pool_threads(c->pool); }
 
+void st_hy_cpu_set_spin(st_hy_cpu *c, double seconds) { st_pool_set_spin(c->pool, seconds); }
+
 static size_t ff_stride(const st_hy_cpu *c) { return align64(sizeof(float) * (size_t)c->n_ff) / sizeof(float); }
 
 // Task (expert i, chunk j) of gate/up: rows [r0, r1) of both products, then their SwiGLU into g.
@@ -478,7 +480,7 @@ double st_hy_pick_pcie_frac(double t_pcie, double t_cpu, double t_fixed, double 
     if (!(t_pcie > 0) || !(t_cpu > 0) || !(misses_per_layer > 0) || !isfinite(t_pcie) || !isfinite(t_cpu) ||
         !isfinite(misses_per_layer) || !(t_fixed >= 0) || !isfinite(t_fixed))
         return 1.0;
-    double f = (t_fixed / misses_per_layer + t_cpu) / (t_pcie + t_cpu);
+    double f = t_cpu <= t_pcie ? 0.0 : (t_fixed / misses_per_layer + t_cpu) / (t_pcie + t_cpu);
     if (f < 0) f = 0;
     if (f > 0.95) f = 1.0;
     // The split must save more PCIe time than its fixed cost, or every miss over PCIe is faster.

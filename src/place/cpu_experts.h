@@ -32,6 +32,8 @@ typedef struct st_hy_cpu st_hy_cpu;
 st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int max_experts, int n_threads);
 void st_hy_cpu_free(st_hy_cpu *c);
 int st_hy_cpu_threads(const st_hy_cpu *c);
+// The workers spin at least `seconds` after each call before they sleep (util/pool.h st_pool_set_spin).
+void st_hy_cpu_set_spin(st_hy_cpu *c, double seconds);
 
 // out[i][0 .. n_embd) = y_{experts[i]} of layer `layer` for x [n_embd] f32, i < n (n <= max_experts; n == 0: no
 // work). Not reentrant (one call at a time per st_hy_cpu). 0, or -1 with st_errmsg (expert id out of range).
@@ -55,9 +57,12 @@ double st_hy_cpu_time_tokens(st_hy_cpu *c, uint32_t layer, int K, int tok, int n
 // experts so the weights come from DRAM, after one warm-up call. Returns seconds per expert (> 0), or -1.
 double st_hy_cpu_time_expert(st_hy_cpu *c, int reps);
 
-// The PCIe share F that makes both sides of a layer finish together. Per layer with m misses (m > 0), the GPU reads
-// F * m of them at t_pcie seconds each (on top of the hits it computes anyway); the CPU computes (1 - F) * m at
-// t_cpu each after a fixed t_fixed (host-node round trip, waking the pool). Equal times:
+// The PCIe share F of a layer's misses. A CPU that computes an expert in no more time than the GPU's demand read of
+// it (t_cpu <= t_pcie) takes every miss: F = 0 (a layer's misses on the CPU cost one job's latency, a fixed part
+// plus a little per expert, while each PCIe miss stalls the GPU for its whole read; measured on an H200 host,
+// engine/gpu_hybrid.c). A slower CPU shares: per layer with m misses (m > 0) the GPU reads F * m of them at t_pcie
+// seconds each (on top of the hits it computes anyway), the CPU computes (1 - F) * m at t_cpu each after a fixed
+// t_fixed (round trip, waking the pool), and both finish together:
 //   F = (t_fixed / m + t_cpu) / (t_pcie + t_cpu), clamped to [0, 1];
 // above 0.95, or when the PCIe time the CPU's share saves ((1 - F) * m * t_pcie) does not exceed t_fixed, the split
 // is not worth it and the result is 1 (every miss over PCIe). Non-positive or non-finite inputs give 1.

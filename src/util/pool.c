@@ -1,5 +1,7 @@
 #include "util/pool.h"
 
+#include "util/log.h"  // st_now
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -19,6 +21,7 @@ struct st_pool {
     _Atomic int n_busy;            // workers still inside the current generation
     int n_sleeping;                // workers blocked on `wake` (under lock)
     _Atomic int stop;
+    _Atomic double hold_s;         // workers spin at least this long after a job before sleeping (st_pool_set_spin)
     // current job
     st_task_fn task;
     void *ud;
@@ -52,7 +55,12 @@ static void *worker_main(void *arg) {
     free(wa);
     uint64_t seen = 0;
     for (;;) {
-        for (int i = 0; i < SPIN_ITERATIONS && atomic_load(&p->generation) == seen && !p->stop; i++) cpu_relax();
+        const double hold = atomic_load_explicit(&p->hold_s, memory_order_relaxed);
+        const double until = hold > 0 ? st_now() + hold : 0;
+        for (int i = 0; atomic_load(&p->generation) == seen && !p->stop; i++) {
+            cpu_relax();
+            if (i >= SPIN_ITERATIONS && (until == 0 || ((i & 255) == 0 && st_now() > until))) break;
+        }
         if (atomic_load(&p->generation) == seen) {
             pthread_mutex_lock(&p->lock);
             p->n_sleeping++;
@@ -120,6 +128,8 @@ void st_pool_destroy(st_pool *p) {
 }
 
 int st_pool_threads(const st_pool *p) { return p->n_threads; }
+
+void st_pool_set_spin(st_pool *p, double seconds) { atomic_store(&p->hold_s, seconds > 0 ? seconds : 0); }
 
 void st_pool_run(st_pool *p, int64_t n_tasks, st_task_fn task, void *ud) {
     if (n_tasks <= 0) return;

@@ -34,6 +34,7 @@
 #include "gpu_test_util.h"
 #include "quant/quant.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/rng.h"
 
 #define E 16
@@ -346,6 +347,7 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
     host_ctx hc = {L, b, 0, 0};
     const uint32_t q = ST_HY_Q16 / 2;
     uint32_t *bell_h = NULL, *bell_d = NULL, *seq_d = NULL;
+    unsigned long long *wait_d = NULL;  // the combine's waits (ns)
     bell_ctx bc;
     pthread_t thr;
     if (bell) {
@@ -354,6 +356,8 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         memset(bell_h, 0, 4 * sizeof(uint32_t));
         CK(cudaMalloc((void **)&seq_d, sizeof(uint32_t)));
         CK(cudaMemset(seq_d, 0, sizeof(uint32_t)));
+        CK(cudaMalloc((void **)&wait_d, sizeof *wait_d));
+        CK(cudaMemset(wait_d, 0, sizeof *wait_d));
         bc.hc = &hc, bc.bell = bell_h;
         atomic_store(&bc.stop, 0);
         if (pthread_create(&thr, NULL, bell_main, &bc)) {
@@ -371,7 +375,8 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         ST(st_cuda_hy_classify_bell(b->ids, K, E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, b->carry,
                                     b->ids_gpu, b->meta_d, b->xn, b->xrow_d, D, b->cnt, seq_d, bell_d, 0, st));
         gpu_branch(L, b, st);
-        ST(st_cuda_hy_combine_bell(b->ids_gpu, b->wts, b->y, b->ycpu_d, K, D, b->out, b->x, seq_d, bell_d, st));
+        ST(st_cuda_hy_combine_bell(b->ids_gpu, b->wts, b->y, b->ycpu_d, K, D, b->out, b->x, seq_d, bell_d, wait_d,
+                                     st));
     } else {
         classify(L, b, q, st);
         CK(cudaEventRecord(fork, st));
@@ -387,13 +392,15 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
     int32_t ids[K], ids_gpu[K];
     float wts[K], x[D], xn[D], ref[D], out[D], yfull[K * D];
     int bad = 0, bad_exact = 0, n_with = 0, n_without = 0, bad_rows = 0;
-    double worst = 0, worst_row = 0;
+    double worst = 0, worst_row = 0, replay_s = 0;
     for (int it = 0; it < reps; it++) {
         fresh_inputs(b, r, ids, wts, x, xn, st);
         for (int i = 0; i < K * D; i++) b->ycpu_h[i] = NAN;  // CPU rows must be written by this replay
         const long before = hc.n_cpu;
+        const double t0 = st_now();
         CK(cudaGraphLaunch(exec, st));
         CK(cudaStreamSynchronize(st));
+        replay_s += st_now() - t0;
         CK(cudaMemcpy(out, b->out, sizeof out, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(ids_gpu, b->ids_gpu, sizeof ids_gpu, cudaMemcpyDeviceToHost));
         reference(L, ctx, b, st);
@@ -440,7 +447,13 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
     report(bell ? "graph (doorbell): CPU expert rows vs the GPU's per-expert outputs"
                 : "graph: CPU expert rows vs the GPU's per-expert outputs",
            bad_rows || n_with == 0, d);
-    if (bell) {
+    if (bell) {  // the combine's wait counter: its total lies within the replays' wall time
+        unsigned long long waited = 0;
+        CK(cudaMemcpy(&waited, wait_d, sizeof waited, cudaMemcpyDeviceToHost));
+        snprintf(d, sizeof d, "%.1f us waited per replay with CPU misses (replays took %.1f us each)",
+                 n_with ? (double)waited / 1e3 / n_with : 0.0, 1e6 * replay_s / reps);
+        report("graph (doorbell): the combine's wait counter", (double)waited > replay_s * 1e9 || n_with == 0, d);
+        CK(cudaFree(wait_d));
         atomic_store(&bc.stop, 1);
         pthread_join(thr, NULL);
         CK(cudaFreeHost(bell_h));

@@ -93,7 +93,8 @@ static void test_classify(st_rng *r) {
 }
 
 static void test_pick(void) {
-    const double tp = 70e-6, tc = 60e-6, tf = 20e-6;
+    const double tp = 70e-6, tc = 90e-6, tf = 20e-6;  // a CPU slower per expert than the link: the two share
+    int balanced = 0;
     for (double m = 1; m <= 8; m += 0.5) {
         const double f = st_hy_pick_pcie_frac(tp, tc, tf, m);
         CHECK(f >= 0 && f <= 1, "F %.3f out of range", f);
@@ -101,13 +102,17 @@ static void test_pick(void) {
             const double gpu = f * m * tp, cpu = tf + (1 - f) * m * tc;
             CHECK(fabs(gpu - cpu) <= 1e-9 * (gpu + cpu) + 1e-12, "m %.1f: F %.4f, GPU %.3g s vs CPU %.3g s", m, f, gpu,
                   cpu);
+            balanced++;
         }
     }
+    CHECK(balanced >= 8, "only %d of 15 miss counts gave a balanced split", balanced);
+    CHECK(st_hy_pick_pcie_frac(tp, 60e-6, tf, 2) == 0.0, "a CPU faster per expert than the link: every miss (F 0)");
+    CHECK(st_hy_pick_pcie_frac(tp, 60e-6, 200e-6, 2) == 1.0, "... unless the split cannot pay its fixed cost");
     CHECK(st_hy_pick_pcie_frac(tp, 2e-3, 0, 4) == 1.0, "a slow CPU: F 1");
     CHECK(st_hy_pick_pcie_frac(1e-3, 1e-6, 0, 4) < 0.01, "a fast CPU: F near 0");
     CHECK(st_hy_pick_pcie_frac(tp, tc, 1.0, 4) == 1.0, "a huge fixed cost: F 1");
-    CHECK(st_hy_pick_pcie_frac(tp, tc, 80e-6, 2) == 1.0, "a split saving less than its fixed cost: F 1");
-    CHECK(st_hy_pick_pcie_frac(tp, tc, 80e-6, 6) < 1.0, "enough misses to pay for the split: F < 1");
+    CHECK(st_hy_pick_pcie_frac(tp, tc, 100e-6, 2) == 1.0, "a split saving less than its fixed cost: F 1");
+    CHECK(st_hy_pick_pcie_frac(tp, tc, 100e-6, 8) < 1.0, "enough misses to pay for the split: F < 1");
     CHECK(st_hy_pick_pcie_frac(0, tc, tf, 4) == 1.0 && st_hy_pick_pcie_frac(tp, NAN, tf, 4) == 1.0 &&
               st_hy_pick_pcie_frac(tp, tc, tf, 0) == 1.0 && st_hy_pick_pcie_frac(tp, tc, -1, 4) == 1.0,
           "bad inputs: F 1");
