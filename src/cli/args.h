@@ -60,7 +60,7 @@ bool st_args_hybrid(st_args *a, st_engine_args *e);
     "      --pcie-frac F|auto  hybrid decode: the GPU reads a share F (0..1) of each layer's expert-cache misses\n"   \
     "                          over PCIe and CPU threads compute the rest at the same time; auto (the default)\n"  \
     "                          measures both at load and picks F (0 when the CPU computes an expert faster than\n"   \
-    "                          the GPU reads one)\n"                                                                \
+    "                          the GPU reads one; 1 when the VRAM cache holds 70%% of the experts or more)\n"        \
     "      --no-prefill-cpu    hybrid prefill: stage every non-resident expert over PCIe (by default, in steps of\n"\
     "                          up to 1024 tokens CPU threads compute a share of them at the same time)\n"             \
     "      --deterministic     hybrid output identical to all-in-VRAM (every miss read by the GPU; overrides\n"      \

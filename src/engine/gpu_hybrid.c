@@ -218,8 +218,12 @@ static int env_int(const char *name, int def, int lo, int hi) {
 //   while a layer's CPU misses cost one job (~70 us of waiting at 16 GiB for 1.5 experts): st_hy_pick_pcie_frac
 //   gives F 0 whenever the CPU's time per expert is under the shared PCIe figure. (Until then F was 1 at cache
 //   shares >= 50%: 16 GiB F 1 323.4 vs 0.25 311.0 with sleeping workers.)
+//   HY_SPLIT_MAX_SHARE: with the skewed routing and the prefetch the real misses are far fewer than the uniform
+//   estimate, and at a high enough cache share the split's per-layer launches cost more than the misses it moves:
+//   18.9 GiB (78% cached; 1.3 misses per token) F 0 385.6 vs F 1 407.8; 16 GiB (62%) F 0 342.6 vs F 1 317.6.
 #define HY_SPLIT_OVERHEAD_S 3e-6
 #define HY_PCIE_SHARED 1.6
+#define HY_SPLIT_MAX_SHARE 0.7
 #define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
 #define HY_BELL_IDLE_S 1.0    // and dozes lightly (20 us) this long before it sleeps 1 ms at a time
 // Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.
@@ -583,14 +587,14 @@ static int hy_cpu_init(st_hybrid *h) {
         // A split layer's fixed cost: the CPU's round trip (the host node's, as the doorbell's stand-in) plus the
         // split's launches; a GPU miss costs more than alone where the prefetch's copies share the link (above).
         const double t_miss = t_pcie * (h->plan.prefetch_per_layer > 0 ? HY_PCIE_SHARED : 1.0);
-        f = st_hy_pick_pcie_frac(t_miss, t_cpu, t_host + HY_SPLIT_OVERHEAD_S, m);
+        f = share >= HY_SPLIT_MAX_SHARE ? 1.0 : st_hy_pick_pcie_frac(t_miss, t_cpu, t_host + HY_SPLIT_OVERHEAD_S, m);
         const double eb = (double)h->ebytes[0];
         snprintf(why, sizeof why,
                  " (measured: PCIe zero-copy %.0f us/expert = %.1f GB/s, %.0f us counted with the prefetch's copies; "
                  "CPU %d threads %.0f us/expert = %.1f GB/s; host node %.0f us; %.1f misses/layer expected at a %.0f%% "
-                 "cache share)",
+                 "cache share%s)",
                  t_pcie * 1e6, eb / t_pcie / 1e9, t_miss * 1e6, threads, t_cpu * 1e6, eb / t_cpu / 1e9,
-                 t_host * 1e6, m, 100.0 * share);
+                 t_host * 1e6, m, 100.0 * share, share >= HY_SPLIT_MAX_SHARE ? ", too high for a split" : "");
     }
     if (f < 0) f = 0;
     if (f > 1) f = 1;

@@ -54,7 +54,9 @@ int st_hy_cpu_tokens(st_hy_cpu *c, uint32_t layer, const float *X, int64_t n_tok
 double st_hy_cpu_time_tokens(st_hy_cpu *c, uint32_t layer, int K, int tok, int n_ex);
 
 // Measures the CPU expert throughput: `reps` calls of max_experts distinct experts each, cycling over layers and
-// experts so the weights come from DRAM, after one warm-up call. Returns seconds per expert (> 0), or -1.
+// experts so the weights come from DRAM, after one warm-up call. Returns seconds per expert of the fastest call
+// (> 0), or -1. (The mean let one slow call decide: 228 us per expert once at load against 41-47 us in every other
+// run on the same H200 host, 2026-12-01b.)
 double st_hy_cpu_time_expert(st_hy_cpu *c, int reps);
 
 // The PCIe share F of a layer's misses. A CPU that computes an expert in no more time than the GPU's demand read of
