@@ -231,8 +231,7 @@ __device__ __forceinline__ bool last_block_done(int32_t *counter) {
     return st_block_arrive_last(counter, (int)gridDim.x, last);
 }
 
-// ONE: an instance for n_tok == 1 (task = expert: no division by E after the wait; STRATA_ROUTER_ONE=1, A/B).
-template <typename T, bool ONE = false>
+template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
@@ -241,13 +240,13 @@ __global__ void __launch_bounds__(DEC_THREADS)
     const int task = blockIdx.x * ng + g;  // (token, expert) logit
     const int n4 = ne0 / 4;
     float4 wp[ROUTER_PRE];
-    const bool have = task < E * (ONE ? 1 : n_tok);
-    const T *w = W + (int64_t)(have ? (ONE ? task : task % E) : 0) * ne0;
+    const bool have = task < E * n_tok;
+    const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
     router_preload<T>(w, n4, lane, have, wp);
     st_pdl_wait();
     st_pdl_trigger();
     if (have) {
-        const int r = ONE ? task : task % E, t = ONE ? 0 : task / E;
+        const int r = task % E, t = task / E;
         const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
@@ -323,12 +322,9 @@ static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0,
         return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
     const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
-    static int one_env = -1;
-    if (one_env < 0) one_env = getenv("STRATA_ROUTER_ONE") != NULL;
-    const bool one = n_tok == 1 && one_env;
-#define RT_GO(T)                                                                                                    \
-    st_dec_launch(one ? k_router<T, true> : k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream,        \
-                  (const T *)W, (int)ne0, n_expert, x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
+#define RT_GO(T)                                                                                                   \
+    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
+                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
     ROUTER_TYPE_DISPATCH(w_type, RT_GO, fn);
 #undef RT_GO
     return launch_check(fn);

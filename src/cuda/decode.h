@@ -144,12 +144,6 @@ size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_dim, int n_
 int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
                      const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim,
                      float scale, int n_split, void *workspace, cudaStream_t stream);
-// A cache pair's geometry for st_cuda_attn_dec (n_ctx rows of n_head_kv x head_dim, f16 when kv_f16) on the current
-// device: builds with -DATC_TMA=1 make tensor maps of it there (sm_90) and use them; otherwise a no-op. Register
-// again after reallocating; unregister before freeing (by the K cache's pointer). 0, or -1 with st_errmsg.
-int st_cuda_attn_dec_register(const void *k_cache, const void *v_cache, int64_t n_ctx, int n_head_kv, int head_dim,
-                              int kv_f16);
-void st_cuda_attn_dec_unregister(const void *k_cache);
 // With an f16 cache on sm_80+ and the tensor-core kernel switched on, st_cuda_attn_dec runs a tensor-core kernel
 // (mma.sync m16n8k16; the query and the probabilities as f16 hi + lo pairs, so ~f32 accuracy) that merges more than 8
 // splits in two levels. On by default: STRATA_ATTN_TC=0 or st_cuda_attn_dec_set_tc(0) turns it off

@@ -28,12 +28,7 @@
 
 #include <cuda_fp16.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>  // getenv
-#include <string.h>
-#if ATC_TMA
-#include <cuda.h>  // CUtensorMap and its encoder's signature (the encoder itself comes from the runtime)
-#endif
 
 #include "cuda/decode_common.cuh"
 #include "cuda/mma.cuh"  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
@@ -363,19 +358,6 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_BULK_MIN_TILES
 #define ATC_BULK_MIN_TILES 16  // 4 tiles per warp
 #endif
-// ATC_TMA (opt-in, -DATC_TMA=1: written 2026-12-01 after the session's last device call, not yet run on a GPU): the
-// blocks that take bulk staging use a 2-D tensor map per cache instead where the cache was registered
-// (st_cuda_attn_dec_register): one elected lane issues the tile's 2 HD / 64 boxes of {64 halves, 16 rows} with
-// 128-byte swizzle (4 copies per tile at HD 128 instead of 32 issued as a loop over lanes). Swizzle: row r's 16-byte
-// chunk c of a box lands at r x 128 + 16 (c ^ (r % 8)); V fragment loads (rows 2t + e, chunk g) are conflict-free
-// as they are, K loads take chunk 2t + (u & 1) of box u >> 1 (rows g = 0 / 1 then XOR to opposite parities), so
-// the query fragments' dims follow that order. Rows past the sequence end inside the last tile arrive as they are in
-// memory (the cp.async paths clamp the row): the V rows there are zeroed in shared memory (0 x NaN would be NaN).
-#ifndef ATC_TMA
-#define ATC_TMA 0
-#endif
-#define ATC_TBOX 2048                 // tensor-map staging: bytes per box (16 rows x 128 bytes)
-#define ATC_TSB(hd) (2 * ((hd) / 64) * ATC_TBOX)  // tensor-map staging: bytes per warp and stage (K boxes, V boxes)
 #define ATC_KSTR(hd) (2 * (hd) + 64)  // bulk staging: bytes per K row
 #define ATC_VSTR(hd) (2 * (hd) + 16)  // bulk staging: bytes per V row
 #define ATC_WSB(hd) (16 * ATC_KSTR(hd) + 16 * ATC_VSTR(hd))  // bulk staging: bytes per warp and stage
@@ -396,12 +378,9 @@ __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, in
     }
 }
 
-static size_t atc_smem_bytes(int hd) {  // the largest of the stagings that may run
+static size_t atc_smem_bytes(int hd) {  // the larger of the two stagings where both may run
     const size_t cp = (size_t)ATC_ST * (hd / 8) * ATC_NT * 16, bulk = (size_t)ATC_ST * ATC_NW * ATC_WSB(hd);
-    const size_t tma = 1023 + (size_t)ATC_ST * ATC_NW * ATC_TSB(hd);  // from the first 1024-byte boundary
-    size_t b = ATC_BULK && bulk > cp ? bulk : cp;
-    if (ATC_TMA && ATC_BULK && tma > b) b = tma;
-    return b;
+    return ATC_BULK && bulk > cp ? bulk : cp;
 }
 
 __device__ __forceinline__ uint32_t atc_h2(__half2 h) { return *(const uint32_t *)&h; }
@@ -454,30 +433,22 @@ __device__ void atc_merge(const float *o, const float *ml, int stride, int s0, i
 }
 
 // The block's tiles [start, end) into the warp's running (m, lsum, o): Q . K^T, online softmax, P . V, each warp on
-// tiles w, w + ATC_NW, ... ; staging by cp.async (MODE 0), bulk row copies (1, sm_90; see ATC_BULK) or tensor-map
-// boxes (2, sm_90; ATC_TMA: kmap / vmap the generic addresses of the kernel's CUtensorMap parameters, col0 the KV
-// head's first column, qa in the swizzle's dim order).
-template <int HD, int MODE>
+// tiles w, w + ATC_NW, ... ; staging by cp.async (BULK false) or bulk copies (BULK true, sm_90; see ATC_BULK).
+template <int HD, bool BULK>
 __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4],
                                           float &m, float &lsum, int start, int end, int n_tiles,
-                                          const __half *kb, const __half *vb, int64_t row, float scale,
-                                          const void *kmap, const void *vmap, int col0) {
-    constexpr bool BULK = MODE == 1, TMA = MODE == 2;
+                                          const __half *kb, const __half *vb, int64_t row, float scale) {
     constexpr int NK = HD / 32, NV = HD / 64, NU = 2 * NK + 4 * NV, KS = HD / 16, DT = HD / 8;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
     // Bulk: [ATC_ST][ATC_NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes], one mbarrier per warp and stage.
     // Otherwise: [ATC_ST][NU][ATC_NT] uint4, thread tid's slots at stride ATC_NT.
-    // Tensor map: [ATC_ST][ATC_NW][HD / 64 K boxes | HD / 64 V boxes] of ATC_TBOX bytes from the first 1024-byte
-    // boundary of the dynamic shared memory (the swizzle's alignment).
-    constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = TMA ? ATC_TSB(HD) : ATC_WSB(HD);
+    constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = ATC_WSB(HD);
     __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
     uint4 *stg = (uint4 *)smem;
-    uint8_t *const sbase = TMA ? (uint8_t *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023) : smem;
-    auto stage = [&](int i) { return sbase + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
-    (void)kmap, (void)vmap, (void)col0;
+    auto stage = [&](int i) { return smem + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
 #if ST_TC_BULK
-    if constexpr (BULK || TMA) {
+    if constexpr (BULK) {
         if (lane == 0) {
 #pragma unroll
             for (int s = 0; s < ATC_ST; s++) tc_mbar_init(&s_bar[w][s], 1);
@@ -487,23 +458,7 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
     }
 #endif
     auto issue = [&](int i) {
-        if constexpr (TMA) {
-#if ST_TC_BULK
-            if (i >= nbw) return;  // warp-uniform
-            uint8_t *base = stage(i);
-            __syncwarp();  // every lane is done with this stage's previous tile (reads, tail zeroing)
-            if (lane == 0) {
-                uint64_t *bar = &s_bar[w][i % ATC_ST];
-                tc_mbar_expect_tx(bar, ATC_TSB(HD));
-                const int p0 = start + (w + ATC_NW * i) * ATC_TP;
-#pragma unroll
-                for (int b = 0; b < HD / 64; b++) {
-                    tc_tma_2d(base + b * ATC_TBOX, kmap, col0 + 64 * b, p0, bar);
-                    tc_tma_2d(base + (HD / 64 + b) * ATC_TBOX, vmap, col0 + 64 * b, p0, bar);
-                }
-            }
-#endif
-        } else if constexpr (BULK) {
+        if constexpr (BULK) {
 #if ST_TC_BULK
             if (i >= nbw) return;  // warp-uniform
             uint8_t *base = stage(i);
@@ -539,40 +494,23 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
     for (int i = 0; i < ATC_ST - 1; i++) issue(i);
     for (int i = 0; i < nbw; i++) {
         issue(i + ATC_ST - 1);
-        const uint8_t *kst = stage(i), *vst = kst + (TMA ? (HD / 64) * ATC_TBOX : 16 * KSTR);
+        const uint8_t *kst = stage(i), *vst = kst + 16 * KSTR;
         const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
-        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
-        if constexpr (BULK || TMA) {
+        if constexpr (BULK) {
 #if ST_TC_BULK
             tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
 #endif
-            if (TMA && p0 + ATC_TP > end) {  // the last tile: V rows past the end hold whatever memory does
-                const int nv = end - p0, n16 = (ATC_TP - nv) * (HD / 64) * 8;
-                for (int q = lane; q < n16; q += 32) {
-                    const int r = nv + q / ((HD / 64) * 8), b = q / 8 % (HD / 64), c = q % 8;
-                    *(uint4 *)(vst + b * ATC_TBOX + r * 128 + 16 * c) = make_uint4(0, 0, 0, 0);
-                }
-#if ST_TC_BULK
-                tc_fence_proxy_async();  // before a later copy into this stage (issue: after a __syncwarp)
-#endif
-                __syncwarp();
-            }
         } else {
             tc_cp_wait<ATC_ST - 1>();  // tile i has landed (this thread's own copies)
         }
         // Bulk: K row 8 j + g, bytes 64 u + 16 t (halves 32 u + 8 t, as the slots hold); V row (r >> 1) 8 + 2 t +
         // (r & 1), bytes 128 c + 16 g.
-        // Tensor map: K row 8 j + g, box u >> 1, chunk 2 t + (u & 1) (swizzled: ^ g); V row R = (r >> 1) 8 + 2 t +
-        // (r & 1), box c, chunk g (swizzled: ^ (R % 8)).
-#define ATC_KW(j, u)                                                                                          \
-    (TMA    ? *(const uint4 *)(kst + ((u) >> 1) * ATC_TBOX + (8 * (j) + g) * 128 + 16 * ((2 * t + ((u) & 1)) ^ g)) \
-     : BULK ? *(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t)                                 \
-            : src[((j) * NK + (u)) * ATC_NT])
-#define ATC_VW(r, c)                                                                                             \
-    (TMA    ? *(const uint4 *)(vst + (c) * ATC_TBOX + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * 128 +                    \
-                               16 * (g ^ (2 * t + ((r) & 1))))                                                   \
-     : BULK ? *(const uint4 *)(vst + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * VSTR + 128 * (c) + 16 * g)          \
-            : src[(2 * NK + (r) * NV + (c)) * ATC_NT])
+#define ATC_KW(j, u) \
+    (BULK ? *(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t) : src[((j) * NK + (u)) * ATC_NT])
+#define ATC_VW(r, c)                                                                                      \
+    (BULK ? *(const uint4 *)(vst + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * VSTR + 128 * (c) + 16 * g) \
+          : src[(2 * NK + (r) * NV + (c)) * ATC_NT])
+        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
         float sc[2][4];
 #pragma unroll
         for (int j = 0; j < 2; j++) {
@@ -632,7 +570,7 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
     }
 #undef ATC_KW
 #undef ATC_VW
-    if constexpr (MODE == 0) tc_cp_wait<0>();
+    if constexpr (!BULK) tc_cp_wait<0>();
 }
 
 template <int HD>
@@ -640,11 +578,7 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
-                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters
-#if ATC_TMA
-                  , const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap, int have_maps
-#endif
-    ) {
+                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters) {
     constexpr int NK = HD / 32;          // 16-byte pieces of a K row per lane (the lane's quarter)
     constexpr int NV = HD / 64;          // 16-byte pieces of a V row per lane (an eighth, of 4 rows)
     constexpr int NU = 2 * NK + 4 * NV;  // staging slots per lane and tile
@@ -687,25 +621,14 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     if (split >= n_act) return;  // idle split (uniform per block)
     const int start = split * chunk, end = min(L, start + chunk);
 
-    // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15. Staging (uniform per block):
-    // bulk copies for blocks of many tiles (ATC_BULK), by tensor map where the caches have maps (ATC_TMA).
-    const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
-    const bool big = ST_TC_BULK && ATC_BULK && (ATC_BULK == 2 || n_tiles >= ATC_BULK_MIN_TILES);
-#if ATC_TMA
-    const bool tma = big && have_maps;
-#else
-    const bool tma = false;
-#endif
-
-    // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order (the tensor
-    // map's: chunk 2 t + (u & 1) of box u >> 1 for the lane's piece u); the scale is applied to the f32 scores.
+    // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
+    // applied to the f32 scores.
     uint32_t qa[KS][4];
 #pragma unroll
     for (int kk = 0; kk < KS; kk++)
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
-            const int wd = 2 * kk + sub, u = wd / 4;
-            const int dim = (tma ? 64 * (u >> 1) + 8 * (2 * t + (u & 1)) : 32 * u + 8 * t) + 2 * (wd % 4);
+            const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
             float x0 = 0.0f, x1 = 0.0f;
             if (g < G) {
                 const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
@@ -721,17 +644,14 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
 
-#if ATC_TMA && ST_TC_BULK
-    if (tma)
-        atc_tiles<HD, 2>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale, &kmap, &vmap, kvh * HD);
-    else
-#endif
+    // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
+    const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
 #if ATC_BULK && ST_TC_BULK
-    if (big)
-        atc_tiles<HD, 1>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale, NULL, NULL, 0);
+    if (ATC_BULK == 2 || n_tiles >= ATC_BULK_MIN_TILES)  // uniform per block
+        atc_tiles<HD, true>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
     else
 #endif
-        atc_tiles<HD, 0>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale, NULL, NULL, 0);
+        atc_tiles<HD, false>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
     __syncthreads();  // every warp is done with its staging: the merges reuse it
@@ -870,110 +790,6 @@ static int atc_single_max(void) {
     return v;
 }
 
-// ---- tensor maps of registered caches (ATC_TMA) -------------------------------------------------------------------
-#if ATC_TMA
-typedef CUresult (*atc_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-typedef struct {
-    const void *k, *v;  // the caches (device pointers); k == NULL: a free entry
-    int dev;
-    CUtensorMap km, vm;
-} atc_maps;
-#define ATC_MAX_MAPS 512
-static atc_maps g_atc_maps[ATC_MAX_MAPS];
-static pthread_mutex_t g_atc_maps_lock = PTHREAD_MUTEX_INITIALIZER;
-
-// The driver's tensor-map encoder through the runtime (no link against libcuda), or NULL (a driver without it).
-static atc_encode_fn atc_encoder(void) {
-    static atc_encode_fn fn;
-    static int tried;
-    if (!tried) {
-        tried = 1;
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (atc_encode_fn)p;
-        cudaGetLastError();
-    }
-    return fn;
-}
-
-// A 2-D map over [n_ctx rows][n_head_kv x head_dim halves]: boxes of {64 halves, 16 rows}, 128-byte swizzle, rows
-// past n_ctx zero-filled.
-static int atc_encode(CUtensorMap *m, const void *cache, int64_t n_ctx, int n_head_kv, int head_dim) {
-    atc_encode_fn enc = atc_encoder();
-    if (!enc) return -1;
-    const cuuint64_t dims[2] = {(cuuint64_t)n_head_kv * (cuuint64_t)head_dim, (cuuint64_t)n_ctx};
-    const cuuint64_t strides[1] = {(cuuint64_t)n_head_kv * (cuuint64_t)head_dim * 2};
-    const cuuint32_t box[2] = {64, ATC_TP}, estr[2] = {1, 1};
-    return enc(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)cache, dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
-               ? 0
-               : -1;
-}
-
-// The maps of (kc, vc) on device dev into km / vm: 1, or 0 when the pair was not registered.
-static int atc_find_maps(const void *kc, const void *vc, int dev, CUtensorMap *km, CUtensorMap *vm) {
-    int found = 0;
-    pthread_mutex_lock(&g_atc_maps_lock);
-    for (int i = 0; i < ATC_MAX_MAPS && !found; i++)
-        if (g_atc_maps[i].k == kc && g_atc_maps[i].v == vc && g_atc_maps[i].dev == dev) {
-            *km = g_atc_maps[i].km, *vm = g_atc_maps[i].vm;
-            found = 1;
-        }
-    pthread_mutex_unlock(&g_atc_maps_lock);
-    return found;
-}
-#endif
-
-extern "C" int st_cuda_attn_dec_register(const void *k_cache, const void *v_cache, int64_t n_ctx, int n_head_kv,
-                                         int head_dim, int kv_f16) {
-#if ATC_TMA
-    int dev = 0;
-    if (!k_cache || !v_cache || n_ctx <= 0 || n_ctx > INT32_MAX || n_head_kv <= 0 || (head_dim != 64 && head_dim != 128))
-        return st_err("st_cuda_attn_dec_register: caches %p / %p, %lld rows, %d x %d", k_cache, v_cache,
-                      (long long)n_ctx, n_head_kv, head_dim);
-    if (!kv_f16 || cudaGetDevice(&dev) != cudaSuccess || st_dec_device_major() < 9) return 0;  // no maps: other paths
-    atc_maps e;
-    memset(&e, 0, sizeof e);
-    e.k = k_cache, e.v = v_cache, e.dev = dev;
-    if (atc_encode(&e.km, k_cache, n_ctx, n_head_kv, head_dim) || atc_encode(&e.vm, v_cache, n_ctx, n_head_kv, head_dim))
-        return 0;  // the driver could not make them: the bulk-copy path
-    pthread_mutex_lock(&g_atc_maps_lock);
-    int slot = -1;
-    for (int i = 0; i < ATC_MAX_MAPS; i++) {
-        if (g_atc_maps[i].k == k_cache && g_atc_maps[i].dev == dev) {  // re-registered (a new size): replace
-            slot = i;
-            break;
-        }
-        if (!g_atc_maps[i].k && slot < 0) slot = i;
-    }
-    if (slot >= 0) g_atc_maps[slot] = e;  // (a full table leaves this pair to the bulk-copy path)
-    pthread_mutex_unlock(&g_atc_maps_lock);
-    return 0;
-#else
-    (void)k_cache, (void)v_cache, (void)n_ctx, (void)n_head_kv, (void)head_dim, (void)kv_f16;
-    return 0;
-#endif
-}
-
-extern "C" void st_cuda_attn_dec_unregister(const void *k_cache) {
-#if ATC_TMA
-    int dev = 0;
-    if (!k_cache || cudaGetDevice(&dev) != cudaSuccess) return;
-    pthread_mutex_lock(&g_atc_maps_lock);
-    for (int i = 0; i < ATC_MAX_MAPS; i++)
-        if (g_atc_maps[i].k == k_cache && g_atc_maps[i].dev == dev) memset(&g_atc_maps[i], 0, sizeof g_atc_maps[i]);
-    pthread_mutex_unlock(&g_atc_maps_lock);
-#else
-    (void)k_cache;
-#endif
-}
-
 template <int HD>
 static int atc_launch(float *out, void *outq, int fmt, const float *q, const void *kc, const void *vc,
                       const int32_t *d_pos, int G, int n_head_kv, float scale, int n_split, uint8_t *ws,
@@ -996,18 +812,9 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
     }
     float *o = (float *)(ws + lo.o), *ml = (float *)(ws + lo.ml), *o1 = (float *)(ws + lo.o1),
           *ml1 = (float *)(ws + lo.ml1);
-#if ATC_TMA
-    CUtensorMap km, vm;
-    memset(&km, 0, sizeof km), memset(&vm, 0, sizeof vm);
-    const int have = atc_find_maps(kc, vc, dev, &km, &vm);
-    st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
-                  q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
-                  ml, o1, ml1, (int32_t *)ws, km, vm, have);
-#else
     st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
                   q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
                   ml, o1, ml1, (int32_t *)ws);
-#endif
     return 0;
 }
 

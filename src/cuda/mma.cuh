@@ -67,18 +67,6 @@ __device__ __forceinline__ void tc_bulk_g2s(void *dst, const void *src, unsigned
                  "l"(src), "r"(bytes), "r"(tc_smem_u32(bar))
                  : "memory");
 }
-// A 2-D box of a tensor map (TMA) into shared memory, completing on bar like tc_bulk_g2s: tmap is the generic address
-// of a __grid_constant__ CUtensorMap kernel parameter, (c0, c1) the box's first element (innermost first); dst
-// aligned as the map's swizzle requires (1024 bytes for 128-byte swizzle).
-__device__ __forceinline__ void tc_tma_2d(void *dst, const void *tmap, int c0, int c1, uint64_t *bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-            tc_smem_u32(dst)),
-        "l"((unsigned long long)tmap), "r"(c0), "r"(c1), "r"(tc_smem_u32(bar))
-        : "memory");
-}
-// Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy (bulk / TMA) accesses.
-__device__ __forceinline__ void tc_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Waits for the phase of the given parity to complete; traps after ~2^26 polls (a lost copy must not hang the
 // process: the launch fails and the caller reports it).
 __device__ __forceinline__ void tc_mbar_wait(uint64_t *bar, unsigned parity) {

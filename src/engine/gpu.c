@@ -93,8 +93,6 @@ struct st_gpu_session {
     int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
     int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
-    int head_dec;               // one-token LM head by st_cuda_rmsnorm_act + st_cuda_mmvq_multi, the decode layers'
-                                // row dots with PDL (STRATA_HEAD_DEC=1, A/B; default rmsnorm + quantize + mmvq)
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
                                 // instead of in the router's last block
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
@@ -472,11 +470,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         s->k_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
         s->v_cache[l] = dalloc(s, (size_t)n_ctx * kd * el, "KV cache", &fail);
-        // the decode attention's view of the pair (tensor maps in -DATC_TMA=1 builds; otherwise nothing)
-        if (!fail && (hp->head_dim_k == 64 || hp->head_dim_k == 128) &&
-            st_cuda_attn_dec_register(s->k_cache[l], s->v_cache[l], n_ctx, (int)hp->n_head_kv, (int)hp->head_dim_k,
-                                      kv_f16))
-            fail = 1;
     }
     // FFN rows: SMALL_BATCH * K (token, expert) pairs on the matrix-vector path, P tokens of a dense
     // FFN on the GEMM path (the MoE GEMM path keeps its pairs in gemm_scratch).
@@ -509,7 +502,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
     s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
-    s->head_dec = getenv("STRATA_HEAD_DEC") != NULL;
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
@@ -600,7 +592,6 @@ void st_gpu_session_free(st_gpu_session *s) {
     st_cuda_ctx *c = &s->g->ctx;
     if (s->graph_ready) cudaGraphExecDestroy(s->graph);
     for (uint32_t l = 0; s->k_cache && l < s->g->m->hp.n_layer; l++) {
-        st_cuda_attn_dec_unregister(s->k_cache[l]);
         if (s->k_cache[l]) st_cuda_free(c, s->k_cache[l]);
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
     }
@@ -940,18 +931,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
 #undef SKIPPED
     if (n == 1 && g->hy && st_hybrid_step_end(g->hy, st)) return -1;
     if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
-        const int ht = g->output.type;
-        if (out_rows == 1 && s->head_dec && s->fused && st_cuda_dec_supported(ht) && norm_act_ok(d, ht)) {
-            const st_cuda_dec_mat mh = {ht, g->output.d, g->output.ne[1], s->logits};
-            if (st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(ht), s->x + (size_t)out_first * d, NULL,
-                                    g->output_norm, 1, d, hp->rms_eps, st) ||
-                st_cuda_mmvq_multi(&mh, 1, d, s->xq, st))
-                return -1;
-        } else if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d,
-                                   hp->rms_eps, st) ||
-                   mv(s, &g->output, s->xn, out_rows, s->logits, 0)) {
+        if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
+                            st) ||
+            mv(s, &g->output, s->xn, out_rows, s->logits, 0))
             return -1;
-        }
     }
     return 0;
 }

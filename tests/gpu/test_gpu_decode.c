@@ -851,17 +851,13 @@ static void test_attn_case(int L, int n_head, int n_kv, int hd, int kv_f16, int 
     void *kc = rand_cache(L, row, kv_f16), *vc = rand_cache(L, row, kv_f16);
     float *q = rand_f32(nq, 1.0f), *ref = xmalloc(sizeof(float) * nq), *got = xmalloc(sizeof(float) * nq);
     // The caches hold n_ctx = L + 37 rows, those past L all-ones bits (NaN in f16 and f32): no path may let a row at
-    // or past the end reach the output (the cp.async paths clamp the row, the tensor-map path zeroes V's tail rows).
+    // or past the end reach the output (the staging clamps the row).
     const int64_t n_ctx = L + 37;
     void *dkc = dalloc(el * n_ctx * row), *dvc = dalloc(el * n_ctx * row);
     CK(cudaMemset(dkc, 0xff, el * n_ctx * row));
     CK(cudaMemset(dvc, 0xff, el * n_ctx * row));
     CK(cudaMemcpy(dkc, kc, el * L * row, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dvc, vc, el * L * row, cudaMemcpyHostToDevice));
-    if (st_cuda_attn_dec_register(dkc, dvc, n_ctx, n_kv, hd, kv_f16)) {
-        printf("  attn_dec: register: %s\n", st_errmsg());
-        g_fail_cur++;
-    }
     float *dq = dup_h2d(q, sizeof(float) * nq), *dout = dalloc(sizeof(float) * nq);
     const size_t rb = (size_t)st_q8_1_row_bytes(nq);
     uint8_t *dyq = fmt >= 0 ? dalloc(rb) : NULL, *yq = xmalloc(rb);
@@ -885,7 +881,6 @@ static void test_attn_case(int L, int n_head, int n_kv, int hd, int kv_f16, int 
         if (bad) printf("  %s: %lld blocks differ from the CPU quantizer\n", what, (long long)bad), g_fail_cur++;
     }
     free(kc), free(vc), free(q), free(ref), free(got), free(yq);
-    st_cuda_attn_dec_unregister(dkc);
     cudaFree(dkc), cudaFree(dvc), cudaFree(dq), cudaFree(dout), cudaFree(dpos);
     if (dyq) cudaFree(dyq);
 }
