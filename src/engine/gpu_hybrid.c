@@ -156,6 +156,8 @@ struct st_hybrid {
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
+    int pf_stages;                // side-branch kernels launched per layer: 3 (router, plan, copy); fewer only for a
+                                  // knockout of their cost (STRATA_HY_PF_STAGES)
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
@@ -1255,6 +1257,11 @@ static int hy_pf_init(st_hybrid *h) {
         return 0;
     }
     h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 16, 1, 1024);
+    // Knockout (A/B of the branch's cost, output unchanged): 1 only predicts (no plan: the sets keep what the load
+    // put there), 0 leaves the fork and join alone. (No 2: a plan without its copies would name owners whose slots
+    // never got their bytes, which a prefill then reads.)
+    h->pf_stages = env_int("STRATA_HY_PF_STAGES", 3, 0, 3);
+    if (h->pf_stages == 2) h->pf_stages = 1;
     // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
     const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", HY_PF_MAX_COPIES_DEFAULT, 1, h->pf_P);
     st_cuda_ctx *ctx = h->ctx;
@@ -1285,6 +1292,7 @@ static int hy_pf_init(st_hybrid *h) {
              st_cuda_memcpy_h2d(ctx, (void *)h->rec_d, h->rec_dev, sizeof(void *) * n_rec, NULL) ||
              st_cuda_memset(ctx, h->pf_owner_d, 0xff, sizeof(int32_t) * n_sets * (size_t)h->pf_P, NULL) ||
              st_cuda_memset(ctx, h->pf_done_d, 0, sizeof(uint32_t) * (size_t)h->pf_P, NULL) ||
+             st_cuda_memset(ctx, h->pf_work_d, 0, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), NULL) ||
              st_cuda_memset(ctx, h->pf_stats_d, 0, sizeof(unsigned long long) * 5, NULL) ||
              st_cuda_memset(ctx, h->pred_cnt_d, 0, sizeof(int32_t), NULL) ||
              st_cuda_memset(ctx, h->pf_progress_d, 0xff, sizeof(int32_t), NULL);
@@ -1339,10 +1347,11 @@ int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *ro
     h->pf_forked = 1;
     // xn is the main chain's buffer: if this branch runs late, the next layer's norm may have replaced it, which
     // changes only which experts are copied (the prediction), never the output.
-    if (st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
-                            h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side) ||
-        st_cuda_hy_pf_plan(&h->pf, (int)l + 1, h->pred_ids_d, h->pf_P, h->pf_side) ||
-        st_cuda_hy_pf_copy(&h->pf, (int)l + 1, h->pf_blocks, h->pf_side))
+    if ((h->pf_stages >= 1 &&
+         st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
+                             h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side)) ||
+        (h->pf_stages >= 2 && st_cuda_hy_pf_plan(&h->pf, (int)l + 1, h->pred_ids_d, h->pf_P, h->pf_side)) ||
+        (h->pf_stages >= 3 && st_cuda_hy_pf_copy(&h->pf, (int)l + 1, h->pf_blocks, h->pf_side)))
         return -1;
     return 0;
 }
