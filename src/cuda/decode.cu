@@ -21,6 +21,7 @@
 #include "cuda/qblock.h"           // planar q8_1 layout, st_qb_unpack / st_qb_dot_w
 #include "cuda/decode_rows.cuh"     // row dots, router loads, route_group
 #include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
+#include "cuda/hybrid_bell.cuh"   // the hybrid split's classify and join (st_cuda_router_topk_split, moe_down_join)
 #include "cuda/hybrid_count.cuh"  // the hybrid routing count (st_cuda_router_topk_count)
 
 #define DEC_GROUPS 8                           // groups per block
@@ -80,6 +81,8 @@ static int dec_switch_forced(void) {
     case T: fn = k_moe_glu<T, 1>; break;
 #define DEC_PICK_CASE_k_moe_down(T) \
     case T: fn = k_moe_down<T>; break;
+#define DEC_PICK_CASE_k_moe_down_join(T) \
+    case T: fn = k_moe_down_join<T>; break;
 
 // ---- PDL switch -------------------------------------------------------------------------------------------------
 
@@ -231,11 +234,13 @@ __device__ __forceinline__ bool last_block_done(int32_t *counter) {
     return st_block_arrive_last(counter, (int)gridDim.x, last);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS)
-    k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
-             float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
-             const st_hy_count_args cnt) {
+// The router launch's body; SPLIT (one token, hybrid CPU misses): after the route and the count the last block
+// also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch.
+template <typename T, bool SPLIT>
+__device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x,
+                                            int n_tok, int K, int norm, float *logits, int32_t *__restrict__ ids,
+                                            float *__restrict__ weights, int32_t *counter,
+                                            const st_hy_count_args &cnt, const st_hy_split_args *split) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int task = blockIdx.x * ng + g;  // (token, expert) logit
     const int n4 = ne0 / 4;
@@ -256,6 +261,27 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (!cnt.counts) return;
     __syncthreads();  // the ids of every token
     hy_count_pairs(ids, n_tok * K, cnt, threadIdx.x, blockDim.x);
+    if constexpr (SPLIT) {
+        __threadfence();  // the count's progress word before the classify's table reads (hybrid.h, prefetch rule 1)
+        __syncthreads();
+        hy_classify_block(*split, ids, K);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
+             float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
+             const st_hy_count_args cnt) {
+    router_body<T, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_router_split(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int K, int norm,
+                   float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
+                   const st_hy_count_args cnt, const st_hy_split_args split) {
+    router_body<T, true>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, &split);
 }
 
 // FFN RMSNorm + router + top-k of one token in one launch (st_cuda_router_norm_topk): every block normalises the
@@ -345,6 +371,32 @@ extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0,
                       n_expert);
     return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
                          weights, counters, count, stream);
+}
+
+extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
+                                         int n_used, int norm, float *logits, int32_t *ids, float *weights,
+                                         int32_t *counters, const st_hy_count_args *count,
+                                         const st_hy_split_args *split, cudaStream_t stream) {
+    const char *fn = "st_cuda_router_topk_split";
+    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
+        n_used <= 0 || n_used > G32 || n_used > n_expert)
+        return st_err("%s: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used (<= 32)", fn,
+                      (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used);
+    if (!ids || !weights || !counters || !logits || !count || !count->counts || !split)
+        return st_err("%s: ids, weights, counters, logits, the count and the split must be given", fn);
+    if (count->n_expert != n_expert || (count->sel_miss && !count->table) || split->n_expert != n_expert ||
+        !split->table || !split->carry || !split->ids_gpu || !split->meta || !split->x || !split->hx ||
+        split->n_embd != (int)ne0 || !split->seq != !split->bell)
+        return st_err("%s: the count or the split does not match the layer (%d experts, %lld inputs)", fn, n_expert,
+                      (long long)ne0);
+    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15)) return st_err("%s: W and x must be 16-byte aligned", fn);
+    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
+#define RS_GO(T)                                                                                                   \
+    st_dec_launch(k_router_split<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0,     \
+                  n_expert, x, n_used, norm, logits, ids, weights, counters, *count, *split)
+    ROUTER_TYPE_DISPATCH(w_type, RS_GO, fn);
+#undef RS_GO
+    return launch_check(fn);
 }
 
 extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
@@ -560,12 +612,15 @@ extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expe
 // ---- MoE down projection + weighted sum + residual -----------------------------------------------------------
 
 // grid (ceil(n_embd / DOWN_R), n_tok): the block computes rows r0 .. r0 + DOWN_R - 1 of every selected expert of
-// token t (group tasks (k, row)), then combines them in rank order.
-template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
-    k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
-               const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
-               const float *__restrict__ wts, int K, float *out, const float *add, float *yk) {
+// token t (group tasks (k, row)), then combines them in rank order. JOIN (one token, the hybrid split fused,
+// hybrid.h): where a rank is the CPU's (id -1), the block waits for the host's answer and takes that rank's row from
+// the CPU's output, as st_cuda_hy_combine would after a down_split.
+template <int TYPE, bool JOIN>
+__device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems,
+                                              long long row_bytes, int d, const uint8_t *__restrict__ actq,
+                                              long long aq_stride, const int32_t *__restrict__ ids,
+                                              const float *__restrict__ wts, int K, float *out, const float *add,
+                                              float *yk, const st_hy_join_args *join) {
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
@@ -610,6 +665,26 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     }
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
+    if constexpr (JOIN) {
+        bool defer = false;  // (uniform in the block)
+        for (int k = 0; k < K; k++) defer |= ids[k] == -1;
+        if (defer) {
+            __shared__ int s_ok;
+            if (threadIdx.x == 0) s_ok = hy_wait_answer(*join);
+            __syncthreads();
+            if (rr < DOWN_R && r < d) {
+                const float cpu_nan = s_ok ? 0.0f : __int_as_float(0x7fc00000);
+                float o = 0.0f;
+                for (int k = 0; k < K; k++) {  // the CPU's rows: written by the host meanwhile, read uncached
+                    const float y = ids[k] >= 0 ? ys[k][rr] : __ldcv(join->y_cpu + (size_t)k * d + r) + cpu_nan;
+                    const float tk = __fmul_rn(y, wts[k]);
+                    o = k == 0 ? tk : __fadd_rn(o, tk);
+                }
+                out[r] = add ? __fadd_rn(add[r], o) : o;
+            }
+            return;
+        }
+    }
     if (rr < DOWN_R && r < d) {
         if (yk) {  // split (one token): a rank left to the CPU (-1) defers the sum to the combine kernel
             bool defer = false;
@@ -625,20 +700,47 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     }
 }
 
+template <int TYPE>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
+    k_moe_down(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
+               const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
+               const float *__restrict__ wts, int K, float *out, const float *add, float *yk) {
+    moe_down_body<TYPE, false>(type, tbl, E, nitems, row_bytes, d, actq, aq_stride, ids, wts, K, out, add, yk,
+                               nullptr);
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
+    k_moe_down_join(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
+                    const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
+                    const float *__restrict__ wts, int K, float *out, const float *add, const st_hy_join_args join) {
+    moe_down_body<TYPE, true>(type, tbl, E, nitems, row_bytes, d, actq, aq_stride, ids, wts, K, out, add, nullptr,
+                              &join);
+}
+
 static int moe_down_sum(const char *what, int down_type, const void *const *table, int n_expert, int64_t n_embd,
                         int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
-                        int n_used, float *out, const float *add, float *yk, cudaStream_t stream) {
+                        int n_used, float *out, const float *add, float *yk, const st_hy_join_args *join,
+                        cudaStream_t stream) {
     const st_type_info *ti = st_type_get(down_type);
     if (!ti || !st_cuda_dec_supported(down_type) || n_ff <= 0 || n_ff % ti->block_size || n_ff > INT32_MAX / 2)
         return st_err("%s: down type %s with rows of %lld is not supported", what, st_type_name(down_type),
                       (long long)n_ff);
     if (n_embd <= 0 || n_embd > INT32_MAX / 2 || n_tok <= 0 || n_tok > 65535 || n_used <= 0 ||
-        n_used > DOWN_MAX_USED || n_expert <= 0 || (yk && n_tok != 1))
-        return st_err("%s: n_embd %lld, %d tokens (one with a per-rank output), %d used (<= %d)", what,
+        n_used > DOWN_MAX_USED || n_expert <= 0 || ((yk || join) && n_tok != 1))
+        return st_err("%s: n_embd %lld, %d tokens (one with a per-rank output or a join), %d used (<= %d)", what,
                       (long long)n_embd, n_tok, n_used, DOWN_MAX_USED);
     if (!table || !actq || !ids || !weights || !out || ((uintptr_t)actq & 15))
         return st_err("%s: NULL or misaligned device pointer", what);
     const dim3 grid((unsigned)((n_embd + DOWN_R - 1) / DOWN_R), (unsigned)n_tok);
+    if (join) {
+        decltype(&k_moe_down_join<0>) fn;  // (DEC_PICK's cases assign `fn`)
+        DEC_PICK(fn, k_moe_down_join, down_type);
+        st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
+                      (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, (const uint8_t *)actq,
+                      (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, *join);
+        return launch_check(what);
+    }
     decltype(&k_moe_down<0>) fn;
     DEC_PICK(fn, k_moe_down, down_type);
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
@@ -652,14 +754,24 @@ extern "C" int st_cuda_moe_down_split(int down_type, const void *const *table, i
                                       int n_used, float *out, const float *add, float *yk, cudaStream_t stream) {
     if (!yk) return st_err("st_cuda_moe_down_split: no per-rank output");
     return moe_down_sum("st_cuda_moe_down_split", down_type, table, n_expert, n_embd, n_ff, actq, ids_gpu, weights, 1,
-                        n_used, out, add, yk, stream);
+                        n_used, out, add, yk, NULL, stream);
+}
+
+extern "C" int st_cuda_moe_down_join(int down_type, const void *const *table, int n_expert, int64_t n_embd,
+                                     int64_t n_ff, const void *actq, const int32_t *ids_gpu, const float *weights,
+                                     int n_used, float *out, const float *add, const st_hy_join_args *join,
+                                     cudaStream_t stream) {
+    if (!join || !join->y_cpu || !join->seq || !join->bell || !join->leader)
+        return st_err("st_cuda_moe_down_join: the join's CPU rows, doorbell and leader words must be given");
+    return moe_down_sum("st_cuda_moe_down_join", down_type, table, n_expert, n_embd, n_ff, actq, ids_gpu, weights, 1,
+                        n_used, out, add, NULL, join, stream);
 }
 
 extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,
                                     int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
                                     int n_used, float *out, const float *add, cudaStream_t stream) {
     return moe_down_sum("st_cuda_moe_down_sum", down_type, table, n_expert, n_embd, n_ff, actq, ids, weights, n_tok,
-                        n_used, out, add, NULL, stream);
+                        n_used, out, add, NULL, NULL, stream);
 }
 
 // ---- MoE down projection with the input quantization in its prologue ------------------------------------------

@@ -71,6 +71,12 @@ int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, co
 int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
                               int n_used, int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
                               const st_hy_count_args *count, cudaStream_t stream);
+// One token (hybrid split, STRATA_HY_SPLIT_FUSED): st_cuda_router_topk_count, then its last block runs
+// st_cuda_hy_classify(_bell)'s classify, exports and ring on the route with `split` (hybrid.h), one launch fewer per
+// split layer. count->counts must be given (the classify follows the count, as the separate launches do).
+int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_used,
+                              int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
+                              const st_hy_count_args *count, const st_hy_split_args *split, cudaStream_t stream);
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           cudaStream_t stream);
@@ -117,6 +123,13 @@ int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, 
 int st_cuda_moe_down_split(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                            const void *actq, const int32_t *ids_gpu, const float *weights, int n_used, float *out,
                            const float *add, float *yk, cudaStream_t stream);
+// The same with the combine folded in (hybrid split fused, hybrid.h st_hy_join_args): where a rank is -1, every block
+// waits for the doorbell's answer (the first to arrive polls host memory, the others join->leader in L2) and sums
+// its rows in rank order with the CPU's rows from join->y_cpu: out as st_cuda_moe_down_split + st_cuda_hy_combine_bell
+// give it, bit for bit.
+int st_cuda_moe_down_join(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                          const void *actq, const int32_t *ids_gpu, const float *weights, int n_used, float *out,
+                          const float *add, const st_hy_join_args *join, cudaStream_t stream);
 
 // ---- round 2: split-adaptive decode attention, PDL -----------------------------------------------------------
 

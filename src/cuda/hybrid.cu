@@ -5,6 +5,7 @@
 
 #include "cuda/common.cuh"         // st_tbl_entry, ST_WARP_SIZE
 #include "cuda/decode_common.cuh"  // PDL: the per-layer kernels of the decode step sit between PDL launches
+#include "cuda/hybrid_bell.cuh"   // the split's classify and wait
 #include "cuda/hybrid_count.cuh"
 
 __global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, const st_hy_count_args a) {
@@ -51,58 +52,10 @@ extern "C" int st_cuda_hy_set_table(const void **table, const st_hy_update *u, i
 
 // ---- CPU misses -------------------------------------------------------------------------------------------------
 
-#include "cuda/hybrid_split.h"
-
-__global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, int E, const void *const *__restrict__ table,
-                              const uint8_t *lo, const uint8_t *hi, uint32_t cpu_q16, uint32_t *carry,
-                              int32_t *__restrict__ ids_gpu, int32_t *meta, const float *__restrict__ x, float *hx,
-                              int d, uint32_t *cpu_count, uint32_t *seq, uint32_t *bell, int layer) {
-    __shared__ int s_ncpu;
+__global__ void k_hy_classify(const int32_t *__restrict__ ids, int K, const st_hy_split_args a) {
     st_pdl_wait();  // ids, the table entries, x: earlier kernels (a no-op after a plain launch)
     st_pdl_trigger();
-    if (threadIdx.x == 0) {  // K <= 32: serial is cheapest, and the carry needs one writer
-        uint8_t miss[32], cls[32];
-        int n_miss = 0;
-        for (int k = 0; k < K; k++) {
-            const int e = ids[k];
-            // an id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild read)
-            const uint8_t *a = (e >= 0 && e < E) ? st_tbl_entry(table, 3 * (size_t)e) : lo;
-            miss[k] = (a < lo || a >= hi) ? 1 : 0;
-            n_miss += miss[k];
-        }
-        uint32_t c = *carry;
-        const int n_cpu = st_hy_split_cpu(n_miss, cpu_q16, &c);
-        *carry = c;
-        st_hy_classify(miss, K, n_cpu, cls);
-        int i = 0;
-        for (int k = 0; k < K; k++) {
-            const int cpu = cls[k] == ST_HY_CPU;
-            ids_gpu[k] = cpu ? -1 : ids[k];
-            if (cpu) {
-                meta[1 + i] = k;
-                meta[1 + 32 + i] = ids[k];
-                i++;
-            }
-        }
-        meta[0] = n_cpu;
-        if (cpu_count && n_cpu) *cpu_count += (uint32_t)n_cpu;
-        s_ncpu = n_cpu;
-    }
-    __syncthreads();
-    if (s_ncpu == 0) return;  // nothing for the CPU: no exports, no ring (the combine kernel sees no -1 in ids_gpu)
-    for (int i = threadIdx.x; i < d; i += blockDim.x) hx[i] = x[i];
-    __threadfence_system();  // (kernel completion publishes these too; the host node reads them after it)
-    if (!bell) return;
-    __syncthreads();  // every export is fenced: ring (hybrid.h, doorbell)
-    if (threadIdx.x == 0) {
-        const uint32_t s = *seq + 1;
-        *seq = s;
-        volatile uint32_t *vb = bell;
-        vb[2] = (uint32_t)layer;
-        __threadfence_system();
-        vb[0] = s;
-        __threadfence_system();
-    }
+    hy_classify_block(a, ids, K);
 }
 
 // Both classify entry points: argument checks, then the kernel (seq, bell NULL: no doorbell).
@@ -115,9 +68,9 @@ static int hy_classify(const char *fn, const int32_t *ids, int K, int n_expert, 
     if (!ids || !table || !carry || !ids_gpu || !meta || !x || !hx) return st_err("%s: NULL pointer", fn);
     // The doorbell path is a plain chain of kernels: PDL there; the host-node path forks after this kernel, whose
     // event must see it complete: a plain launch.
-    st_dec_launch_if(bell != NULL, k_hy_classify, dim3(1), dim3(256), 0, stream, ids, K, n_expert, table,
-                     (const uint8_t *)vram_lo, (const uint8_t *)vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd,
-                     cpu_count, seq, bell, layer);
+    const st_hy_split_args a = {n_expert, table, vram_lo, vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd,
+                                cpu_count, seq, bell, layer};
+    st_dec_launch_if(bell != NULL, k_hy_classify, dim3(1), dim3(256), 0, stream, ids, K, a);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);
 }
@@ -143,38 +96,20 @@ extern "C" int st_cuda_hy_classify_bell(const int32_t *ids, int K, int n_expert,
 
 __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *__restrict__ w,
                              const float *__restrict__ y_gpu, const float *y_cpu, int K, int d, float *out,
-                             const float *add, const uint32_t *seq, uint32_t *bell, unsigned long long *wait_ns) {
+                             const float *add, const st_hy_join_args j) {
     __shared__ int s_ok;
     st_pdl_wait();  // y_gpu, w, seq, add: earlier kernels (a no-op after a plain launch)
     st_pdl_trigger();
     bool any_cpu = false;  // a CPU rank this layer (ids_gpu -1): else the down kernel wrote out (decode.h)
     for (int k = 0; k < K; k++) any_cpu |= ids_gpu[k] < 0;
     if (!any_cpu) return;  // uniform
-    if (bell) {  // doorbell: wait for the host thread's answer (hybrid.h)
-        if (threadIdx.x == 0) {
-            const uint32_t s = *seq;
-            const volatile uint32_t *vb = bell;
-            const unsigned long long t0 = st_globaltimer_ns();
-            int ok = 1;
-            while (vb[1] != s) {
-                if (st_globaltimer_ns() - t0 > ST_HY_BELL_TIMEOUT_NS) {
-                    ok = 0;
-                    ((volatile uint32_t *)bell)[3] = 1;
-                    break;
-                }
-#if __CUDA_ARCH__ >= 700
-                __nanosleep(256);
-#endif
-            }
-            __threadfence_system();
-            if (wait_ns && blockIdx.x == 0) atomicAdd(wait_ns, st_globaltimer_ns() - t0);
-            s_ok = ok;
-        }
+    if (j.bell) {  // doorbell: wait for the host thread's answer (hybrid.h)
+        if (threadIdx.x == 0) s_ok = hy_wait_answer(j);
         __syncthreads();
     }
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= d) return;
-    const float cpu_nan = bell && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
+    const float cpu_nan = j.bell && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
     float o = 0.0f;
     for (int k = 0; k < K; k++) {
         // CPU rows: written by the host between launches; ld.cv fetches system memory again rather than trusting
@@ -193,8 +128,9 @@ static int hy_combine(const char *fn, const int32_t *ids_gpu, const float *w, co
     if (K <= 0 || K > 32 || n_embd <= 0) return st_err("%s: K %d (1..32), n_embd %d", fn, K, n_embd);
     if (!ids_gpu || !w || !y_gpu || !y_cpu || !out) return st_err("%s: NULL pointer", fn);
     // (as the classify launch: PDL on the doorbell path; the host-node path joins an event first)
+    const st_hy_join_args j = {y_cpu, seq, bell, wait_ns, NULL};  // 8 blocks: each polls host memory itself
     st_dec_launch_if(bell != NULL, k_hy_combine, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, stream, ids_gpu,
-                     w, y_gpu, y_cpu, K, n_embd, out, add, seq, bell, wait_ns);
+                     w, y_gpu, y_cpu, K, n_embd, out, add, j);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_combine<<<>>>", __FILE__, __LINE__);
 }

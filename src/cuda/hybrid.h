@@ -94,6 +94,37 @@ int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, const float 
                             int n_embd, float *out, const float *add, const uint32_t *seq, uint32_t *bell,
                             unsigned long long *wait_ns, cudaStream_t stream);
 
+// ---- the split inside the neighbouring launches (STRATA_HY_SPLIT_FUSED=1, A/B) ------------------------------------
+//
+// The classify and combine launches cost ~2.5 us in every split layer, with or without CPU misses. The same two steps
+// as arguments of the launches beside them: the router's last block classifies and rings right after the route
+// and the count (decode.h st_cuda_router_topk_split), the down kernel's blocks take the CPU rows in the rank-order sum
+// themselves (decode.h st_cuda_moe_down_join). Bit for bit the classify + down_split + combine sequence.
+typedef struct st_hy_split_args {  // st_cuda_hy_classify_bell's arguments after ids and K (seq, bell NULL: no ring)
+    int n_expert;
+    const void *const *table;
+    const void *vram_lo, *vram_hi;
+    uint32_t cpu_q16;
+    uint32_t *carry;
+    int32_t *ids_gpu;
+    int32_t *meta;
+    const float *x;
+    float *hx;
+    int n_embd;
+    uint32_t *cpu_count;
+    uint32_t *seq, *bell;
+    int layer;
+} st_hy_split_args;
+typedef struct st_hy_join_args {  // st_cuda_hy_combine_bell's wait
+    const float *y_cpu;            // mapped f32 [K][n_embd]: the CPU's rank rows
+    const uint32_t *seq;
+    uint32_t *bell;
+    unsigned long long *wait_ns;   // may be NULL
+    uint32_t *leader;              // device uint32 [3], zeroed once: the first block to wait polls the host's
+                                   // answer and publishes it here; the others poll it in L2 (hundreds of blocks
+                                   // polling host memory would load the link and the host's memory)
+} st_hy_join_args;
+
 // ---- lookahead prefetch (decode; STRATA_HY_PREFETCH=P in the engine, docs/HYBRID.md) ---------------------------
 //
 // While layer m-1 computes, layer m's likely experts (its router on layer m-1's MoE input, top P: the engine runs

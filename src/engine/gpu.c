@@ -834,6 +834,11 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int count_in_router = g->hy && !s->hy_count_launch && !s->fixed_ids && !s->router_norm &&
                                         !glu_routes && !SKIPPED(DEC_SKIP_ROUTER) && !(dup & DEC_SKIP_ROUTER);
             if (count_in_router) st_hybrid_count_args(g->hy, l, 1, &hc);
+            // Hybrid split folded into the router and down launches (STRATA_HY_SPLIT_FUSED=1): the router's last
+            // block classifies after its count.
+            const int routed_split = n == 1 && count_in_router && st_hybrid_split_fused(g->hy);
+            st_hy_split_args sa;
+            if (routed_split) st_hybrid_split_args(g->hy, l, s->xn, &sa);
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
@@ -845,11 +850,14 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
                        (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
-                                   : RUN(DEC_SKIP_ROUTER,
-                                         st_cuda_router_topk_count(L->router.type, L->router.d, d, E, s->xn, n, K,
-                                                                   hp->expert_weights_norm, s->router, s->d_ids,
-                                                                   s->d_wts, s->dec_counters,
-                                                                   count_in_router ? &hc : NULL, st)))) {
+                        : routed_split
+                            ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
+                                                        hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
+                                                        s->dec_counters, &hc, &sa, st)
+                            : RUN(DEC_SKIP_ROUTER,
+                                  st_cuda_router_topk_count(L->router.type, L->router.d, d, E, s->xn, n, K,
+                                                            hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
+                                                            s->dec_counters, count_in_router ? &hc : NULL, st)))) {
                 return -1;
             }
             if (n == 1 && s->fixed_ids &&
@@ -862,7 +870,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
                 // hybrid --pcie-frac < 1: a share of the misses computed by CPU workers in parallel (gpu_hybrid.h)
                 if (st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq, s->d_ids,
-                                         s->d_wts, s->ffn_a, s->xq2, s->dec_counters, s->x, st))
+                                         s->d_wts, s->ffn_a, s->xq2, s->dec_counters, s->x, routed_split, st))
                     return -1;
                 continue;
             }

@@ -149,6 +149,8 @@ struct st_hybrid {
     uint32_t *bell_h, *bell_dp;   // [4] host / device address (cuda/hybrid.h)
     uint32_t *bell_seq_d;         // [1] device: the rings so far (cuda/hybrid.h)
     unsigned long long *bell_wait_d;  // [1] device: ns the combine kernels waited for the answer (stats)
+    int split_fused;              // classify in the router launch, combine in the down kernel (STRATA_HY_SPLIT_FUSED)
+    uint32_t *join_leader_d;      // [3] device: the down kernel's waiting blocks' leader words (hybrid.h)
     _Atomic uint64_t cpu_jobs, cpu_job_ns;  // layers the doorbell thread computed, and its ns on them (stats)
     pthread_t bell_thread;
     int bell_started;
@@ -691,9 +693,16 @@ static int hy_bell_init(st_hybrid *h) {
     if (hy_map_alloc((void **)&h->bell_h, (void **)&h->bell_dp, sizeof(uint32_t) * 4, "CPU-miss doorbell")) return -1;
     h->bell_seq_d = st_cuda_alloc(h->ctx, sizeof(uint32_t), "CPU-miss doorbell counter");
     h->bell_wait_d = st_cuda_alloc(h->ctx, sizeof(unsigned long long), "CPU-miss wait counter");
-    if (!h->bell_seq_d || !h->bell_wait_d || st_cuda_memset(h->ctx, h->bell_seq_d, 0, sizeof(uint32_t), NULL) ||
-        st_cuda_memset(h->ctx, h->bell_wait_d, 0, sizeof(unsigned long long), NULL))
+    h->join_leader_d = st_cuda_alloc(h->ctx, sizeof(uint32_t) * 3, "CPU-miss join leader words");
+    if (!h->bell_seq_d || !h->bell_wait_d || !h->join_leader_d ||
+        st_cuda_memset(h->ctx, h->bell_seq_d, 0, sizeof(uint32_t), NULL) ||
+        st_cuda_memset(h->ctx, h->bell_wait_d, 0, sizeof(unsigned long long), NULL) ||
+        st_cuda_memset(h->ctx, h->join_leader_d, 0, sizeof(uint32_t) * 3, NULL))
         return -1;
+    h->split_fused = env_int("STRATA_HY_SPLIT_FUSED", 0, 0, 1);
+    if (h->split_fused)
+        st_info("hybrid decode: the split's classify in the router launch, its combine in the down kernel "
+                "(STRATA_HY_SPLIT_FUSED)");
     atomic_store(&h->bell_stop, 0);
     if (pthread_create(&h->bell_thread, NULL, hy_bell_main, h)) return st_err("cannot start the CPU-miss doorbell thread");
     h->bell_started = 1;
@@ -702,9 +711,19 @@ static int hy_bell_init(st_hybrid *h) {
     return 0;
 }
 
+int st_hybrid_split_fused(const st_hybrid *h) { return st_hybrid_cpu_split(h) && h->doorbell && h->split_fused; }
+
+void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a) {
+    const st_hy_split_args v = {(int)h->E, st_hybrid_layer_table(h, l), h->slots,
+                                h->slots + h->n_slots_alloc * h->stride, h->cpu_q16, h->carry_d + l, h->ids_gpu_d,
+                                h->meta_dp, xn, h->xrow_dp, (int)h->m->hp.n_embd,
+                                h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l, h->bell_seq_d, h->bell_dp, (int)l};
+    *a = v;
+}
+
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
                          const int32_t *ids, const float *wts, float *act, void *actq, int32_t *counters, float *x,
-                         cudaStream_t st) {
+                         int routed_split, cudaStream_t st) {
     const st_hparams *hp = &h->m->hp;
     const int K = h->K, E = (int)h->E, d = (int)hp->n_embd, F = (int)hp->n_ff_exp;
     const int dfmt = st_cuda_act_format(down_type);
@@ -718,6 +737,12 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
 #define HY_GPU_BRANCH()                                                                                         \
     (st_cuda_moe_glu_q(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, actq, dfmt, counters, st) ||           \
      st_cuda_moe_down_split(down_type, tab, E, d, F, actq, h->ids_gpu_d, wts, K, x, x, h->y_d, st))
+    if (routed_split) {  // the router launch classified and rang; the down kernel waits for the answer and sums
+        if (!st_hybrid_split_fused(h)) return st_err("hybrid: a fused split without the doorbell");
+        const st_hy_join_args j = {h->ycpu_dp, h->bell_seq_d, h->bell_dp, h->bell_wait_d, h->join_leader_d};
+        return st_cuda_moe_glu_q(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, actq, dfmt, counters, st) ||
+               st_cuda_moe_down_join(down_type, tab, E, d, F, actq, h->ids_gpu_d, wts, K, x, x, &j, st);
+    }
     if (h->doorbell) {  // classify rings, the host thread computes, combine waits for its answer
         if (st_cuda_hy_classify_bell(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
                                      h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt,
@@ -1093,6 +1118,7 @@ void st_hybrid_free(st_hybrid *h) {
     if (h->bell_h) cudaFreeHost(h->bell_h);
     if (h->bell_seq_d && h->ctx) st_cuda_free(h->ctx, h->bell_seq_d);
     if (h->bell_wait_d && h->ctx) st_cuda_free(h->ctx, h->bell_wait_d);
+    if (h->join_leader_d && h->ctx) st_cuda_free(h->ctx, h->join_leader_d);
     st_hy_cpu_free(h->cpu);
     if (h->side) cudaStreamDestroy(h->side);
     if (h->ev_fork) cudaEventDestroy(h->ev_fork);

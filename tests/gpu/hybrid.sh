@@ -174,6 +174,7 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
+run_cpumiss mid-cpumiss-fused $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=1
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0

@@ -12,6 +12,8 @@
 //              (cpu/matmul.h, as place/cpu_experts.c), the output matches the fused reference closely, and replays
 //              without CPU misses match it bit for bit; and the same with the doorbell instead of the host node
 //              (st_cuda_hy_classify_bell / st_cuda_hy_combine_bell and a polling host thread, the engine's default)
+//   fused      the split folded into the router and down launches (st_cuda_router_topk_split +
+//              st_cuda_moe_down_join, STRATA_HY_SPLIT_FUSED) == the separate launches, bit for bit
 // Fresh random inputs each run (seed printed; STRATA_SEED fixes it). One PASS/FAIL line per check; exit 1 on failure.
 //   usage: test_gpu_hycpu [--quick]
 #include <math.h>
@@ -466,6 +468,194 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
     CK(cudaStreamDestroy(side));
 }
 
+// ---- 4: the split folded into the router and down launches (STRATA_HY_SPLIT_FUSED) ---------------------------
+//
+// Router weights W [E][D] (f32) route a fresh xn per replay. Path A, the separate launches the engine runs by
+// default: st_cuda_router_topk_count (with the count) -> st_cuda_hy_classify_bell -> glu_q -> down_split ->
+// st_cuda_hy_combine_bell. Path B: st_cuda_router_topk_split -> glu_q -> st_cuda_moe_down_join. Each path has its own
+// carry, counters, export and output; a host thread answers every ring at once, and the CPU rows are the same
+// random rows for both, so B must equal A bit for bit: ids, weights, ids_gpu, the export, carry, counters, out.
+
+typedef struct {
+    volatile uint32_t *bell;
+    atomic_int stop;
+} answer_ctx;
+
+static void *answer_main(void *ud) {  // answers each ring at once (the CPU rows are already in place)
+    answer_ctx *a = ud;
+    while (!atomic_load(&a->stop)) {
+        const uint32_t s = a->bell[0];
+        if (a->bell[1] != s) {
+            atomic_thread_fence(memory_order_seq_cst);
+            a->bell[1] = s;
+        }
+    }
+    return NULL;
+}
+
+typedef struct {  // one path's own state
+    int32_t *ids, *ids_gpu;
+    float *wts, *out;
+    uint32_t *carry, *cnt, *counts, *sel_miss;
+    int32_t *meta_h, *meta_d;
+    float *hx_h, *hx_d;
+} fused_path;
+
+static void make_path(fused_path *p) {
+    CK(cudaMalloc((void **)&p->ids, sizeof(int32_t) * K));
+    CK(cudaMalloc((void **)&p->ids_gpu, sizeof(int32_t) * K));
+    CK(cudaMalloc((void **)&p->wts, sizeof(float) * K));
+    CK(cudaMalloc((void **)&p->out, sizeof(float) * D));
+    CK(cudaMalloc((void **)&p->carry, sizeof(uint32_t)));
+    CK(cudaMalloc((void **)&p->cnt, sizeof(uint32_t)));
+    CK(cudaMalloc((void **)&p->counts, sizeof(uint32_t) * E));
+    CK(cudaMalloc((void **)&p->sel_miss, sizeof(uint32_t) * 2));
+    CK(cudaMemset(p->carry, 0, sizeof(uint32_t)));
+    CK(cudaMemset(p->cnt, 0, sizeof(uint32_t)));
+    CK(cudaMemset(p->counts, 0, sizeof(uint32_t) * E));
+    CK(cudaMemset(p->sel_miss, 0, sizeof(uint32_t) * 2));
+    CK(cudaHostAlloc((void **)&p->meta_h, sizeof(int32_t) * ST_HY_META_INTS, cudaHostAllocMapped));
+    CK(cudaHostAlloc((void **)&p->hx_h, sizeof(float) * D, cudaHostAllocMapped));
+    CK(cudaHostGetDevicePointer((void **)&p->meta_d, p->meta_h, 0));
+    CK(cudaHostGetDevicePointer((void **)&p->hx_d, p->hx_h, 0));
+}
+
+static void free_path(fused_path *p) {
+    cudaFree(p->ids), cudaFree(p->ids_gpu), cudaFree(p->wts), cudaFree(p->out), cudaFree(p->carry);
+    cudaFree(p->cnt), cudaFree(p->counts), cudaFree(p->sel_miss);
+    cudaFreeHost(p->meta_h), cudaFreeHost(p->hx_h);
+}
+
+static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cudaStream_t st, int reps) {
+    float *W = malloc(sizeof(float) * E * D), *W_d, *logits_d;
+    for (int i = 0; i < E * D; i++) W[i] = 0.05f * st_rng_normal(r);
+    CK(cudaMalloc((void **)&W_d, sizeof(float) * E * D));
+    CK(cudaMalloc((void **)&logits_d, sizeof(float) * E));
+    CK(cudaMemcpy(W_d, W, sizeof(float) * E * D, cudaMemcpyHostToDevice));
+    const size_t cnt_bytes = st_cuda_dec_counters_bytes(FF, K, 1);
+    int32_t *rcnt;  // the router's own last-block counter
+    CK(cudaMalloc((void **)&rcnt, cnt_bytes));
+    CK(cudaMemset(rcnt, 0, cnt_bytes));
+    uint32_t *bell_h, *bell_d, *seq_d, *leader_d;
+    unsigned long long *wait_d;
+    CK(cudaHostAlloc((void **)&bell_h, 4 * sizeof(uint32_t), cudaHostAllocMapped));
+    CK(cudaHostGetDevicePointer((void **)&bell_d, bell_h, 0));
+    memset(bell_h, 0, 4 * sizeof(uint32_t));
+    CK(cudaMalloc((void **)&seq_d, sizeof(uint32_t)));
+    CK(cudaMalloc((void **)&leader_d, 3 * sizeof(uint32_t)));
+    CK(cudaMalloc((void **)&wait_d, sizeof *wait_d));
+    CK(cudaMemset(seq_d, 0, sizeof(uint32_t)));
+    CK(cudaMemset(leader_d, 0, 3 * sizeof(uint32_t)));
+    CK(cudaMemset(wait_d, 0, sizeof *wait_d));
+    answer_ctx ac;
+    ac.bell = bell_h;
+    atomic_store(&ac.stop, 0);
+    pthread_t thr;
+    if (pthread_create(&thr, NULL, answer_main, &ac)) {
+        printf("FAIL pthread_create\n");
+        exit(1);
+    }
+    fused_path pa, pb;
+    make_path(&pa);
+    make_path(&pb);
+    const int dfmt = st_cuda_act_format(DN_TYPE);
+    int bad = 0, n_cpu_layers = 0;
+    char det[256] = "";
+    float x[D], xn[D];
+    for (int it = 0; it < reps; it++) {
+        const uint32_t q = it % 4 == 3 ? 0 : ST_HY_Q16 / 2;  // every fourth replay without CPU ranks
+        for (int i = 0; i < D; i++) x[i] = st_rng_normal(r), xn[i] = st_rng_normal(r);
+        for (int i = 0; i < K * D; i++) b->ycpu_h[i] = st_rng_normal(r);  // "the CPU's rows" of every rank
+        CK(cudaMemcpy(b->x, x, sizeof x, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b->xn, xn, sizeof xn, cudaMemcpyHostToDevice));
+        ST(st_cuda_quantize_act(ctx, st_cuda_act_format(GU_TYPE), b->xn, b->xq, 1, D, st));
+        fused_path *ps[2] = {&pa, &pb};
+        for (int w = 0; w < 2; w++) {
+            fused_path *p = ps[w];
+            for (int i = 0; i < ST_HY_META_INTS; i++) p->meta_h[i] = -7;
+            CK(cudaMemsetAsync(p->out, 0xff, sizeof(float) * D, st));
+            st_hy_count_args cnt;
+            memset(&cnt, 0, sizeof cnt);
+            cnt.n_expert = E, cnt.table = L->tab_d, cnt.vram_lo = L->vram, cnt.vram_hi = L->vram + L->rec_bytes * E;
+            cnt.counts = p->counts, cnt.sel_miss = p->sel_miss;
+            if (w == 0) {
+                ST(st_cuda_router_topk_count(ST_TYPE_F32, W_d, D, E, b->xn, 1, K, 1, logits_d, p->ids, p->wts, rcnt,
+                                             &cnt, st));
+                ST(st_cuda_hy_classify_bell(p->ids, K, E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
+                                            p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0, st));
+                ST(st_cuda_moe_glu_q(GU_TYPE, L->tab_d, E, D, FF, b->xq, p->ids_gpu, 1, K, b->act, b->actq, dfmt,
+                                     b->counters, st));
+                ST(st_cuda_moe_down_split(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids_gpu, p->wts, K, p->out, b->x,
+                                          b->y, st));
+                ST(st_cuda_hy_combine_bell(p->ids_gpu, p->wts, b->y, b->ycpu_d, K, D, p->out, b->x, seq_d, bell_d,
+                                           NULL, st));
+            } else {
+                const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
+                                             p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
+                const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
+                ST(st_cuda_router_topk_split(ST_TYPE_F32, W_d, D, E, b->xn, K, 1, logits_d, p->ids, p->wts, rcnt, &cnt,
+                                             &sa, st));
+                ST(st_cuda_moe_glu_q(GU_TYPE, L->tab_d, E, D, FF, b->xq, p->ids_gpu, 1, K, b->act, b->actq, dfmt,
+                                     b->counters, st));
+                ST(st_cuda_moe_down_join(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids_gpu, p->wts, K, p->out, b->x, &j,
+                                         st));
+            }
+            CK(cudaStreamSynchronize(st));
+        }
+        int32_t ia[K], ib[K], ga[K], gb[K];
+        float wa[K], wb[K], oa[D], ob[D];
+        uint32_t ca[2 + E + 2], cb[2 + E + 2];
+        CK(cudaMemcpy(ia, pa.ids, sizeof ia, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ib, pb.ids, sizeof ib, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ga, pa.ids_gpu, sizeof ga, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gb, pb.ids_gpu, sizeof gb, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(wa, pa.wts, sizeof wa, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(wb, pb.wts, sizeof wb, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(oa, pa.out, sizeof oa, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ob, pb.out, sizeof ob, cudaMemcpyDeviceToHost));
+        fused_path *ps2[2] = {&pa, &pb};
+        uint32_t *cs[2] = {ca, cb};
+        for (int w = 0; w < 2; w++) {
+            CK(cudaMemcpy(cs[w], ps2[w]->carry, sizeof(uint32_t), cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(cs[w] + 1, ps2[w]->cnt, sizeof(uint32_t), cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(cs[w] + 2, ps2[w]->counts, sizeof(uint32_t) * E, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(cs[w] + 2 + E, ps2[w]->sel_miss, sizeof(uint32_t) * 2, cudaMemcpyDeviceToHost));
+        }
+        const int n_cpu = pa.meta_h[0];
+        n_cpu_layers += n_cpu > 0;
+        int at = -1;
+        const int same_route = !memcmp(ia, ib, sizeof ia) && !memcmp(wa, wb, sizeof wa) && !memcmp(ga, gb, sizeof ga);
+        const int same_export = !memcmp(pa.meta_h, pb.meta_h, sizeof(int32_t) * (1 + n_cpu)) &&
+                                !memcmp(pa.meta_h + 33, pb.meta_h + 33, sizeof(int32_t) * (n_cpu > 0 ? n_cpu : 0)) &&
+                                (n_cpu == 0 || !memcmp(pa.hx_h, pb.hx_h, sizeof(float) * D));
+        const int same_counts = !memcmp(ca, cb, sizeof ca);
+        const int same_out = bitwise_eq(ob, oa, D, &at);
+        if (!(same_route && same_export && same_counts && same_out)) {
+            if (!bad)
+                snprintf(det, sizeof det, "replay %d (%d CPU ranks): route %s, export %s, counters %s, out %s%s", it,
+                         n_cpu, same_route ? "same" : "DIFFERS", same_export ? "same" : "DIFFERS",
+                         same_counts ? "same" : "DIFFER", same_out ? "same" : "DIFFERS",
+                         same_out ? "" : " (first at an element)");
+            bad++;
+        }
+    }
+    const int timed_out = bell_h[3] != 0;
+    unsigned long long waited = 0;
+    CK(cudaMemcpy(&waited, wait_d, sizeof waited, cudaMemcpyDeviceToHost));
+    char d[400];
+    snprintf(d, sizeof d, "%d replays, %d with CPU ranks, %.1f us waited per such replay%s%s%s", reps, n_cpu_layers,
+             n_cpu_layers ? (double)waited / 1e3 / n_cpu_layers : 0.0, timed_out ? ", TIMED OUT" : "",
+             det[0] ? "; " : "", det);
+    report("fused split (router classifies, down joins) == the separate launches, bitwise", bad || timed_out ||
+               n_cpu_layers == 0 || n_cpu_layers == reps, d);
+    atomic_store(&ac.stop, 1);
+    pthread_join(thr, NULL);
+    free_path(&pa), free_path(&pb);
+    cudaFreeHost(bell_h), cudaFree(seq_d), cudaFree(leader_d), cudaFree(wait_d), cudaFree(rcnt), cudaFree(W_d),
+        cudaFree(logits_d);
+    free(W);
+}
+
 int main(int argc, char **argv) {
     int quick = 0;
     if (gpu_test_args(argc, argv, &quick, NULL)) return 2;
@@ -487,6 +677,7 @@ int main(int argc, char **argv) {
     test_split(&L, &ctx, &b, &r, st, quick ? 9 : 60);
     test_graph(&L, &ctx, &b, &r, st, quick ? 6 : 40, 0);
     test_graph(&L, &ctx, &b, &r, st, quick ? 6 : 40, 1);
+    test_fused(&L, &ctx, &b, &r, st, quick ? 8 : 60);
     if (g_fail) printf("FAILED: %d checks (seed %llu; rerun with STRATA_SEED=%llu)\n", g_fail,
                        (unsigned long long)g_seed, (unsigned long long)g_seed);
     else printf("ALL PASS (seed %llu)\n", (unsigned long long)g_seed);

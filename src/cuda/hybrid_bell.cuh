@@ -1,0 +1,104 @@
+// The CPU-miss split's device steps (hybrid.h) as functions of one block, shared by their own launches (hybrid.cu
+// k_hy_classify, k_hy_combine) and the neighbouring decode launches they can ride in (decode.cu: the router's last
+// block classifies, the down kernel's blocks join).
+#ifndef STRATA_CUDA_HYBRID_BELL_CUH
+#define STRATA_CUDA_HYBRID_BELL_CUH
+
+#include "cuda/common.cuh"         // st_tbl_entry
+#include "cuda/decode_common.cuh"  // st_globaltimer_ns
+#include "cuda/hybrid.h"
+#include "cuda/hybrid_split.h"
+
+// Classifies ids [K] (K <= 32, visible to the block) by a's rules and exports the CPU's work (hybrid.h
+// st_cuda_hy_classify); with a doorbell, rings it once the exports are fenced. Every thread of the block calls it.
+__device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_t *ids, int K) {
+    __shared__ int s_ncpu;
+    if (threadIdx.x == 0) {  // K <= 32: serial is cheapest, and the carry needs one writer
+        const uint8_t *lo = (const uint8_t *)a.vram_lo, *hi = (const uint8_t *)a.vram_hi;
+        uint8_t miss[32], cls[32];
+        int n_miss = 0;
+        for (int k = 0; k < K; k++) {
+            const int e = ids[k];
+            // an id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild read)
+            const uint8_t *w = (e >= 0 && e < a.n_expert) ? st_tbl_entry(a.table, 3 * (size_t)e) : lo;
+            miss[k] = (w < lo || w >= hi) ? 1 : 0;
+            n_miss += miss[k];
+        }
+        uint32_t c = *a.carry;
+        const int n_cpu = st_hy_split_cpu(n_miss, a.cpu_q16, &c);
+        *a.carry = c;
+        st_hy_classify(miss, K, n_cpu, cls);
+        int i = 0;
+        for (int k = 0; k < K; k++) {
+            const int cpu = cls[k] == ST_HY_CPU;
+            a.ids_gpu[k] = cpu ? -1 : ids[k];
+            if (cpu) {
+                a.meta[1 + i] = k;
+                a.meta[1 + 32 + i] = ids[k];
+                i++;
+            }
+        }
+        a.meta[0] = n_cpu;
+        if (a.cpu_count && n_cpu) *a.cpu_count += (uint32_t)n_cpu;
+        s_ncpu = n_cpu;
+    }
+    __syncthreads();
+    if (s_ncpu == 0) return;  // nothing for the CPU: no exports, no ring (the join sees no -1 in ids_gpu)
+    for (int i = threadIdx.x; i < a.n_embd; i += blockDim.x) a.hx[i] = a.x[i];
+    __threadfence_system();  // (kernel completion publishes these too; the host node reads them after it)
+    if (!a.bell) return;
+    __syncthreads();  // every export is fenced: ring (hybrid.h, doorbell)
+    if (threadIdx.x == 0) {
+        const uint32_t s = *a.seq + 1;
+        *a.seq = s;
+        volatile uint32_t *vb = a.bell;
+        vb[2] = (uint32_t)a.layer;
+        __threadfence_system();
+        vb[0] = s;
+        __threadfence_system();
+    }
+}
+
+// Thread 0 of a block: waits until the host answered the last ring (bell[1] == *seq); false after
+// ST_HY_BELL_TIMEOUT_NS (bell[3] = 1 then). With j.leader the first block to arrive polls host memory and publishes
+// the outcome in leader[1] (round) and leader[2] (ok); the others poll those in L2 (the first to arrive is resident,
+// so no block waits on one that cannot run). Without it every block polls host memory. Adds the wait to *j.wait_ns
+// once per round (the leader's, else block 0's).
+__device__ inline bool hy_wait_answer(const st_hy_join_args &j) {
+    const uint32_t s = *(volatile const uint32_t *)j.seq;
+    const unsigned long long t0 = st_globaltimer_ns();
+    const bool poll_host = !j.leader || atomicExch(&j.leader[0], s) != s;  // the round's first claim
+    if (!poll_host) {
+        const volatile uint32_t *vl = j.leader;
+        while (vl[1] != s) {
+            if (st_globaltimer_ns() - t0 > 2 * ST_HY_BELL_TIMEOUT_NS) return false;  // (the leader gives up first)
+#if __CUDA_ARCH__ >= 700
+            __nanosleep(128);
+#endif
+        }
+        __threadfence();
+        return vl[2] != 0;
+    }
+    const volatile uint32_t *vb = j.bell;
+    bool ok = true;
+    while (vb[1] != s) {
+        if (st_globaltimer_ns() - t0 > ST_HY_BELL_TIMEOUT_NS) {
+            ok = false;
+            ((volatile uint32_t *)j.bell)[3] = 1;
+            break;
+        }
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(256);
+#endif
+    }
+    __threadfence_system();
+    if (j.wait_ns && (j.leader || blockIdx.x == 0)) atomicAdd(j.wait_ns, st_globaltimer_ns() - t0);
+    if (j.leader) {
+        ((volatile uint32_t *)j.leader)[2] = ok ? 1u : 0u;
+        __threadfence();
+        ((volatile uint32_t *)j.leader)[1] = s;
+    }
+    return ok;
+}
+
+#endif
