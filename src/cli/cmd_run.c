@@ -216,8 +216,11 @@ int cmd_run(int argc, char **argv) {
                 hy.decode_tokens ? (double)hy.miss_bytes / (double)hy.decode_tokens / 1e9 : 0.0,
                 (double)hy.staged_bytes / 1e9, (unsigned long long)hy.swaps);
     if (hy.active && hy.cpu_threads)
-        fprintf(stderr, "hybrid:     --pcie-frac %.3f: %.1f CPU misses/token (%d CPU threads)\n", hy.pcie_frac,
-                hy.decode_tokens ? (double)hy.cpu_misses / (double)hy.decode_tokens : 0.0, hy.cpu_threads);
+        fprintf(stderr, "hybrid:     --pcie-frac %.3f: %.1f CPU misses/token (%d CPU threads); per layer with CPU "
+                        "misses %.1f us on the CPU, %.1f us of GPU waiting\n",
+                hy.pcie_frac, hy.decode_tokens ? (double)hy.cpu_misses / (double)hy.decode_tokens : 0.0,
+                hy.cpu_threads, hy.cpu_jobs ? 1e6 * hy.cpu_job_s / (double)hy.cpu_jobs : 0.0,
+                hy.cpu_jobs ? 1e6 * hy.cpu_wait_s / (double)hy.cpu_jobs : 0.0);
     rc = 0;
 done:
     free(generated);

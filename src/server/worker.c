@@ -192,8 +192,12 @@ static void handle_side(worker *w, json_t *m) {
                           (json_int_t)hy.swaps, "swap_bytes", (json_int_t)hy.swap_bytes));
             json_t *ho = json_object_get(pong, "hybrid");
             if (ho && hy.cpu_threads)  // CPU misses (--pcie-frac)
-                json_object_set_new(ho, "cpu", json_pack("{s:f, s:i, s:I}", "pcie_frac", hy.pcie_frac, "threads",
-                                                         hy.cpu_threads, "misses", (json_int_t)hy.cpu_misses));
+                json_object_set_new(
+                    ho, "cpu",
+                    json_pack("{s:f, s:i, s:I, s:I, s:f, s:f}", "pcie_frac", hy.pcie_frac, "threads", hy.cpu_threads,
+                              "misses", (json_int_t)hy.cpu_misses, "layer_jobs", (json_int_t)hy.cpu_jobs,
+                              "job_us", hy.cpu_jobs ? 1e6 * hy.cpu_job_s / (double)hy.cpu_jobs : 0.0, "gpu_wait_us",
+                              hy.cpu_jobs ? 1e6 * hy.cpu_wait_s / (double)hy.cpu_jobs : 0.0));
             if (ho && hy.prefetch_per_layer)  // lookahead prefetch (on by default; STRATA_HY_PREFETCH)
                 json_object_set_new(ho, "prefetch",
                                     json_pack("{s:i, s:I, s:I, s:I, s:I}", "per_layer", hy.prefetch_per_layer,
