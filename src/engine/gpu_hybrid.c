@@ -160,6 +160,8 @@ struct st_hybrid {
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
     int pf_stages;                // side-branch kernels launched per layer: 3 (router, plan, copy); fewer only for a
                                   // knockout of their cost (STRATA_HY_PF_STAGES)
+    int pf_one;                   // the three in one launch (st_cuda_hy_pf_step; STRATA_HY_PF_ONE=1, A/B)
+    uint32_t *pf_pub_d;           // [1] device: st_cuda_hy_pf_step's plan-published word
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
@@ -1151,7 +1153,7 @@ void st_hybrid_free(st_hybrid *h) {
     if (ctx) {
         void *pb[] = {(void *)h->home_d, (void *)h->rec_d, h->pf_meta_d, h->pf_owner_d, h->pf_work_d,
                       h->pf_progress_d, h->pf_done_d, h->pf_stats_d, h->pred_logits_d, h->pred_w_d, h->pred_ids_d,
-                      h->pred_cnt_d};
+                      h->pred_cnt_d, h->pf_pub_d};
         for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++)
             if (pb[i]) st_cuda_free(ctx, pb[i]);
     }
@@ -1288,6 +1290,9 @@ static int hy_pf_init(st_hybrid *h) {
     // never got their bytes, which a prefill then reads.)
     h->pf_stages = env_int("STRATA_HY_PF_STAGES", 3, 0, 3);
     if (h->pf_stages == 2) h->pf_stages = 1;
+    h->pf_one = h->pf_stages == 3 && env_int("STRATA_HY_PF_ONE", 0, 0, 1);
+    if (h->pf_one) st_info("hybrid: the prefetch's prediction, plan and copies in one launch per layer (STRATA_HY_PF_ONE)");
+    if (h->pf_stages < 3) st_info("hybrid: prefetch knockout: %d of its 3 kernels per layer (STRATA_HY_PF_STAGES)", h->pf_stages);
     // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
     const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", HY_PF_MAX_COPIES_DEFAULT, 1, h->pf_P);
     st_cuda_ctx *ctx = h->ctx;
@@ -1303,8 +1308,10 @@ static int hy_pf_init(st_hybrid *h) {
     h->pred_w_d = st_cuda_alloc(ctx, sizeof(float) * 32, "prefetch router weights");
     h->pred_ids_d = st_cuda_alloc(ctx, sizeof(int32_t) * 32, "prefetch router picks");
     h->pred_cnt_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch router counter");
+    h->pf_pub_d = st_cuda_alloc(ctx, sizeof(uint32_t), "prefetch plan word");
     if (!h->home_d || !h->rec_d || !h->pf_meta_d || !h->pf_owner_d || !h->pf_work_d || !h->pf_progress_d ||
-        !h->pf_done_d || !h->pf_stats_d || !h->pred_logits_d || !h->pred_w_d || !h->pred_ids_d || !h->pred_cnt_d)
+        !h->pf_done_d || !h->pf_stats_d || !h->pred_logits_d || !h->pred_w_d || !h->pred_ids_d || !h->pred_cnt_d ||
+        !h->pf_pub_d)
         return -1;
     long long *meta = malloc(sizeof *meta * 4 * h->L);
     if (!meta) return st_err("out of memory");
@@ -1321,6 +1328,7 @@ static int hy_pf_init(st_hybrid *h) {
              st_cuda_memset(ctx, h->pf_work_d, 0, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), NULL) ||
              st_cuda_memset(ctx, h->pf_stats_d, 0, sizeof(unsigned long long) * 5, NULL) ||
              st_cuda_memset(ctx, h->pred_cnt_d, 0, sizeof(int32_t), NULL) ||
+             st_cuda_memset(ctx, h->pf_pub_d, 0, sizeof(uint32_t), NULL) ||
              st_cuda_memset(ctx, h->pf_progress_d, 0xff, sizeof(int32_t), NULL);
     free(meta);
     if (rc) return -1;
@@ -1373,6 +1381,9 @@ int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *ro
     h->pf_forked = 1;
     // xn is the main chain's buffer: if this branch runs late, the next layer's norm may have replaced it, which
     // changes only which experts are copied (the prediction), never the output.
+    if (h->pf_one)  // (the prediction's counter and logits as the router launch's)
+        return st_cuda_hy_pf_step(&h->pf, (int)l + 1, router_type, router_next, (int64_t)hp->n_embd, xn, h->pf_P,
+                                  h->pred_logits_d, h->pred_cnt_d, h->pf_pub_d, h->pf_blocks * 256, h->pf_side);
     if ((h->pf_stages >= 1 &&
          st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
                              h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side)) ||

@@ -122,6 +122,8 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
   STRATA_HYBRID_HALFLIFE=8
 # its own L x P slots out of the cache's share, one copy per layer at most
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
+# the prediction, plan and copies in one launch per layer (STRATA_HY_PF_ONE, opt-in)
+run_decode mid-prefetch-one $mid 128 300 1000 STRATA_HY_PF_ONE=1
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
 
