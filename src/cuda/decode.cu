@@ -347,19 +347,25 @@ static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0,
     return launch_check(fn);
 }
 
+// The routing launches' argument checks (fn names the caller): shape, outputs, and the count's match.
+static int router_route_check(const char *fn, int64_t ne0, int n_expert, int n_tok, int n_used, const int32_t *ids,
+                              const float *weights, const int32_t *counters, const st_hy_count_args *count) {
+    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
+        n_used <= 0 || n_used > G32 || n_used > n_expert || n_tok <= 0 || n_tok > 64)
+        return st_err("%s: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used (<= 32), %d tokens",
+                      fn, (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used, n_tok);
+    if (!ids || !weights || !counters) return st_err("%s: ids, weights and counters must be non-NULL", fn);
+    if (count && count->counts && (count->n_expert != n_expert || (count->sel_miss && !count->table)))
+        return st_err("%s: the count's %d experts (of %d) or its table", fn, count->n_expert, n_expert);
+    return 0;
+}
+
 extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                                          int n_tok, int n_used, int norm, float *logits, int32_t *ids,
                                          float *weights, int32_t *counters, const st_hy_count_args *count,
                                          cudaStream_t stream) {
-    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
-        n_used <= 0 || n_used > G32 || n_used > n_expert || n_tok <= 0 || n_tok > 64)
-        return st_err("st_cuda_router_topk: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used "
-                      "(<= 32), %d tokens", (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used, n_tok);
-    if (!ids || !weights || !counters)
-        return st_err("st_cuda_router_topk: ids, weights and counters must be non-NULL");
-    if (count && count->counts && (count->n_expert != n_expert || (count->sel_miss && !count->table)))
-        return st_err("st_cuda_router_topk_count: the count's %d experts (of %d) or its table", count->n_expert,
-                      n_expert);
+    if (router_route_check("st_cuda_router_topk", ne0, n_expert, n_tok, n_used, ids, weights, counters, count))
+        return -1;
     return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
                          weights, counters, count, stream);
 }
@@ -369,16 +375,12 @@ extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0,
                                          int32_t *counters, const st_hy_count_args *count,
                                          const st_hy_split_args *split, cudaStream_t stream) {
     const char *fn = "st_cuda_router_topk_split";
-    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
-        n_used <= 0 || n_used > G32 || n_used > n_expert)
-        return st_err("%s: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used (<= 32)", fn,
-                      (long long)ne0, n_expert, ROUTER_MAX_PER_LANE * G32, n_used);
-    if (!ids || !weights || !counters || !logits || !count || !count->counts || !split)
-        return st_err("%s: ids, weights, counters, logits, the count and the split must be given", fn);
-    if (count->n_expert != n_expert || (count->sel_miss && !count->table) || split->n_expert != n_expert ||
-        !split->table || !split->carry || !split->ids_gpu || !split->meta || !split->x || !split->hx ||
-        split->n_embd != (int)ne0 || !split->seq != !split->bell)
-        return st_err("%s: the count or the split does not match the layer (%d experts, %lld inputs)", fn, n_expert,
+    if (router_route_check(fn, ne0, n_expert, 1, n_used, ids, weights, counters, count)) return -1;
+    if (!logits || !count || !count->counts || !split)
+        return st_err("%s: logits, the count and the split must be given", fn);
+    if (split->n_expert != n_expert || !split->table || !split->carry || !split->ids_gpu || !split->meta ||
+        !split->x || !split->hx || split->n_embd != (int)ne0 || !split->seq != !split->bell)
+        return st_err("%s: the split does not match the layer (%d experts, %lld inputs)", fn, n_expert,
                       (long long)ne0);
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15)) return st_err("%s: W and x must be 16-byte aligned", fn);
     const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
@@ -657,33 +659,22 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if constexpr (JOIN) {
-        bool defer = false;  // (uniform in the block)
-        for (int k = 0; k < K; k++) defer |= ids[k] == -1;
-        if (defer) {
+        if (hy_any_cpu_rank(ids, K)) {  // (uniform in the block)
             __shared__ int s_ok;
             if (threadIdx.x == 0) s_ok = hy_wait_answer(*join);
             __syncthreads();
             if (rr < DOWN_R && r < d) {
-                const float cpu_nan = s_ok ? 0.0f : __int_as_float(0x7fc00000);
-                float o = 0.0f;
-                for (int k = 0; k < K; k++) {  // the CPU's rows: written by the host meanwhile, read uncached
-                    const float y = ids[k] >= 0 ? ys[k][rr] : __ldcv(join->y_cpu + (size_t)k * d + r) + cpu_nan;
-                    const float tk = __fmul_rn(y, wts[k]);
-                    o = k == 0 ? tk : __fadd_rn(o, tk);
-                }
+                const float o = hy_join_row(ids, wts, K, &ys[0][rr], DOWN_R, join->y_cpu + r, d,
+                                            s_ok ? 0.0f : __int_as_float(0x7fc00000));
                 out[r] = add ? __fadd_rn(add[r], o) : o;
             }
             return;
         }
     }
     if (rr < DOWN_R && r < d) {
-        if (yk) {  // split (one token): a rank left to the CPU (-1) defers the sum to the combine kernel
-            bool defer = false;
-            for (int k = 0; k < K; k++) defer |= ids[k] == -1;
-            if (defer) {
-                for (int k = 0; k < K; k++) yk[(size_t)k * d + r] = ys[k][rr];
-                return;
-            }
+        if (yk && hy_any_cpu_rank(ids, K)) {  // split (one token): a CPU rank (-1) defers the sum to the combine kernel
+            for (int k = 0; k < K; k++) yk[(size_t)k * d + r] = ys[k][rr];
+            return;
         }
         const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
         const size_t at = (size_t)t * d + r;

@@ -101,24 +101,15 @@ __global__ void k_hy_combine(const int32_t *__restrict__ ids_gpu, const float *_
     __shared__ int s_ok;
     st_pdl_wait();  // y_gpu, w, seq, add: earlier kernels (a no-op after a plain launch)
     st_pdl_trigger();
-    bool any_cpu = false;  // a CPU rank this layer (ids_gpu -1): else the down kernel wrote out (decode.h)
-    for (int k = 0; k < K; k++) any_cpu |= ids_gpu[k] < 0;
-    if (!any_cpu) return;  // uniform
+    if (!hy_any_cpu_rank(ids_gpu, K)) return;  // (uniform) the down kernel wrote out itself (decode.h)
     if (j.bell) {  // doorbell: wait for the host thread's answer (hybrid.h)
         if (threadIdx.x == 0) s_ok = hy_wait_answer(j);
         __syncthreads();
     }
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= d) return;
-    const float cpu_nan = j.bell && !s_ok ? __int_as_float(0x7fc00000) : 0.0f;
-    float o = 0.0f;
-    for (int k = 0; k < K; k++) {
-        // CPU rows: written by the host between launches; ld.cv fetches system memory again rather than trusting
-        // any cached line
-        const float y = ids_gpu[k] >= 0 ? y_gpu[(size_t)k * d + r] : __ldcv(y_cpu + (size_t)k * d + r) + cpu_nan;
-        const float t = __fmul_rn(y, w[k]);
-        o = k == 0 ? t : __fadd_rn(o, t);
-    }
+    const float o = hy_join_row(ids_gpu, w, K, y_gpu + r, d, y_cpu + r, d,
+                                j.bell && !s_ok ? __int_as_float(0x7fc00000) : 0.0f);
     out[r] = add ? __fadd_rn(add[r], o) : o;
 }
 

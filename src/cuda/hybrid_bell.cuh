@@ -9,6 +9,27 @@
 #include "cuda/hybrid.h"
 #include "cuda/hybrid_split.h"
 
+// A rank of ids_gpu [K] is the CPU's (-1): only then has the layer an answer to wait for and CPU rows to sum.
+__device__ __forceinline__ bool hy_any_cpu_rank(const int32_t *ids_gpu, int K) {
+    bool any = false;
+    for (int k = 0; k < K; k++) any |= ids_gpu[k] == -1;
+    return any;
+}
+
+// One row's rank-order weighted sum over all K ranks, the fused down kernel's order (o = w0 y0; o = o + w_k y_k ...,
+// each step IEEE-rounded): y_k = y_gpu[k * gpu_stride] for a GPU rank, else the CPU's y_cpu_r[k * d], read uncached
+// (the host wrote it after the launch began), plus cpu_nan (NaN after a wait that timed out).
+__device__ __forceinline__ float hy_join_row(const int32_t *ids_gpu, const float *w, int K, const float *y_gpu,
+                                             int gpu_stride, const float *y_cpu_r, int d, float cpu_nan) {
+    float o = 0.0f;
+    for (int k = 0; k < K; k++) {
+        const float y = ids_gpu[k] >= 0 ? y_gpu[(size_t)k * gpu_stride] : __ldcv(y_cpu_r + (size_t)k * d) + cpu_nan;
+        const float t = __fmul_rn(y, w[k]);
+        o = k == 0 ? t : __fadd_rn(o, t);
+    }
+    return o;
+}
+
 // Classifies ids [K] (K <= 32, visible to the block) by a's rules and exports the CPU's work (hybrid.h
 // st_cuda_hy_classify); with a doorbell, rings it once the exports are fenced. Every thread of the block calls it.
 __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_t *ids, int K) {

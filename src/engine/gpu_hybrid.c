@@ -728,44 +728,41 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
                          int routed_split, cudaStream_t st) {
     const st_hparams *hp = &h->m->hp;
     const int K = h->K, E = (int)h->E, d = (int)hp->n_embd, F = (int)hp->n_ff_exp;
-    const int dfmt = st_cuda_act_format(down_type);
-    const void *const *tab = st_hybrid_layer_table(h, l);
-    uint32_t *cpu_cnt = h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l;
+    if (routed_split && !st_hybrid_split_fused(h)) return st_err("hybrid: a fused split without the doorbell");
+    st_hy_split_args a;
+    st_hybrid_split_args(h, l, xn, &a);
+    if (!routed_split) {  // classify (the doorbell variant rings); host nodes: fork, the CPU branch waits for it only
+        if (h->doorbell ? st_cuda_hy_classify_bell(ids, K, E, a.table, a.vram_lo, a.vram_hi, a.cpu_q16, a.carry,
+                                                   a.ids_gpu, a.meta, a.x, a.hx, d, a.cpu_count, a.seq, a.bell,
+                                                   a.layer, st)
+                        : st_cuda_hy_classify(ids, K, E, a.table, a.vram_lo, a.vram_hi, a.cpu_q16, a.carry,
+                                              a.ids_gpu, a.meta, a.x, a.hx, d, a.cpu_count, st))
+            return -1;
+        if (!h->doorbell) {
+            HY_CHECK(cudaEventRecord(h->ev_fork, st));
+            HY_CHECK(cudaStreamWaitEvent(h->side, h->ev_fork, 0));
+            HY_CHECK(cudaLaunchHostFunc(h->side, hy_host_node, &h->jobs[l]));
+            HY_CHECK(cudaEventRecord(h->ev_join, h->side));
+        }
+    }
     // GPU branch: hits and PCIe misses (CPU ranks have id -1: no weight reads) by the all-GPU path's kernels; with a
     // CPU rank the down kernel leaves x alone and writes each rank's row to y_d for the combine (decode.h
-    // st_cuda_moe_down_split), else it adds the sum itself and the combine does nothing. (The split path used to
-    // run the down kernel as K one-expert tokens, 8x its blocks, and cost ~50 us per layer: 180 vs 325 tok/s at
-    // 16 GiB with almost no CPU misses, 2026-12-01.)
-#define HY_GPU_BRANCH()                                                                                         \
-    (st_cuda_moe_glu_q(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, actq, dfmt, counters, st) ||           \
-     st_cuda_moe_down_split(down_type, tab, E, d, F, actq, h->ids_gpu_d, wts, K, x, x, h->y_d, st))
-    if (routed_split) {  // the router launch classified and rang; the down kernel waits for the answer and sums
-        if (!st_hybrid_split_fused(h)) return st_err("hybrid: a fused split without the doorbell");
+    // st_cuda_moe_down_split), else it adds the sum itself and the combine does nothing; with the split fused
+    // (routed_split) the down kernel waits for the CPU's rows and sums them itself. (The split path used to run the
+    // down kernel as K one-expert tokens, 8x its blocks, and cost ~50 us per layer: 180 vs 325 tok/s at 16 GiB with
+    // almost no CPU misses, 2026-12-01.)
+    const int dfmt = st_cuda_act_format(down_type);
+    if (st_cuda_moe_glu_q(gu_type, a.table, E, d, F, xq, a.ids_gpu, 1, K, act, actq, dfmt, counters, st)) return -1;
+    if (routed_split) {
         const st_hy_join_args j = {h->ycpu_dp, h->bell_seq_d, h->bell_dp, h->bell_wait_d, h->join_leader_d};
-        return st_cuda_moe_glu_q(gu_type, tab, E, d, F, xq, h->ids_gpu_d, 1, K, act, actq, dfmt, counters, st) ||
-               st_cuda_moe_down_join(down_type, tab, E, d, F, actq, h->ids_gpu_d, wts, K, x, x, &j, st);
+        return st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
     }
-    if (h->doorbell) {  // classify rings, the host thread computes, combine waits for its answer
-        if (st_cuda_hy_classify_bell(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
-                                     h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt,
-                                     h->bell_seq_d, h->bell_dp, (int)l, st) ||
-            HY_GPU_BRANCH())
-            return -1;
-        return st_cuda_hy_combine_bell(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, h->bell_seq_d, h->bell_dp,
+    if (st_cuda_moe_down_split(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, h->y_d, st)) return -1;
+    if (h->doorbell)  // the combine waits for the doorbell thread's answer
+        return st_cuda_hy_combine_bell(a.ids_gpu, wts, h->y_d, h->ycpu_dp, K, d, x, x, h->bell_seq_d, h->bell_dp,
                                        h->bell_wait_d, st);
-    }
-    if (st_cuda_hy_classify(ids, K, E, tab, h->slots, h->slots + h->n_slots_alloc * h->stride, h->cpu_q16,
-                            h->carry_d + l, h->ids_gpu_d, h->meta_dp, xn, h->xrow_dp, d, cpu_cnt, st))
-        return -1;
-    // fork: the CPU branch waits for the classification only
-    HY_CHECK(cudaEventRecord(h->ev_fork, st));
-    HY_CHECK(cudaStreamWaitEvent(h->side, h->ev_fork, 0));
-    HY_CHECK(cudaLaunchHostFunc(h->side, hy_host_node, &h->jobs[l]));
-    HY_CHECK(cudaEventRecord(h->ev_join, h->side));
-    if (HY_GPU_BRANCH()) return -1;
-#undef HY_GPU_BRANCH
     HY_CHECK(cudaStreamWaitEvent(st, h->ev_join, 0));  // join
-    return st_cuda_hy_combine(h->ids_gpu_d, wts, h->y_d, h->ycpu_dp, K, d, x, x, st);
+    return st_cuda_hy_combine(a.ids_gpu, wts, h->y_d, h->ycpu_dp, K, d, x, x, st);
 }
 
 // ---- prefill CPU share ---------------------------------------------------------------------------------------------
