@@ -144,7 +144,6 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 
 #define PF_CHUNK (64 << 10)  // bytes of a record one block copies at a time
 #define PF_UNROLL 8          // 16-byte loads in flight per thread (PCIe latency: many loads outstanding)
-#define PF_STEP_THREADS 128  // k_hy_pf_step: 4 logits per block (the router launch takes 2 per block of 64)
 
 // Layer m's plan from pred [P] (k_hy_pf_plan's rule), by one thread: P, per_set <= 32, serial is cheap (and this
 // runs off the critical path).
@@ -255,71 +254,6 @@ __device__ void pf_copy_blocks(const st_hy_pf &pf, int m, int block, int n_block
 
 __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
     pf_copy_blocks(pf, m, blockIdx.x, gridDim.x);
-}
-
-// The prediction, the plan and the copies of layer m in one launch (st_cuda_hy_pf_step): every block computes
-// its groups' logits of W . x (router_dot, as the router launch), the last block to finish routes the top P
-// (route_group, as st_cuda_router_topk with norm 0) and plans; the others wait for the plan (*pub moves) and all
-// copy. A block only waits on the last block, which is running by then: no block waits on one that cannot start.
-template <typename T>
-__global__ void __launch_bounds__(PF_STEP_THREADS)
-    k_hy_pf_step(const T *__restrict__ W, int ne0, const float *__restrict__ x, int P, float *logits,
-                 int32_t *counter, uint32_t *pub, const st_hy_pf pf, int m) {
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
-    const int task = blockIdx.x * ng + g, n4 = ne0 / 4;
-    const uint32_t base = *(volatile const uint32_t *)pub;  // (read before arriving: the plan comes after all arrive)
-    float4 wp[ROUTER_PRE];
-    const bool have = task < pf.E;
-    const T *w = W + (int64_t)(have ? task : 0) * ne0;
-    router_preload<T>(w, n4, lane, have, wp);
-    if (have) {
-        const float sum = router_dot<T>(w, wp, x, n4, lane);
-        if (lane == 0) logits[task] = sum;
-    }
-    __shared__ int s_last;
-    __shared__ int32_t s_ids[32];
-    __shared__ float s_w[32];
-    if (st_block_arrive_last(counter, (int)gridDim.x, s_last)) {
-        if (g == 0) route_group(logits, pf.E, P, 0, s_ids, s_w);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            pf_plan_thread(pf, m, s_ids, P);
-            __threadfence();
-            atomicAdd(pub, 1u);
-        }
-    } else if (threadIdx.x == 0) {
-        while (*(volatile const uint32_t *)pub == base) {
-#if __CUDA_ARCH__ >= 700
-            __nanosleep(64);
-#endif
-        }
-        __threadfence();
-    }
-    __syncthreads();
-    pf_copy_blocks(pf, m, blockIdx.x, gridDim.x);
-}
-
-extern "C" int st_cuda_hy_pf_step(const st_hy_pf *pf, int m, int w_type, const void *W, int64_t ne0, const float *x,
-                                  int P, float *logits, int32_t *counter, uint32_t *pub, int copy_threads,
-                                  cudaStream_t stream) {
-    const char *fn = "st_cuda_hy_pf_step";
-    if (!pf || m < 0 || P <= 0 || P > 32 || P > pf->E || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 ||
-        pf->E > ROUTER_MAX_PER_LANE * G32 || ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || copy_threads <= 0)
-        return st_err("%s: layer %d, %d predictions of %d experts (1..32), %d slots per set, %d sets (>= 3), ne0 %lld",
-                      fn, m, P, pf ? pf->E : 0, pf ? pf->per_set : 0, pf ? pf->n_sets : 0, (long long)ne0);
-    if (!W || !x || !logits || !counter || !pub || ((uintptr_t)W & 15) || ((uintptr_t)x & 15) ||
-        ((uintptr_t)pf->pf_slots & 15) || pf->stride % 16)
-        return st_err("%s: NULL or misaligned pointers", fn);
-    const int per_block = PF_STEP_THREADS / G32;
-    int blocks = (pf->E + per_block - 1) / per_block;
-    const int copy_blocks = (copy_threads + PF_STEP_THREADS - 1) / PF_STEP_THREADS;
-    if (copy_blocks > blocks) blocks = copy_blocks;
-#define PS_GO(T) \
-    k_hy_pf_step<T><<<blocks, PF_STEP_THREADS, 0, stream>>>((const T *)W, (int)ne0, x, P, logits, counter, pub, *pf, m)
-    ROUTER_TYPE_DISPATCH(w_type, PS_GO, fn);
-#undef PS_GO
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_step<<<>>>", __FILE__, __LINE__);
 }
 
 extern "C" int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream) {

@@ -160,13 +160,6 @@ typedef struct st_hy_pf {
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.
 int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream);
-// The three launches above (st_cuda_router_topk of W on x with norm 0 -> st_cuda_hy_pf_plan -> st_cuda_hy_pf_copy)
-// in one (STRATA_HY_PF_ONE=1, A/B): the same logits, predictions, plan and copies. W: layer m's router [E][ne0]
-// (F32 / F16 / BF16), x: device f32 [ne0]; logits: device f32 [E] (scratch); counter: device int32, zero (reset by
-// the launch); pub: device uint32, zeroed once (bumped per launch); copy_threads: threads for the copies (the
-// separate copy launch's blocks x 256).
-int st_cuda_hy_pf_step(const st_hy_pf *pf, int m, int w_type, const void *W, int64_t ne0, const float *x, int P,
-                       float *logits, int32_t *counter, uint32_t *pub, int copy_threads, cudaStream_t stream);
 // Points every owned entry back home and clears the owners (before prefill, whose staging reuses the slots).
 int st_cuda_hy_pf_reset(const st_hy_pf *pf, cudaStream_t stream);
 

@@ -10,9 +10,12 @@
 #include "cuda/hybrid_split.h"
 
 // A rank of ids_gpu [K] is the CPU's (-1): only then has the layer an answer to wait for and CPU rows to sum.
+// Unrolled to the bound so that the K loads issue together (a rolled loop waited for each in turn).
 __device__ __forceinline__ bool hy_any_cpu_rank(const int32_t *ids_gpu, int K) {
     bool any = false;
-    for (int k = 0; k < K; k++) any |= ids_gpu[k] == -1;
+#pragma unroll
+    for (int k = 0; k < 32; k++)
+        if (k < K) any |= ids_gpu[k] == -1;
     return any;
 }
 
@@ -32,36 +35,45 @@ __device__ __forceinline__ float hy_join_row(const int32_t *ids_gpu, const float
 
 // Classifies ids [K] (K <= 32, visible to the block) by a's rules and exports the CPU's work (hybrid.h
 // st_cuda_hy_classify); with a doorbell, rings it once the exports are fenced. Every thread of the block calls it.
+// Warp 0 classifies, one rank per lane: the K table reads and the carry's read are in flight together (one thread
+// walking the ranks waited for each table read in turn, ~4 us per layer on the decode chain, 2026-12-01c). The
+// outcome is st_hy_classify's (hybrid_split.h): the last n_cpu misses in rank order go to the CPU.
 __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_t *ids, int K) {
     __shared__ int s_ncpu;
-    if (threadIdx.x == 0) {  // K <= 32: serial is cheapest, and the carry needs one writer
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        const uint32_t carry_in = lane == 0 ? *a.carry : 0u;
         const uint8_t *lo = (const uint8_t *)a.vram_lo, *hi = (const uint8_t *)a.vram_hi;
-        uint8_t miss[32], cls[32];
-        int n_miss = 0;
-        for (int k = 0; k < K; k++) {
-            const int e = ids[k];
+        const int e = lane < K ? ids[lane] : -1;
+        bool miss = false;
+        if (lane < K) {
             // an id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild read)
             const uint8_t *w = (e >= 0 && e < a.n_expert) ? st_tbl_entry(a.table, 3 * (size_t)e) : lo;
-            miss[k] = (w < lo || w >= hi) ? 1 : 0;
-            n_miss += miss[k];
+            miss = w < lo || w >= hi;
         }
-        uint32_t c = *a.carry;
-        const int n_cpu = st_hy_split_cpu(n_miss, a.cpu_q16, &c);
-        *a.carry = c;
-        st_hy_classify(miss, K, n_cpu, cls);
-        int i = 0;
-        for (int k = 0; k < K; k++) {
-            const int cpu = cls[k] == ST_HY_CPU;
-            a.ids_gpu[k] = cpu ? -1 : ids[k];
-            if (cpu) {
-                a.meta[1 + i] = k;
-                a.meta[1 + 32 + i] = ids[k];
-                i++;
-            }
+        const uint32_t miss_mask = __ballot_sync(0xffffffffu, miss);
+        const int n_miss = __popc(miss_mask);
+        int n_cpu = 0;
+        if (lane == 0) {
+            uint32_t c = carry_in;
+            n_cpu = st_hy_split_cpu(n_miss, a.cpu_q16, &c);
+            *a.carry = c;
         }
-        a.meta[0] = n_cpu;
-        if (a.cpu_count && n_cpu) *a.cpu_count += (uint32_t)n_cpu;
-        s_ncpu = n_cpu;
+        n_cpu = __shfl_sync(0xffffffffu, n_cpu, 0);
+        const uint32_t below = (1u << lane) - 1u;  // the lower ranks' bits
+        const bool cpu = miss && __popc(miss_mask & below) >= n_miss - n_cpu;
+        const uint32_t cpu_mask = __ballot_sync(0xffffffffu, cpu);
+        if (lane < K) a.ids_gpu[lane] = cpu ? -1 : e;
+        if (cpu) {
+            const int i = __popc(cpu_mask & below);
+            a.meta[1 + i] = lane;
+            a.meta[1 + 32 + i] = e;
+        }
+        if (lane == 0) {
+            a.meta[0] = n_cpu;
+            if (a.cpu_count && n_cpu) *a.cpu_count += (uint32_t)n_cpu;
+            s_ncpu = n_cpu;
+        }
     }
     __syncthreads();
     if (s_ncpu == 0) return;  // nothing for the CPU: no exports, no ring (the join sees no -1 in ids_gpu)

@@ -40,9 +40,10 @@
 // function waits for the CPU, and Y += the CPU's rank-order sum (mapped memory). Not bitwise (the CPU's
 // arithmetic for those experts), so --deterministic turns it off. Buffers: pc_x [pc_max_tok][n_embd] f32,
 // pc_ids / pc_w [pc_max_tok][K], pc_y [pc_max_tok][n_embd] f32 (mapped), all page-locked.
-// Doorbell (the default; STRATA_HY_HOSTNODE=1 for host nodes): no host node, fork or join; the classify kernel rings
-// a doorbell in mapped memory that a host thread polls, and the combine kernel polls for its answer (cuda/hybrid.h):
-//   bell [4] uint32 page-locked, mapped; bell_seq_d [1] uint32 device
+// Doorbell (the default; STRATA_HY_HOSTNODE=1 for host nodes): no host node, fork or join; the classify (in the
+// router launch's last block; STRATA_HY_SPLIT_FUSED=0: a launch of its own) rings a doorbell in mapped memory that a
+// host thread polls, and the down kernel (or the combine launch) polls for its answer (cuda/hybrid.h):
+//   bell [4] uint32 page-locked, mapped; bell_seq_d [1] uint32 device; join_leader_d [3] uint32 device
 #include "engine/gpu_hybrid.h"
 
 #include <inttypes.h>
@@ -142,6 +143,8 @@ struct st_hybrid {
     float *ycpu_h, *ycpu_dp;
     hy_job *jobs;                 // [L]
     _Atomic int cpu_failed;       // a host node failed: reported by the next st_hybrid_after_eval
+    int cpu_knockout;             // STRATA_HY_CPU_KNOCKOUT=1 (benchmarks only, wrong output): CPU misses answered
+                                  // with zero rows at once, to measure the split's cost without the CPU's work
     char cpu_err[256];
     // doorbell (the default; STRATA_HY_HOSTNODE=1 for host nodes): the CPU branch as a polling host thread instead
     // of host nodes in the graph
@@ -149,7 +152,8 @@ struct st_hybrid {
     uint32_t *bell_h, *bell_dp;   // [4] host / device address (cuda/hybrid.h)
     uint32_t *bell_seq_d;         // [1] device: the rings so far (cuda/hybrid.h)
     unsigned long long *bell_wait_d;  // [1] device: ns the combine kernels waited for the answer (stats)
-    int split_fused;              // classify in the router launch, combine in the down kernel (STRATA_HY_SPLIT_FUSED)
+    int split_fused;              // classify in the router launch, combine in the down kernel (default; the
+                                  // doorbell only; STRATA_HY_SPLIT_FUSED=0: launches of their own)
     uint32_t *join_leader_d;      // [3] device: the down kernel's waiting blocks' leader words (hybrid.h)
     _Atomic uint64_t cpu_jobs, cpu_job_ns;  // layers the doorbell thread computed, and its ns on them (stats)
     pthread_t bell_thread;
@@ -160,8 +164,6 @@ struct st_hybrid {
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
     int pf_stages;                // side-branch kernels launched per layer: 3 (router, plan, copy); fewer only for a
                                   // knockout of their cost (STRATA_HY_PF_STAGES)
-    int pf_one;                   // the three in one launch (st_cuda_hy_pf_step; STRATA_HY_PF_ONE=1, A/B)
-    uint32_t *pf_pub_d;           // [1] device: st_cuda_hy_pf_step's plan-published word
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
@@ -210,8 +212,9 @@ static int env_int(const char *name, int def, int lo, int hi) {
 
 // --pcie-frac auto (hy_cpu_init), measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M (tg128, 2026-12-01,
 // bench/results/2026-12-01-h200.md):
-//   HY_SPLIT_OVERHEAD_S: a split layer's classify and combine launches, paid by every layer: 16 GiB F 0.99 (0.1 CPU
-//   misses per token) 311.2 vs F 1 323.4 tok/s = 2.5 us per layer.
+//   HY_SPLIT_OVERHEAD_S: what the split costs every layer, misses or not: with the classify in the router launch
+//   and the combine in the down kernel, 18.9 GiB without the prefetch F 0.999 (no CPU miss) 420.7 vs F 1 439.4 tok/s
+//   = 2.1 us per layer (2026-12-01c; the separate launches cost 4.8 us: 399.2).
 //   HY_PCIE_SHARED: a demand miss's cost in decode against the load-time zero-copy figure while the lookahead
 //   prefetch's copies share the link: ~131 us per miss at 16 GiB (1 / 324 - 1 / 474 s over 7.1 misses) against
 //   80 us measured alone. With it the formula picks F ~0.25 at 12 and 8 GiB, where F 0.25 measured best of
@@ -227,7 +230,7 @@ static int env_int(const char *name, int def, int lo, int hi) {
 //   HY_SPLIT_MAX_SHARE: with the skewed routing and the prefetch the real misses are far fewer than the uniform
 //   estimate, and at a high enough cache share the split's per-layer launches cost more than the misses it moves:
 //   18.9 GiB (78% cached; 1.3 misses per token) F 0 385.6 vs F 1 407.8; 16 GiB (62%) F 0 342.6 vs F 1 317.6.
-#define HY_SPLIT_OVERHEAD_S 3e-6
+#define HY_SPLIT_OVERHEAD_S 2e-6
 #define HY_PCIE_SHARED 1.6
 #define HY_SPLIT_MAX_SHARE 0.7
 #define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
@@ -562,6 +565,9 @@ static int hy_cpu_init(st_hybrid *h) {
     // The workers stay awake as long as the doorbell thread does: at 16 GiB a layer job came every ~0.7 ms and
     // cost 108 us on the CPU for 1.5 experts, 135 us with 8 threads (2026-12-01b): ~77 us of it fixed.
     st_hy_cpu_set_spin(h->cpu, env_int("STRATA_HY_CPU_SPIN_MS", (int)(HY_BELL_SPIN_S * 1e3), 0, 60000) * 1e-3);
+    h->cpu_knockout = env_int("STRATA_HY_CPU_KNOCKOUT", 0, 0, 1);
+    if (h->cpu_knockout) st_warn("STRATA_HY_CPU_KNOCKOUT=1: CPU misses answered with zeros (a benchmark knockout; "
+                                 "the output is wrong)");
     h->carry_d = st_cuda_alloc(h->ctx, sizeof(uint32_t) * h->L, "CPU-miss split residues");
     h->ids_gpu_d = st_cuda_alloc(h->ctx, sizeof(int32_t) * 32, "CPU-miss expert ids");
     h->ones_d = st_cuda_alloc(h->ctx, sizeof(float) * 32, "CPU-miss unit weights");
@@ -638,6 +644,10 @@ static void CUDART_CB hy_host_node(void *ud) {
 static void hy_cpu_job(st_hybrid *h, uint32_t l) {
     const int n = h->meta_h[0], d = (int)h->m->hp.n_embd;
     if (n <= 0) return;
+    if (h->cpu_knockout) {
+        memset(h->ycpu_h, 0, sizeof(float) * (size_t)h->K * (size_t)d);
+        return;
+    }
     float *out[32];
     int32_t ids[32];
     int ok = n <= h->K;
@@ -701,10 +711,12 @@ static int hy_bell_init(st_hybrid *h) {
         st_cuda_memset(h->ctx, h->bell_wait_d, 0, sizeof(unsigned long long), NULL) ||
         st_cuda_memset(h->ctx, h->join_leader_d, 0, sizeof(uint32_t) * 3, NULL))
         return -1;
-    h->split_fused = env_int("STRATA_HY_SPLIT_FUSED", 0, 0, 1);
-    if (h->split_fused)
-        st_info("hybrid decode: the split's classify in the router launch, its combine in the down kernel "
-                "(STRATA_HY_SPLIT_FUSED)");
+    // The split rides in the router and down launches (2 launches fewer per layer): 18.9 GiB without the prefetch,
+    // F 0 424.2 vs 402.7 tok/s with the separate classify / combine launches; with it 394.9 vs 392.4, 16 GiB 359.5
+    // vs 356.8 (2026-12-01c). STRATA_HY_SPLIT_FUSED=0: the separate launches (A/B; the host-node path's).
+    h->split_fused = env_int("STRATA_HY_SPLIT_FUSED", 1, 0, 1);
+    if (!h->split_fused)
+        st_info("hybrid decode: the split's classify and combine as launches of their own (STRATA_HY_SPLIT_FUSED=0)");
     atomic_store(&h->bell_stop, 0);
     if (pthread_create(&h->bell_thread, NULL, hy_bell_main, h)) return st_err("cannot start the CPU-miss doorbell thread");
     h->bell_started = 1;
@@ -1150,7 +1162,7 @@ void st_hybrid_free(st_hybrid *h) {
     if (ctx) {
         void *pb[] = {(void *)h->home_d, (void *)h->rec_d, h->pf_meta_d, h->pf_owner_d, h->pf_work_d,
                       h->pf_progress_d, h->pf_done_d, h->pf_stats_d, h->pred_logits_d, h->pred_w_d, h->pred_ids_d,
-                      h->pred_cnt_d, h->pf_pub_d};
+                      h->pred_cnt_d};
         for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++)
             if (pb[i]) st_cuda_free(ctx, pb[i]);
     }
@@ -1287,8 +1299,6 @@ static int hy_pf_init(st_hybrid *h) {
     // never got their bytes, which a prefill then reads.)
     h->pf_stages = env_int("STRATA_HY_PF_STAGES", 3, 0, 3);
     if (h->pf_stages == 2) h->pf_stages = 1;
-    h->pf_one = h->pf_stages == 3 && env_int("STRATA_HY_PF_ONE", 0, 0, 1);
-    if (h->pf_one) st_info("hybrid: the prefetch's prediction, plan and copies in one launch per layer (STRATA_HY_PF_ONE)");
     if (h->pf_stages < 3) st_info("hybrid: prefetch knockout: %d of its 3 kernels per layer (STRATA_HY_PF_STAGES)", h->pf_stages);
     // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
     const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", HY_PF_MAX_COPIES_DEFAULT, 1, h->pf_P);
@@ -1305,10 +1315,8 @@ static int hy_pf_init(st_hybrid *h) {
     h->pred_w_d = st_cuda_alloc(ctx, sizeof(float) * 32, "prefetch router weights");
     h->pred_ids_d = st_cuda_alloc(ctx, sizeof(int32_t) * 32, "prefetch router picks");
     h->pred_cnt_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch router counter");
-    h->pf_pub_d = st_cuda_alloc(ctx, sizeof(uint32_t), "prefetch plan word");
     if (!h->home_d || !h->rec_d || !h->pf_meta_d || !h->pf_owner_d || !h->pf_work_d || !h->pf_progress_d ||
-        !h->pf_done_d || !h->pf_stats_d || !h->pred_logits_d || !h->pred_w_d || !h->pred_ids_d || !h->pred_cnt_d ||
-        !h->pf_pub_d)
+        !h->pf_done_d || !h->pf_stats_d || !h->pred_logits_d || !h->pred_w_d || !h->pred_ids_d || !h->pred_cnt_d)
         return -1;
     long long *meta = malloc(sizeof *meta * 4 * h->L);
     if (!meta) return st_err("out of memory");
@@ -1325,7 +1333,6 @@ static int hy_pf_init(st_hybrid *h) {
              st_cuda_memset(ctx, h->pf_work_d, 0, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), NULL) ||
              st_cuda_memset(ctx, h->pf_stats_d, 0, sizeof(unsigned long long) * 5, NULL) ||
              st_cuda_memset(ctx, h->pred_cnt_d, 0, sizeof(int32_t), NULL) ||
-             st_cuda_memset(ctx, h->pf_pub_d, 0, sizeof(uint32_t), NULL) ||
              st_cuda_memset(ctx, h->pf_progress_d, 0xff, sizeof(int32_t), NULL);
     free(meta);
     if (rc) return -1;
@@ -1378,9 +1385,6 @@ int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *ro
     h->pf_forked = 1;
     // xn is the main chain's buffer: if this branch runs late, the next layer's norm may have replaced it, which
     // changes only which experts are copied (the prediction), never the output.
-    if (h->pf_one)  // (the prediction's counter and logits as the router launch's)
-        return st_cuda_hy_pf_step(&h->pf, (int)l + 1, router_type, router_next, (int64_t)hp->n_embd, xn, h->pf_P,
-                                  h->pred_logits_d, h->pred_cnt_d, h->pf_pub_d, h->pf_blocks * 256, h->pf_side);
     if ((h->pf_stages >= 1 &&
          st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
                              h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side)) ||

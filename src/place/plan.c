@@ -231,6 +231,7 @@ void st_plan_params_default(st_plan_params *p) {
     if (p->prefetch_per_layer < 0) p->prefetch_per_layer = 0;
     if (p->prefetch_per_layer > 32) p->prefetch_per_layer = 32;
     p->prefetch_own = !(own && *own && atoi(own) == 0);
+    p->prefetch_max_share = pf && *pf ? 0.0 : ST_PLAN_PREFETCH_MAX_SHARE;
 }
 
 // Whether the lookahead prefetch can predict every MoE layer after the first: their routers are float matrices.
@@ -363,8 +364,11 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     out->n_slots = rest / out->slot_bytes;
     if (out->n_slots >= out->n_experts_total) out->n_slots = out->n_experts_total - 1;  // unreachable in practice
     // The lookahead prefetch: its own n_layer x P slots come out of the cache's share when that leaves at least one
-    // layer's worth of cache (the engine's rule), else its sets go into the staging slots.
-    if (pp->prefetch_per_layer > 0 && hp->n_layer >= 2 && routers_float(d)) {
+    // layer's worth of cache (the engine's rule), else its sets go into the staging slots; none where the cache
+    // alone holds prefetch_max_share of the experts.
+    const bool pf_worth = pp->prefetch_max_share <= 0 ||
+                          (double)out->n_slots < pp->prefetch_max_share * (double)out->n_experts_total;
+    if (pp->prefetch_per_layer > 0 && hp->n_layer >= 2 && routers_float(d) && pf_worth) {
         out->prefetch_per_layer = (uint32_t)pp->prefetch_per_layer;
         const uint64_t own = (uint64_t)hp->n_layer * out->prefetch_per_layer;
         if (pp->prefetch_own && out->n_slots >= own + hp->n_expert) {

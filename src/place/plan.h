@@ -38,6 +38,11 @@ extern "C" {
 // The hybrid decode's lookahead prefetch (engine/gpu_hybrid.c): predictions per layer, each layer with a set of that
 // many slots of its own (taken from the expert cache's share) unless STRATA_HY_PF_OWN=0 puts the sets in the prefill
 // staging slots. STRATA_HY_PREFETCH=P overrides (0: off).
+// Off by default where the cache alone (its share of every expert, the prefetch's slots counted in) is at least
+// ST_PLAN_PREFETCH_MAX_SHARE: there its own slots and side launches cost more than its copies save. H200, Qwen3-30B-A3B
+// shape Q4_K_M, tg128 on / off (2026-12-01c): 17.0 GiB (81.2%) 360.3 / 327.5; 17.6 GiB (84.8%) 369.4 / 382.6;
+// 18.2 GiB (88.4%) 382.7 / 403.9; 16 GiB (74.7%) 356.8 / 251.8.
+#define ST_PLAN_PREFETCH_MAX_SHARE 0.83
 #define ST_PLAN_PREFETCH_DEFAULT 16  // 2026-11-30h: 16 / 12 / 8 GiB 294.2 / 215.0 / 164.2 vs 285.1 / 211.5 / 153.2 (P 12); P 20-24 no better, 32 loses
 
 // One tensor of the model as the planner sees it: its spec (name, role, layer, shape) and stored type.
@@ -99,6 +104,9 @@ typedef struct st_plan_params {
     int prefetch_per_layer;   // lookahead prefetch predictions per layer (0: none); st_plan_params_default sets the
                               // engine's (STRATA_HY_PREFETCH, else ST_PLAN_PREFETCH_DEFAULT)
     bool prefetch_own;        // the prefetch's sets in slots of their own (default; STRATA_HY_PF_OWN=0: in staging)
+    double prefetch_max_share; // no prefetch where the cache would hold at least this share of the experts without
+                               // it; <= 0: no limit (st_plan_params_default: ST_PLAN_PREFETCH_MAX_SHARE, no limit
+                               // when STRATA_HY_PREFETCH names P)
     const st_profile *profile;  // optional: initial cache contents by count (must match the model's shape)
 } st_plan_params;
 

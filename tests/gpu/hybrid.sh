@@ -122,8 +122,6 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
   STRATA_HYBRID_HALFLIFE=8
 # its own L x P slots out of the cache's share, one copy per layer at most
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
-# the prediction, plan and copies in one launch per layer (STRATA_HY_PF_ONE, opt-in)
-run_decode mid-prefetch-one $mid 128 300 1000 STRATA_HY_PF_ONE=1
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
 
@@ -176,7 +174,7 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
-run_cpumiss mid-cpumiss-fused $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=1
+run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0

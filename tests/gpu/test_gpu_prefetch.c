@@ -11,8 +11,6 @@
 //   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots; the
 //              router launch counting in its last block (st_cuda_router_topk_count, random router and inputs) gives
 //              the same ids, weights, counters and progress as st_cuda_router_topk + st_cuda_hy_count
-//   step       st_cuda_hy_pf_step (prediction, plan and copies in one launch): the router's logits bit for bit, and
-//              the world after it the host model's for the reference router's predictions (200 random rounds)
 // Record sizes are not multiples of 16 (the copy kernel's tail). Fresh random bytes each run (seed printed;
 // STRATA_SEED fixes it). One PASS/FAIL line per check; exit 1 on failure.
 #include <stdio.h>
@@ -378,68 +376,6 @@ int main(void) {
         free(wr);
         cudaFree(wr_d), cudaFree(x_d), cudaFree(logit_d), cudaFree(wts_d), cudaFree(rids_d), cudaFree(rcnt_d);
         cudaFree(ids_d), cudaFree(cnt_d), cudaFree(sel_d), cudaFree(hits_d);
-    }
-
-    // The prediction, plan and copies in one launch (st_cuda_hy_pf_step) against router_topk (norm 0) + plan + copy:
-    // the same logits (bitwise), and the world after it the host model's for the reference router's predictions.
-    {
-        enum { D = 256 };
-        float *wr = malloc(sizeof(float) * NE * D), xr[D], *wr_d, *x_d, *ref_logit_d, *step_logit_d, *pw_d;
-        int32_t *rcnt_d, *scnt_d;
-        uint32_t *pub_d;
-        for (int i = 0; i < NE * D; i++) wr[i] = st_rng_normal(&r);
-        CK(cudaMalloc((void **)&wr_d, sizeof(float) * NE * D));
-        CK(cudaMalloc((void **)&x_d, sizeof xr));
-        CK(cudaMalloc((void **)&ref_logit_d, sizeof(float) * NE));
-        CK(cudaMalloc((void **)&step_logit_d, sizeof(float) * NE));
-        CK(cudaMalloc((void **)&pw_d, sizeof(float) * 32));
-        CK(cudaMalloc((void **)&rcnt_d, sizeof(int32_t) * 16));
-        CK(cudaMalloc((void **)&scnt_d, sizeof(int32_t)));
-        CK(cudaMalloc((void **)&pub_d, sizeof(uint32_t)));
-        CK(cudaMemset(rcnt_d, 0, sizeof(int32_t) * 16));
-        CK(cudaMemset(scnt_d, 0, sizeof(int32_t)));
-        CK(cudaMemset(pub_d, 0, sizeof(uint32_t)));
-        CK(cudaMemcpy(wr_d, wr, sizeof(float) * NE * D, cudaMemcpyHostToDevice));
-        bad = 0;
-        detail[0] = 0;
-        copies = stats[2] = 0, lates = 0;
-        CK(cudaMemset(w.stats_d, 0, sizeof(unsigned long long) * 5));
-        for (int round = 0; round < 200 && !bad; round++) {
-            const int m = (int)st_rng_below(&r, NL), np = 1 + (int)st_rng_below(&r, P + 2);
-            for (int i = 0; i < D; i++) xr[i] = st_rng_normal(&r);
-            CK(cudaMemcpy(x_d, xr, sizeof xr, cudaMemcpyHostToDevice));
-            CKE(st_cuda_router_topk(ST_TYPE_F32, wr_d, D, NE, x_d, 1, np, 0, ref_logit_d, w.pred_d, pw_d, rcnt_d, 0));
-            int32_t pred[32];
-            float lr[NE], ls[NE];
-            CK(cudaMemcpy(pred, w.pred_d, sizeof(int32_t) * np, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(lr, ref_logit_d, sizeof lr, cudaMemcpyDeviceToHost));
-            const int late = st_rng_below(&r, 5) == 0;
-            static const int caps[] = {0, 1, 2, P};
-            w.pf.max_copies = caps[st_rng_below(&r, 4)];
-            const int progress = late ? m + (int)st_rng_below(&r, 3) : m - 1 - (int)st_rng_below(&r, 2);
-            CK(cudaMemcpy(w.progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
-            copies += (unsigned long long)model_plan(&w, m, pred, np, late, restored, &n_restored);
-            lates += (unsigned long long)late;
-            CKE(st_cuda_hy_pf_step(&w.pf, m, ST_TYPE_F32, wr_d, D, x_d, np, step_logit_d, scnt_d, pub_d,
-                                   1 + (int)st_rng_below(&r, 1200), 0));
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(ls, step_logit_d, sizeof ls, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
-            if (memcmp(lr, ls, sizeof lr)) {
-                snprintf(detail, sizeof detail, "round %d: the step's logits differ from the router's", round);
-                bad = 1;
-            } else if (check_world(&w, detail, sizeof detail) || stats[2] != copies || stats[1] != lates) {
-                if (!detail[0])
-                    snprintf(detail, sizeof detail, "round %d: copies %llu (model %llu), late %llu (model %llu)",
-                             round, stats[2], copies, stats[1], lates);
-                bad = 1;
-            }
-        }
-        report("one-launch step (prediction + plan + copies) == router_topk + plan + copy (200 random rounds)", bad,
-               detail);
-        free(wr);
-        cudaFree(wr_d), cudaFree(x_d), cudaFree(ref_logit_d), cudaFree(step_logit_d), cudaFree(pw_d);
-        cudaFree(rcnt_d), cudaFree(scnt_d), cudaFree(pub_d);
     }
 
     // Reset: every entry home, owners -1.

@@ -3,6 +3,7 @@
 // both ways), routing profiles (write/read, validation) and the CPU session's routing counter.
 //   usage: test_place [TMPDIR]   (STRATA_SEED=N fixes the random seed; printed on failure)
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,7 @@ static void test_planner(const st_model *m) {
         st_plan_params q = pp;
         q.prefetch_per_layer = 1;
         q.prefetch_own = true;
+        q.prefetch_max_share = 0;
         q.gpu_budget = min + (own + E) * slot;
         CHECK(st_plan_compute(&d, &q, &p) == 0 && !p.all_in_vram && p.prefetch_per_layer == 1 &&
                   p.n_prefetch == own && p.prefetch_bytes == own * slot && p.n_slots == E &&
@@ -170,6 +172,26 @@ static void test_planner(const st_model *m) {
                   p.n_slots == own + E,
               "prefetch off: %u per layer", p.prefetch_per_layer);
         st_plan_free(&p);
+        // Off where the cache alone would hold prefetch_max_share of the experts (the share counts its slots in).
+        const uint64_t T = (uint64_t)m->hp.n_layer * E, k = (uint64_t)ceil(0.5 * (double)T);
+        CHECK(k - 1 >= own + E, "the test model is too small for the share check (%" PRIu64 " experts)", T);
+        q.prefetch_per_layer = 1;
+        q.prefetch_max_share = 0.5;
+        q.gpu_budget = min + k * slot;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 0 && p.n_prefetch == 0 && p.n_slots == k,
+              "prefetch at a %.1f%% cache share: %u per layer, %" PRIu64 " own", 100.0 * k / T, p.prefetch_per_layer,
+              p.n_prefetch);
+        st_plan_free(&p);
+        q.gpu_budget = min + (k - 1) * slot;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 1 && p.n_prefetch == own &&
+                  p.n_slots == k - 1 - own,
+              "prefetch below the share: %u per layer, %" PRIu64 " own", p.prefetch_per_layer, p.n_prefetch);
+        st_plan_free(&p);
+        st_plan_params dflt;
+        st_plan_params_default(&dflt);
+        CHECK(getenv("STRATA_HY_PREFETCH") ? dflt.prefetch_max_share == 0
+                                           : dflt.prefetch_max_share == ST_PLAN_PREFETCH_MAX_SHARE,
+              "default prefetch share limit %.2f", dflt.prefetch_max_share);
     }
     // Too small: a clear error with the minimum in GiB and each part.
     pp.gpu_budget = min - 1;
