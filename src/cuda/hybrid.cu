@@ -145,31 +145,45 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 #define PF_CHUNK (64 << 10)  // bytes of a record one block copies at a time
 #define PF_UNROLL 8          // 16-byte loads in flight per thread (PCIe latency: many loads outstanding)
 
-// Layer m's plan from pred [P] (k_hy_pf_plan's rule), by one thread: P, per_set <= 32, serial is cheap (and this
-// runs off the critical path).
-__device__ void pf_plan_thread(const st_hy_pf &pf, int m, const int32_t *pred, int P) {
-    const int E = pf.E, set = m % pf.n_sets;
+// Layer m's plan from pred [P] (hybrid.h, st_cuda_hy_pf_plan's rule) by one warp (P, per_set <= 32): lane i looks
+// up prediction i (its home entry and the set's owners) so the P lookups are in flight together (one thread walking
+// them waited for each home entry in turn); lane 0 then frees slots, restores their owners, checks the progress
+// word and writes the work list, as few steps as copies (at most max_copies).
+__device__ void pf_plan_warp(const st_hy_pf &pf, int m, const int32_t *pred, int P) {
+    __shared__ int32_t s_own[32], s_need[32];
+    __shared__ unsigned s_keep;
+    const int lane = threadIdx.x % 32, E = pf.E, set = m % pf.n_sets;
     int32_t *own = pf.owner + (size_t)set * pf.per_set;
-    bool keep[32];
-    int need[32], n_need = 0;
-    for (int j = 0; j < pf.per_set; j++) keep[j] = false;
-    for (int i = 0; i < P; i++) {
-        const int e = pred[i];
-        if (e < 0 || e >= E) continue;
-        const int idx = m * E + e;
-        const uint8_t *home = st_tbl_entry(pf.home, 3 * (size_t)idx);
-        if (home >= (const uint8_t *)pf.cache_lo && home < (const uint8_t *)pf.cache_hi) continue;  // resident
-        int found = -1;
-        for (int j = 0; j < pf.per_set; j++)
-            if (own[j] == idx) found = j;
-        if (found >= 0) keep[found] = true;  // copied for an earlier token, still in place
-        else if (n_need < pf.per_set && (pf.max_copies <= 0 || n_need < pf.max_copies)) need[n_need++] = e;
+    if (lane < pf.per_set) s_own[lane] = own[lane];
+    if (lane == 0) s_keep = 0;
+    __syncwarp();
+    int e = -1, found = -1;
+    bool want = false;  // to copy: valid, not resident, not in the set already
+    if (lane < P) {
+        e = pred[lane];
+        if (e >= 0 && e < E) {
+            const int idx = m * E + e;
+            const uint8_t *home = st_tbl_entry(pf.home, 3 * (size_t)idx);
+            if (home < (const uint8_t *)pf.cache_lo || home >= (const uint8_t *)pf.cache_hi) {
+                for (int j = 0; j < pf.per_set; j++)
+                    if (s_own[j] == idx) found = j;
+                want = found < 0;  // (found: copied for an earlier token, still in place)
+            }
+        }
     }
+    if (found >= 0) atomicOr(&s_keep, 1u << found);
+    const uint32_t want_mask = __ballot_sync(0xffffffffu, want);
+    const int cap = pf.max_copies > 0 && pf.max_copies < pf.per_set ? pf.max_copies : pf.per_set;
+    const int rank = __popc(want_mask & ((1u << lane) - 1u));  // the likeliest first: prediction order
+    if (want && rank < cap) s_need[rank] = e;
+    __syncwarp();
+    if (lane != 0) return;
+    const int n_need = min(__popc(want_mask), cap);
     // Free slots in index order; a reassigned slot's owner goes back home first.
     int slot[32], n = 0;
     for (int j = 0; j < pf.per_set && n < n_need; j++) {
-        if (keep[j]) continue;
-        const int o = own[j];
+        if (s_keep & (1u << j)) continue;
+        const int o = s_own[j];
         if (o >= 0)
             for (int k = 0; k < 3; k++) pf.table[3 * (size_t)o + k] = st_tbl_entry(pf.home, 3 * (size_t)o + k);
         own[j] = -1;
@@ -184,15 +198,15 @@ __device__ void pf_plan_thread(const st_hy_pf &pf, int m, const int32_t *pred, i
         atomicAdd(&pf.stats[0], 1ull);
     }
     for (int i = 0; i < n; i++) {
-        own[slot[i]] = m * E + need[i];
+        own[slot[i]] = m * E + s_need[i];
         pf.work[1 + 2 * i] = slot[i];
-        pf.work[2 + 2 * i] = need[i];
+        pf.work[2 + 2 * i] = s_need[i];
     }
     pf.work[0] = n;
 }
 
 __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P) {
-    if (threadIdx.x == 0) pf_plan_thread(pf, m, pred, P);
+    pf_plan_warp(pf, m, pred, P);
 }
 
 extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {

@@ -156,7 +156,7 @@ typedef struct st_hy_pf {
     int n_sets, per_set, E;         // per_set <= 32
     int max_copies;                 // records copied per plan at most (the likeliest first); <= 0: per_set
 } st_hy_pf;
-// Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One block.
+// Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One warp.
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.
 int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream);
