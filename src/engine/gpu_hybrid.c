@@ -230,6 +230,8 @@ static int env_int(const char *name, int def, int lo, int hi) {
 //   HY_SPLIT_MAX_SHARE: with the skewed routing and the prefetch the real misses are far fewer than the uniform
 //   estimate, and at a high enough cache share the split's per-layer launches cost more than the misses it moves:
 //   18.9 GiB (78% cached; 1.3 misses per token) F 0 385.6 vs F 1 407.8; 16 GiB (62%) F 0 342.6 vs F 1 317.6.
+//   With the split in the router and down launches (2026-12-01c) still so: 18.9 GiB F 0 394.9 vs F 1 ~405 with the
+//   prefetch, 424.2 vs 439.4 without it (92% cached, the default there since the planner's share rule).
 #define HY_SPLIT_OVERHEAD_S 2e-6
 #define HY_PCIE_SHARED 1.6
 #define HY_SPLIT_MAX_SHARE 0.7
