@@ -192,14 +192,15 @@ int cmd_info_plan(int argc, char **argv) {
                "\"moe\": %s, \"all_in_vram\": %s, \"dense_bytes\": %" PRIu64 ", \"kv_bytes\": %" PRIu64
                ", \"scratch_bytes\": %" PRIu64 ", \"prefill_chunk\": %" PRId64 ", \"reserve_bytes\": %" PRIu64 ", \"staging_bytes\": %" PRIu64
                ", \"min_bytes\": %" PRIu64 ", \"slot_bytes\": %" PRIu64 ", \"n_slots\": %" PRIu64
-               ", \"prefetch_per_layer\": %u, \"n_prefetch\": %" PRIu64 ", \"prefetch_bytes\": %" PRIu64
+               ", \"prefetch_per_layer\": %u, \"prefetch_share_off\": %s, \"n_prefetch\": %" PRIu64
+               ", \"prefetch_bytes\": %" PRIu64
                ", \"cache_bytes\": %" PRIu64 ", \"used_bytes\": %" PRIu64 ", \"n_experts\": %" PRIu64
                ", \"experts_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64 ", \"arena_mode\": \"%s\""
                ", \"expected_hit_rate\": %.6f, \"misses_per_token\": %.3f, \"resident_per_layer\": [",
                plan.budget, plan.n_ctx, plan.kv_elem_bytes == 2 ? "F16" : "F32", plan.moe ? "true" : "false",
                plan.all_in_vram ? "true" : "false", plan.dense_bytes, plan.kv_bytes, plan.scratch_bytes,
                plan.prefill_chunk, plan.reserve_bytes, plan.staging_bytes, plan.min_bytes, plan.slot_bytes, plan.n_slots,
-               plan.prefetch_per_layer, plan.n_prefetch, plan.prefetch_bytes, plan.cache_bytes, plan.used_bytes, plan.n_experts_total, plan.experts_bytes, plan.arena_bytes,
+               plan.prefetch_per_layer, plan.prefetch_share_off ? "true" : "false", plan.n_prefetch, plan.prefetch_bytes, plan.cache_bytes, plan.used_bytes, plan.n_experts_total, plan.experts_bytes, plan.arena_bytes,
                plan.all_in_vram || !plan.moe ? "none" : arena_mmap ? "mmap" : "anonymous", hit, miss_per_tok);
         for (uint32_t l = 0; plan.resident && l < hp->n_layer; l++) printf("%s%u", l ? ", " : "", plan.resident[l]);
         printf("]}\n");
@@ -242,6 +243,10 @@ int cmd_info_plan(int argc, char **argv) {
     else if (plan.prefetch_per_layer)
         printf("  prefetch slots   %10s  the lookahead prefetch's %u per layer in the prefill staging slots\n", fb(0),
                plan.prefetch_per_layer);
+    else if (plan.prefetch_share_off)
+        printf("  prefetch slots   %10s  none: the cache holds %.0f%% of the experts, the lookahead prefetch is off from "
+               "%.0f%% (STRATA_HY_PREFETCH=P keeps it on)\n",
+               fb(0), 100.0 * (double)plan.n_slots / (double)plan.n_experts_total, 100.0 * ST_PLAN_PREFETCH_MAX_SHARE);
     printf("  expert cache     %10s  %" PRIu64 " slots of %s = %.1f%% of %" PRIu64 " experts\n",
            fb(plan.cache_bytes), plan.n_slots, fb(plan.slot_bytes),
            100.0 * (double)plan.n_slots / (double)plan.n_experts_total, plan.n_experts_total);

@@ -1007,6 +1007,10 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     // The lookahead prefetch (hy_pf_init) as planned (place/plan.h): P predictions per layer, by default in L x P
     // slots of its own out of the cache's share (one set per layer), else in sets carved from the prefill staging.
     h->pf_P = (int)h->plan.prefetch_per_layer;
+    if (h->plan.prefetch_share_off)
+        st_info("hybrid: lookahead prefetch off: the cache holds %.1f%% of the experts (off from %.0f%%, where its "
+                "slots and side launches cost more than its copies save; STRATA_HY_PREFETCH=P keeps it on)",
+                100.0 * (double)h->plan.n_slots / (double)h->plan.n_experts_total, 100.0 * ST_PLAN_PREFETCH_MAX_SHARE);
     h->pf_own = n_total >= h->plan.n_prefetch + 2ull * h->E ? h->plan.n_prefetch : 0;
     n_total -= h->pf_own;
     if (st_hycache_layout_compute(h->L, h->E, n_total, h->have_prof ? h->prof.counts : NULL, &h->lay))

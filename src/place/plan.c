@@ -368,6 +368,7 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     // alone holds prefetch_max_share of the experts.
     const bool pf_worth = pp->prefetch_max_share <= 0 ||
                           (double)out->n_slots < pp->prefetch_max_share * (double)out->n_experts_total;
+    out->prefetch_share_off = pp->prefetch_per_layer > 0 && !pf_worth;
     if (pp->prefetch_per_layer > 0 && hp->n_layer >= 2 && routers_float(d) && pf_worth) {
         out->prefetch_per_layer = (uint32_t)pp->prefetch_per_layer;
         const uint64_t own = (uint64_t)hp->n_layer * out->prefetch_per_layer;

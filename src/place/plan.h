@@ -142,6 +142,7 @@ typedef struct st_plan {
     uint32_t prefetch_per_layer;  // lookahead prefetch predictions per layer in use (hybrid; 0: off): the engine
                                // runs it where every router after the first layer is F32/F16/BF16
     uint64_t n_prefetch;       // the prefetch's own slots, n_layer x prefetch_per_layer (0: sets in the staging)
+    bool prefetch_share_off;   // asked for, but off: the cache alone holds >= prefetch_max_share of the experts
     uint64_t prefetch_bytes;   // n_prefetch * slot_bytes
     uint64_t n_slots;          // expert-cache slots (hybrid), or every expert (all in VRAM)
     uint64_t cache_bytes;      // n_slots * slot_bytes (hybrid)
