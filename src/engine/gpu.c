@@ -728,8 +728,6 @@ static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
            L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
 }
 
-// Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer l+1's likely
-// experts into VRAM (l+1 must be an MoE layer with a float router).
 // Whether layer l's router launch also predicts layer l+1's experts (STRATA_HY_PF_IN_ROUTER=1; the next router of the
 // same type), filling pred; then prefetch_next is not called and st_hybrid_prefetch_planned follows the router.
 static int prefetch_pred_next(const st_gpu_session *s, uint32_t l, st_router_pred *pred) {
@@ -740,6 +738,8 @@ static int prefetch_pred_next(const st_gpu_session *s, uint32_t l, st_router_pre
     return st_hybrid_prefetch_pred(g->hy, l, N->router.d, pred);
 }
 
+// Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer l+1's likely
+// experts into VRAM (l+1 must be an MoE layer with a float router).
 static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
     const st_gpu_model *g = s->g;
     if (!st_hybrid_prefetch_on(g->hy) || l + 1 >= g->m->hp.n_layer) return 0;
