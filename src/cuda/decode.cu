@@ -352,6 +352,15 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (g == 0) route_group(logits, E, K, norm, ids, weights);
 }
 
+// GO(T) for the router's weight type T (F32, F16, BF16); any other type returns an error naming fn.
+#define ROUTER_TYPE_DISPATCH(w_type, GO, fn)                                                                       \
+    do {                                                                                                           \
+        if ((w_type) == ST_TYPE_F32) GO(float);                                                                    \
+        else if ((w_type) == ST_TYPE_F16) GO(__half);                                                              \
+        else if ((w_type) == ST_TYPE_BF16) GO(__nv_bfloat16);                                                      \
+        else return st_err("%s: router type %s (F32, F16 or BF16)", fn, st_type_name(w_type));                     \
+    } while (0)
+
 // k_router over n_tok tokens (counters NULL: the logits only, no route).
 static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                          int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,

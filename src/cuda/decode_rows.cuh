@@ -118,15 +118,6 @@ template <> __device__ __forceinline__ float4 ldx4<__half>(const float *x, int64
                        __half2float(__float2half_rn(v.z)), __half2float(__float2half_rn(v.w)));
 }
 
-// (host) GO(T) for the router's weight type T (F32, F16, BF16); any other type returns an error naming fn.
-#define ROUTER_TYPE_DISPATCH(w_type, GO, fn)                                                                       \
-    do {                                                                                                           \
-        if ((w_type) == ST_TYPE_F32) GO(float);                                                                    \
-        else if ((w_type) == ST_TYPE_F16) GO(__half);                                                              \
-        else if ((w_type) == ST_TYPE_BF16) GO(__nv_bfloat16);                                                      \
-        else return st_err("%s: router type %s (F32, F16 or BF16)", fn, st_type_name(w_type));                     \
-    } while (0)
-
 #define ROUTER_PRE 16  // router weights (float4 per lane) loaded before the PDL wait
 
 // The first ROUTER_PRE float4 of a lane's router row go into registers before the dependency wait: the router

@@ -7,7 +7,6 @@
 #include "cuda/decode_common.cuh"  // PDL: the per-layer kernels of the decode step sit between PDL launches
 #include "cuda/hybrid_bell.cuh"   // the split's classify and wait
 #include "cuda/hybrid_count.cuh"
-#include "cuda/decode_rows.cuh"    // router_preload / router_dot / route_group (the one-launch prefetch step)
 
 __global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, const st_hy_count_args a) {
     st_pdl_wait();  // ids: the router's output (decode_common.cuh's PDL rules)
@@ -149,7 +148,7 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 // up prediction i (its home entry and the set's owners) so the P lookups are in flight together (one thread walking
 // them waited for each home entry in turn); lane 0 then frees slots, restores their owners, checks the progress
 // word and writes the work list, as few steps as copies (at most max_copies).
-__device__ void pf_plan_warp(const st_hy_pf &pf, int m, const int32_t *pred, int P) {
+__global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P) {
     __shared__ int32_t s_own[32], s_need[32];
     __shared__ unsigned s_keep;
     const int lane = threadIdx.x % 32, E = pf.E, set = m % pf.n_sets;
@@ -205,10 +204,6 @@ __device__ void pf_plan_warp(const st_hy_pf &pf, int m, const int32_t *pred, int
     pf.work[0] = n;
 }
 
-__global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P) {
-    pf_plan_warp(pf, m, pred, P);
-}
-
 extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {
     if (!pf || !pred || P <= 0 || P > 32 || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 || m < 0)
         return st_err("st_cuda_hy_pf_plan: layer %d, %d predictions (1..32), %d slots per set (1..32), %d sets (>= 3)",
@@ -218,16 +213,15 @@ extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>>", __FILE__, __LINE__);
 }
 
-// The planned copies of layer m (pf.work) by blocks `block` of n_blocks: every thread of the block calls it.
-__device__ void pf_copy_blocks(const st_hy_pf &pf, int m, int block, int n_blocks) {
+__global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
     const int n = *(volatile const int32_t *)pf.work;
     if (n <= 0) return;
     const long long bytes = pf.layer_meta[4 * (size_t)m];
     const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets;
     __shared__ int s_last;
-    for (int c = block; c < n * per_rec; c += n_blocks) {
+    for (int c = blockIdx.x; c < n * per_rec; c += gridDim.x) {
         const int i = c / per_rec, part = c % per_rec;
-        const int j = __ldcg(pf.work + 1 + 2 * i), e = __ldcg(pf.work + 2 + 2 * i);  // (L2: another block's plan)
+        const int j = pf.work[1 + 2 * i], e = pf.work[2 + 2 * i];
         const long long off = (long long)part * PF_CHUNK, len = min((long long)PF_CHUNK, bytes - off);
         const uint4 *src = (const uint4 *)(pf.rec[(size_t)m * pf.E + e] + off);
         uint8_t *slot = pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
@@ -264,10 +258,6 @@ __device__ void pf_copy_blocks(const st_hy_pf &pf, int m, int block, int n_block
         }
         __syncthreads();  // s_last is reused by the next chunk
     }
-}
-
-__global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
-    pf_copy_blocks(pf, m, blockIdx.x, gridDim.x);
 }
 
 extern "C" int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream) {

@@ -43,22 +43,31 @@ ST_HY_HD int st_hy_split_cpu(int n_miss, uint32_t cpu_q16, uint32_t *carry) {
     return (int)(want >> 16);
 }
 
-// Classes of K experts in rank order: is_miss[k] != 0 for misses; the last n_cpu misses (highest ranks) become
-// ST_HY_CPU, the other misses ST_HY_PCIE, the rest ST_HY_HIT. Returns the number of misses.
-ST_HY_HD int st_hy_classify(const uint8_t *is_miss, int K, int n_cpu, uint8_t *cls) {
-    int n_miss = 0;
-    for (int k = 0; k < K; k++) n_miss += is_miss[k] ? 1 : 0;
-    int pcie_left = n_miss - n_cpu;
-    for (int k = 0; k < K; k++) {
-        if (!is_miss[k]) {
-            cls[k] = ST_HY_HIT;
-        } else if (pcie_left > 0) {
-            cls[k] = ST_HY_PCIE;
-            pcie_left--;
-        } else {
-            cls[k] = ST_HY_CPU;
+// The CPU's ranks of a layer: of the misses (bit k of miss_mask: rank k, K <= 32) the last n_cpu, the highest ranks.
+// The classify kernel's warp takes it as is (cuda/hybrid_bell.cuh); st_hy_classify spells it out per rank.
+ST_HY_HD uint32_t st_hy_cpu_mask(uint32_t miss_mask, int n_cpu) {
+    uint32_t cpu = 0;
+    for (int k = 31; k >= 0 && n_cpu > 0; k--)
+        if ((miss_mask >> k) & 1u) {
+            cpu |= 1u << k;
+            n_cpu--;
         }
-    }
+    return cpu;
+}
+
+// Classes of K experts in rank order: is_miss[k] != 0 for misses; the last n_cpu misses (highest ranks) become
+// ST_HY_CPU (st_hy_cpu_mask), the other misses ST_HY_PCIE, the rest ST_HY_HIT. Returns the number of misses.
+ST_HY_HD int st_hy_classify(const uint8_t *is_miss, int K, int n_cpu, uint8_t *cls) {
+    uint32_t miss = 0;
+    int n_miss = 0;
+    for (int k = 0; k < K; k++)
+        if (is_miss[k]) {
+            miss |= 1u << k;
+            n_miss++;
+        }
+    const uint32_t cpu = st_hy_cpu_mask(miss, n_cpu);
+    for (int k = 0; k < K; k++)
+        cls[k] = !((miss >> k) & 1u) ? ST_HY_HIT : ((cpu >> k) & 1u) ? ST_HY_CPU : ST_HY_PCIE;
     return n_miss;
 }
 
