@@ -106,7 +106,7 @@ def main():
     steps = steps[-a.steps:]
 
     span, busy, gpos, gneg, side_busy, side_beside, tail, hgap, n_kern, streams = ([] for _ in range(10))
-    per = defaultdict(lambda: {"n": 0, "dur": [], "gap": [], "with_copy": [], "alone": []})
+    per = defaultdict(lambda: {"n": 0, "dur": [], "gap": [], "with_copy": [], "alone": [], "excl": 0, "idle": 0})
     for g in steps:
         by_node = sorted(g, key=lambda k: k[6])
         side_idx = set()
@@ -128,9 +128,12 @@ def main():
         busy.append(union_length(m_iv))
         # gap before each main kernel: its start against the latest end of every main kernel before it (negative:
         # it started while an earlier one ran, PDL); idle = main span - busy; overlap = sum of durations - busy
-        gaps, latest = [], main[0][2]
+        # exclusive: the part of a kernel's interval after every earlier main kernel ended (its share of the span:
+        # the exclusive times plus the idle gaps add up to the main chain's span); idle before: the gap it ended
+        gaps, latest, excl = [], main[0][2], [main[0][2] - main[0][1]]
         for k in main[1:]:
             gaps.append(k[1] - latest)
+            excl.append(max(0, k[2] - max(k[1], latest)))
             latest = max(latest, k[2])
         gpos.append(max(k[2] for k in main) - main[0][1] - busy[-1])
         gneg.append(sum(k[2] - k[1] for k in main) - busy[-1])
@@ -148,8 +151,10 @@ def main():
             p["n"] += 1
             d = k[2] - k[1]
             p["dur"].append(d)
+            p["excl"] += excl[i]
             if i:
                 p["gap"].append(gaps[i - 1])
+                p["idle"] += max(0, gaps[i - 1])
             (p["with_copy"] if copies and overlaps(k[1], k[2], copies, copy_starts) else p["alone"]).append(d)
 
     us = lambda v: statistics.mean(v) / 1e3 if v else float("nan")
@@ -173,14 +178,14 @@ def main():
               f"{1e6 / (us(span) + us(hgap)):.1f} |")
     print()
     print(f"| main-chain kernel | per step | mean us | total us per step | gap before, us | with a copy running | "
-          f"alone |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"alone | exclusive us per step | idle before, us per step |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     order = sorted(per.items(), key=lambda kv: -sum(kv[1]["dur"]))
     for n, p in order[:a.top]:
         wc = f"{us(p['with_copy']):.2f} ({len(p['with_copy']) / ns:.1f})" if p["with_copy"] else "-"
         al = f"{us(p['alone']):.2f} ({len(p['alone']) / ns:.1f})" if p["alone"] else "-"
         print(f"| {n} | {p['n'] / ns:.1f} | {us(p['dur']):.2f} | {sum(p['dur']) / ns / 1e3:.1f} | "
-              f"{us(p['gap']):.2f} | {wc} | {al} |")
+              f"{us(p['gap']):.2f} | {wc} | {al} | {p['excl'] / ns / 1e3:.1f} | {p['idle'] / ns / 1e3:.1f} |")
     side_names = defaultdict(list)
     for g in steps:
         for k in g:

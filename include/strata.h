@@ -61,6 +61,10 @@ int32_t strata_n_vocab(const strata_engine *engine);
 int32_t strata_n_ctx_train(const strata_engine *engine);
 const char *strata_arch_name(const strata_engine *engine);  // "llama", "qwen3", "qwen3moe"
 int strata_n_threads(const strata_engine *engine);
+// Tokens the backend evaluates in one prefill step (CUDA: its GEMM chunk, -ub or the hybrid plan's); 0 on the CPU,
+// where any split of a prompt costs the same. Callers that evaluate a long prompt in pieces (for progress) should
+// use pieces at least this long: in hybrid placement every piece stages the experts it needs over PCIe again.
+int32_t strata_prefill_chunk(const strata_engine *engine);
 // "CPU" or the GPU's name ("NVIDIA H200").
 const char *strata_backend_name(const strata_engine *engine);
 // Device memory of a GPU engine in bytes (used by every process, and total). -1 for CPU engines.
@@ -183,6 +187,35 @@ strata_sampler *strata_sampler_new(const strata_sampler_params *params);
 void strata_sampler_free(strata_sampler *sampler);
 void strata_sampler_accept(strata_sampler *sampler, int32_t token);
 int32_t strata_sampler_sample(strata_sampler *sampler, const float *logits, int32_t n_vocab);
+
+// ---- generation -------------------------------------------------------------------------------------------------
+
+// Generates tokens one at a time after evaluating `tokens` (a prompt, or what of it is not cached): each
+// strata_gen_next returns the next sampled token (and accepts it into the sampler); strata_gen_end finishes. The
+// session then holds the evaluated tokens and every returned token but the last, as an eval / sample / eval loop
+// leaves it. On a CUDA session with a sampler without penalties, sampling runs on the device and the step that
+// evaluates a token is queued before the host reads that token (one step ahead: no logits copy and no host work
+// between the GPU's steps; a step the caller did not need is dropped at the end). Otherwise (or with `host`) each
+// token is an evaluation plus the host sampler. With temperature > 0 the device draws from its own counter-based
+// generator: reproducible for a seed, but not the host sampler's sequence.
+typedef struct strata_gen_params {
+    int32_t n_max;          // tokens strata_gen_next returns at most (>= 1)
+    const int32_t *forced;  // NULL, or [n_max]: the step after token i evaluates forced[i] instead of it (teacher
+                            // forcing: benchmarks on llama-bench's random inputs, parity tests)
+    bool host;              // one evaluation and one host sample per token (the reference path)
+} strata_gen_params;
+
+typedef struct strata_gen strata_gen;
+strata_gen_params strata_gen_default_params(void);  // n_max 1
+// NULL on error (the session is then as before, or holds the evaluated tokens if only the first sample failed).
+strata_gen *strata_gen_begin(strata_session *session, strata_sampler *sampler, const int32_t *tokens, int32_t n,
+                             const strata_gen_params *params);
+// The next token, or -1: an error, n_max tokens already returned, or the context is full (strata_last_error).
+int32_t strata_gen_next(strata_gen *gen);
+// Whether the last tokens came from the device-pipelined path (for reports).
+bool strata_gen_pipelined(const strata_gen *gen);
+// Finishes and frees. Returns 0, or -1 if a step failed (the session then keeps only what was evaluated for sure).
+int strata_gen_end(strata_gen *gen);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,10 @@ static void usage(FILE *f) {
             "  -t, --threads N        compute threads (default: all CPUs)\n"
             "  -ctk, --cache-type T   KV cache element type: f16 (default) or f32\n"
             "  -o, --output FMT       md (default) or json\n"
+            "  --tg-mode MODE         gen (default): tg runs the generation path (strata_gen: on a GPU, greedy\n"
+            "                         sampling on the device and each step queued before the host reads the last\n"
+            "                         token), fed llama-bench's random tokens; eval: one strata_session_eval per\n"
+            "                         token with its logits copied to the host and no sampling, as llama-bench does\n"
             ST_ARGS_HYBRID_HELP
             "  -h, --help             this help\n\n"
             "In hybrid placement (--gpu-mem below the model's size) each test also reports the expert cache: hit rate,\n"
@@ -141,7 +145,7 @@ static double bytes_per_token(const strata_engine *e, const st_model *m, int64_t
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *fmt = "md";
+    const char *fmt = "md", *tg_mode = "gen";
     int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 3;
     st_engine_args ea = {0};  // KV cache f16 by default
     st_args a = {argc, argv, 1, "bench", false};
@@ -155,11 +159,16 @@ int cmd_bench(int argc, char **argv) {
         else if (st_args_is(&a, "-d", "--n-depth")) depth = st_args_int(&a, 0, 1 << 22);
         else if (st_args_is(&a, "-r", "--repetitions")) reps = st_args_int(&a, 1, 1000);
         else if (st_args_is(&a, "-o", "--output")) fmt = st_args_str(&a);
+        else if (st_args_is(&a, NULL, "--tg-mode")) tg_mode = st_args_str(&a);
         else st_args_unknown(&a);
     }
     if (a.failed || !st_args_have_model(&a, &ea)) return 2;
     if (strcmp(fmt, "md") && strcmp(fmt, "json")) {
         fprintf(stderr, "strata bench: -o must be md or json, got '%s'\n", fmt);
+        return 2;
+    }
+    if (strcmp(tg_mode, "gen") && strcmp(tg_mode, "eval")) {
+        fprintf(stderr, "strata bench: --tg-mode must be gen or eval, got '%s'\n", tg_mode);
         return 2;
     }
     int64_t n_max = n_prompt > n_gen ? n_prompt : n_gen;
@@ -182,6 +191,9 @@ int cmd_bench(int argc, char **argv) {
     st_rng_init(&rng, 1234, 0);
     for (int64_t i = 0; i < depth + n_max + 1; i++) toks[i] = (int32_t)st_rng_below(&rng, (uint32_t)nv);
     float *logits = malloc(sizeof(float) * (size_t)nv);
+    strata_sampler_params gsp = strata_sampler_default_params();  // greedy
+    strata_sampler *greedy = strata_sampler_new(&gsp);
+    bool pipelined = false;
     result res[2];
     int n_res = 0;
     char name[2][64];
@@ -199,9 +211,19 @@ int cmd_bench(int argc, char **argv) {
             double t0 = st_now();
             if (test == 0) {
                 if (!rc && strata_session_eval(s, toks + depth, (int32_t)n, logits, false)) rc = 1;
-            } else {
+            } else if (!strcmp(tg_mode, "eval")) {
                 for (int64_t i = 0; i < n && !rc; i++)
                     if (strata_session_eval(s, toks + depth + i, 1, logits, false)) rc = 1;
+            } else {  // n evaluations of the same tokens, each followed by a greedy sample
+                strata_gen_params gp = strata_gen_default_params();
+                gp.n_max = (int32_t)n;
+                gp.forced = toks + depth + 1;
+                strata_gen *gen = strata_gen_begin(s, greedy, toks + depth, 1, &gp);
+                if (!gen) rc = 1;
+                for (int64_t i = 0; i < n && !rc; i++)
+                    if (strata_gen_next(gen) < 0) rc = 1;
+                pipelined = strata_gen_pipelined(gen);
+                if (strata_gen_end(gen)) rc = 1;
             }
             double tps = (double)n / (st_now() - t0);
             if (!rc && strata_session_hybrid_stats(s, &hy1)) rc = 1;
@@ -282,6 +304,8 @@ int cmd_bench(int argc, char **argv) {
                        "\"gbps\": %.3f",
                        i ? "," : "", base, strata_arch_name(e), (unsigned long long)m->gguf->total_bytes,
                        strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
+                if (!strncmp(res[i].name, "tg", 2))
+                    printf(", \"tg_mode\": \"%s\"", !strcmp(tg_mode, "eval") ? "eval" : pipelined ? "gen-device" : "gen-host");
                 if (!res[i].hy.active) {
                     printf("}");
                     continue;
@@ -303,6 +327,12 @@ int cmd_bench(int argc, char **argv) {
             printf("\n]\n");
         }
     }
+    if (rc == 0 && n_gen > 0)
+        fprintf(stderr, "strata bench: tg%lld %s\n", (long long)n_gen,
+                !strcmp(tg_mode, "eval") ? "by one strata_session_eval per token (logits to the host, no sampling)"
+                : pipelined ? "by the generation path: greedy sampling on the device, one step queued ahead"
+                            : "by the generation path: evaluation and greedy sampling on the host per token");
+    strata_sampler_free(greedy);
     free(logits);
     free(toks);
     strata_session_free(s);

@@ -122,7 +122,7 @@ int cmd_run(int argc, char **argv) {
     strata_session *s = NULL;
     strata_sampler *smp = NULL;
     strata_detok *dt = NULL;
-    float *logits = NULL;
+    strata_gen *gen = NULL;
     char *generated = NULL;
     if (n_prompt < 0) {
         fprintf(stderr, "strata run: cannot tokenize the prompt: %s\n", strata_last_error());
@@ -144,22 +144,23 @@ int cmd_run(int argc, char **argv) {
     }
     smp = strata_sampler_new(&sp);
     dt = strata_detok_new(e);
-    int32_t nv = strata_n_vocab(e);
-    logits = malloc(sizeof(float) * (size_t)nv);
     if (display_prompt) {
         fputs(text, stdout);
         fflush(stdout);
     }
     for (int32_t i = 0; i < n_prompt; i++) strata_sampler_accept(smp, toks[i]);
     if (n_prompt > 512) st_info("prefill: %d tokens", n_prompt);
+    int64_t limit = n_predict < 0 ? ctx - n_prompt : n_predict;
+    if (limit > ctx - n_prompt) limit = ctx - n_prompt;
+    strata_gen_params gp = strata_gen_default_params();
+    gp.n_max = limit > 0 ? (int32_t)limit : 1;
     double t0 = st_now();
-    if (strata_session_eval(s, toks, n_prompt, logits, false)) {
+    gen = strata_gen_begin(s, smp, toks, n_prompt, &gp);  // evaluates the prompt
+    if (!gen) {
         fprintf(stderr, "\nstrata run: %s\n", strata_last_error());
         goto done;
     }
     double t_prompt = st_now() - t0;
-    int64_t limit = n_predict < 0 ? ctx - n_prompt : n_predict;
-    if (limit > ctx - n_prompt) limit = ctx - n_prompt;
     size_t gen_cap = 4096, gen_len = 0;
     generated = calloc(1, gen_cap);
     char piece[1024];
@@ -167,9 +168,11 @@ int cmd_run(int argc, char **argv) {
     double t1 = st_now();
     bool stopped = false;
     while (n_gen < limit && !stopped) {
-        int32_t tok = strata_sampler_sample(smp, logits, nv);
-        if (tok < 0) break;
-        strata_sampler_accept(smp, tok);
+        int32_t tok = strata_gen_next(gen);  // (sampled and accepted; the step after it is already running)
+        if (tok < 0) {
+            fprintf(stderr, "\nstrata run: %s\n", strata_last_error());
+            goto done;
+        }
         n_gen++;
         if (!ignore_eos && strata_token_is_eog(e, tok)) break;
         int32_t k = strata_detok_push(dt, tok, piece, sizeof piece);
@@ -191,21 +194,24 @@ int cmd_run(int argc, char **argv) {
             fputs(stopped ? "" : piece, stdout);
             fflush(stdout);
         }
-        if (stopped || n_gen >= limit) break;
-        if (strata_session_eval(s, &tok, 1, logits, false)) {
-            fprintf(stderr, "\nstrata run: %s\n", strata_last_error());
-            goto done;
-        }
     }
     double t_gen = st_now() - t1;
+    const char *how = strata_gen_pipelined(gen) ? "device sampling, pipelined" : "host sampling";
+    if (strata_gen_end(gen)) {
+        gen = NULL;
+        fprintf(stderr, "\nstrata run: %s\n", strata_last_error());
+        goto done;
+    }
+    gen = NULL;
     int32_t k = strata_detok_flush(dt, piece, sizeof piece);
     if (k > 0 && !stopped) fputs(piece, stdout);
     fputs("\n", stdout);
     fflush(stdout);
     fprintf(stderr, "\nprompt:     %6d tokens in %8.2f ms, %8.2f tok/s\n", n_prompt, t_prompt * 1e3,
             n_prompt / (t_prompt > 0 ? t_prompt : 1e-9));
-    fprintf(stderr, "generation: %6lld tokens in %8.2f ms, %8.2f tok/s (seed %llu, %d threads)\n", (long long)n_gen,
-            t_gen * 1e3, n_gen / (t_gen > 0 ? t_gen : 1e-9), (unsigned long long)sp.seed, strata_n_threads(e));
+    fprintf(stderr, "generation: %6lld tokens in %8.2f ms, %8.2f tok/s (seed %llu, %d threads, %s)\n",
+            (long long)n_gen, t_gen * 1e3, n_gen / (t_gen > 0 ? t_gen : 1e-9), (unsigned long long)sp.seed,
+            strata_n_threads(e), how);
     strata_hybrid_stats hy;
     if (strata_session_hybrid_stats(s, &hy) == 0 && hy.active)
         fprintf(stderr, "hybrid:     %llu of %llu experts in VRAM; decode hit rate %.2f%%, %.1f misses/token, %.4f GB/token "
@@ -223,8 +229,8 @@ int cmd_run(int argc, char **argv) {
                 hy.cpu_jobs ? 1e6 * hy.cpu_wait_s / (double)hy.cpu_jobs : 0.0);
     rc = 0;
 done:
+    strata_gen_end(gen);
     free(generated);
-    free(logits);
     strata_detok_free(dt);
     strata_sampler_free(smp);
     strata_session_free(s);

@@ -138,6 +138,7 @@ int32_t strata_n_vocab(const strata_engine *e) { return (int32_t)e->model->hp.n_
 int32_t strata_n_ctx_train(const strata_engine *e) { return (int32_t)e->model->hp.n_ctx_train; }
 const char *strata_arch_name(const strata_engine *e) { return st_arch_name(e->model->hp.arch); }
 int strata_n_threads(const strata_engine *e) { return st_pool_threads(e->pool); }
+int32_t strata_prefill_chunk(const strata_engine *e) { return e->gpu ? (int32_t)st_gpu_prefill_chunk(e->gpu) : 0; }
 const char *strata_backend_name(const strata_engine *e) { return e->gpu ? st_gpu_device_name(e->gpu) : "CPU"; }
 
 int strata_device_memory(const strata_engine *e, size_t *used, size_t *total) {
@@ -298,6 +299,117 @@ void strata_sampler_accept(strata_sampler *s, int32_t token) { st_sampler_accept
 
 int32_t strata_sampler_sample(strata_sampler *s, const float *logits, int32_t n_vocab) {
     return st_sampler_sample(&s->s, logits, n_vocab);
+}
+
+// ---- generation ---------------------------------------------------------------------------------------------------
+
+struct strata_gen {
+    strata_session *s;
+    strata_sampler *smp;
+    strata_gen_params p;
+    int device;        // pipelined on the GPU (st_gpu_gen_*), else eval + host sampler per token
+    int failed;
+    int32_t n_ret;     // tokens returned so far
+    int32_t n_queued;  // device: samples queued (the first one and one per pushed step)
+    int32_t last;      // the last returned token
+    int64_t base;      // n_past after the prompt's evaluation
+    int32_t *taken;    // device: [n_max] the returned tokens (they name the evaluated ones at the end)
+    float *logits;     // host: [n_vocab] the last evaluation's logits
+};
+
+strata_gen_params strata_gen_default_params(void) {
+    strata_gen_params p = {0};
+    p.n_max = 1;
+    return p;
+}
+
+static int sampler_has_penalties(const strata_sampler *smp) {
+    const st_sampler_params *q = &smp->s.p;
+    return q->repeat_penalty != 1.0f || q->presence_penalty != 0.0f || q->frequency_penalty != 0.0f;
+}
+
+strata_gen *strata_gen_begin(strata_session *s, strata_sampler *smp, const int32_t *tokens, int32_t n,
+                             const strata_gen_params *params) {
+    if (!s || !smp || !params || params->n_max < 1 || n < 1) {
+        st_err("strata_gen_begin: needs a session, a sampler, n_max >= 1 and at least one token to evaluate");
+        return NULL;
+    }
+    strata_gen *g = calloc(1, sizeof *g);
+    if (!g) return st_err("out of memory"), NULL;
+    g->s = s;
+    g->smp = smp;
+    g->p = *params;
+    g->device = s->gpu && !params->host && !sampler_has_penalties(smp) && !getenv("STRATA_GEN_HOST");
+    int rc;
+    if (g->device) {
+        g->taken = malloc(sizeof(int32_t) * (size_t)params->n_max);
+        rc = !g->taken ? st_err("out of memory") : st_gpu_gen_begin(s->gpu, tokens, n, &smp->s.p);
+        g->n_queued = rc ? 0 : 1;
+    } else {
+        g->logits = malloc(sizeof(float) * (size_t)strata_n_vocab(s->engine));
+        rc = !g->logits ? st_err("out of memory") : strata_session_eval(s, tokens, n, g->logits, false);
+    }
+    g->base = strata_session_n_past(s);
+    if (rc) {
+        if (g->device && s->gpu) st_gpu_gen_end(s->gpu, g->base, NULL, 0);
+        free(g->taken);
+        free(g->logits);
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int32_t strata_gen_next(strata_gen *g) {
+    if (g->failed) return st_err("generation: an earlier step failed"), -1;
+    if (g->n_ret >= g->p.n_max) return st_err("generation: %d tokens returned (n_max)", g->p.n_max), -1;
+    strata_session *s = g->s;
+    int32_t tok;
+    if (g->device) {
+        // Queue the step that evaluates the token about to be returned (its input is on the device already, or
+        // forced), then wait for that token: the GPU runs the step while the caller handles the token.
+        if (g->n_ret + 1 < g->p.n_max && strata_session_n_past(s) < strata_session_n_ctx(s)) {
+            if (st_gpu_gen_push(s->gpu, g->p.forced ? &g->p.forced[g->n_ret] : NULL)) goto fail;
+            g->n_queued++;
+        }
+        if (g->n_ret >= g->n_queued)
+            return st_err("context full (%d tokens)", strata_session_n_ctx(s)), -1;
+        if (st_gpu_gen_pop(s->gpu, &tok)) goto fail;
+        g->taken[g->n_ret] = tok;
+    } else {
+        if (g->n_ret > 0) {
+            if (strata_session_n_past(s) >= strata_session_n_ctx(s))
+                return st_err("context full (%d tokens)", strata_session_n_ctx(s)), -1;
+            int32_t in = g->p.forced ? g->p.forced[g->n_ret - 1] : g->last;
+            if (strata_session_eval(s, &in, 1, g->logits, false)) goto fail;
+        }
+        tok = strata_sampler_sample(g->smp, g->logits, strata_n_vocab(s->engine));
+        if (tok < 0) goto fail;
+    }
+    strata_sampler_accept(g->smp, tok);
+    g->last = tok;
+    g->n_ret++;
+    return tok;
+fail:
+    g->failed = 1;
+    return -1;
+}
+
+bool strata_gen_pipelined(const strata_gen *g) { return g && g->device; }
+
+int strata_gen_end(strata_gen *g) {
+    if (!g) return 0;
+    int rc = g->failed ? -1 : 0;
+    if (g->device) {
+        // Keep the evaluated inputs of the returned tokens but the last (the caller may still evaluate it); steps
+        // queued past that are dropped. Their names: the forced tokens, else the returned ones.
+        const int32_t kept = g->n_ret > 1 ? g->n_ret - 1 : 0;
+        st_gpu_gen_end(g->s->gpu, g->base + kept, g->p.forced ? g->p.forced : g->taken, kept);
+    }
+    free(g->taken);
+    free(g->logits);
+    free(g);
+    return rc;
 }
 
 // ---- snapshots ---------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@
 
 #define ARENA_ALIGN 256
 #define SMALL_BATCH ST_MMVQ_MAX_TOK  // tokens per step of the matrix-vector path
+#define GEN_RING 4                   // pipelined generation: samples in flight at most (st_gpu_gen_push)
 #define PREFILL_CHUNK STRATA_UBATCH_DEFAULT  // tokens per step of the matrix-matrix (GEMM) path, all in VRAM
 #define LOGITS_ROWS 512              // the most rows of one all-position logits step (the logits buffer's cap)
 #define GEMM_MIN_DEFAULT 64          // inputs of at least this many tokens take the GEMM path (STRATA_GEMM_MIN)
@@ -124,11 +125,19 @@ struct st_gpu_session {
     int graph_failed;
     int warm;                   // one eager one-token step has run (kernels loaded) before capture
     st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
+    // pipelined generation (st_gpu_gen_*): allocated on first use
+    void *sample_ws;            // device st_cuda_sample workspace [st_cuda_sampler_workspace_bytes]
+    int32_t *h_gen;             // pinned host [GEN_RING][4]: {sampled token (D2H), position (H2D), forced token
+                                // (H2D), unused}; a slot is reused only after its sample was popped
+    cudaEvent_t gen_ev[GEN_RING]; // recorded after each slot's sample copy
+    int gen_head, gen_n;        // next slot to fill; samples queued and not yet popped
+    st_cuda_sample_params gen_p;
 };
 
 int st_gpu_available(void) { return st_cuda_device_count() > 0; }
 
 const char *st_gpu_device_name(const st_gpu_model *g) { return g->ctx.name; }
+int st_gpu_prefill_chunk(const st_gpu_model *g) { return g->prefill_chunk; }
 
 int st_gpu_device_memory(st_gpu_model *g, size_t *used, size_t *total) {
     size_t free_b = 0, total_b = 0;
@@ -601,6 +610,11 @@ void st_gpu_session_free(st_gpu_session *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
+    if (s->h_gen) {
+        cudaFreeHost(s->h_gen);
+        for (int i = 0; i < GEN_RING; i++) cudaEventDestroy(s->gen_ev[i]);
+    }
+    if (s->sample_ws) st_cuda_free(c, s->sample_ws);
     st_actdump_close(s->actdump);
     free(s->h_dump);
     free(s->k_cache);
@@ -1065,7 +1079,10 @@ static int step_one(st_gpu_session *s) {
     return step(s, 1, 0, 1);
 }
 
-int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits) {
+// st_gpu_session_eval; with `device_logits`, the last token's logits are computed into s->logits row 0 and stay
+// there (logits must be NULL): the pipelined generation samples them on the device.
+static int eval_tokens(st_gpu_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits,
+                       int device_logits) {
     st_gpu_model *g = s->g;
     st_cuda_ctx *c = &g->ctx;
     const st_hparams *hp = &g->m->hp;
@@ -1086,7 +1103,7 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
         const int64_t n_steps = (left + chunk - 1) / chunk;
         int c_n = (int)(big ? (left + n_steps - 1) / n_steps : (left < SMALL_BATCH ? left : SMALL_BATCH));
         int last_chunk = off + c_n == n;
-        int want = logits && (all_logits || last_chunk);
+        int want = (logits && (all_logits || last_chunk)) || (device_logits && last_chunk);
         int out_first = all_logits ? 0 : c_n - 1, out_rows = want ? (all_logits ? c_n : 1) : 0;
         if (out_rows > s->logits_rows) {  // all-position logits of a big chunk: grow once (outside any capture)
             st_cuda_free(c, s->logits);
@@ -1108,8 +1125,8 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
         }
         // The captured graph always computes the last token's logits; other one-token steps go eagerly.
         int rc = big ? step_prefill(s, c_n, out_first, out_rows)
-                     : (c_n == 1 && (out_rows == 1 || !logits)) ? step_one(s) : step(s, c_n, out_first, out_rows);
-        if (rc == 0 && want) {
+                     : (c_n == 1 && (out_rows == 1 || !want)) ? step_one(s) : step(s, c_n, out_first, out_rows);
+        if (rc == 0 && want && logits) {
             float *dst = all_logits ? logits + (size_t)off * nv : logits;
             rc = st_cuda_memcpy_d2h(c, dst, s->logits, sizeof(float) * nv * (size_t)out_rows, s->stream);
         }
@@ -1125,6 +1142,97 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
     }
     if (g->hy) return st_hybrid_after_eval(g->hy, &s->hstats, n_dec, n_pre, 0, s->stream);
     return 0;
+}
+
+int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits) {
+    return eval_tokens(s, tokens, n, logits, all_logits, 0);
+}
+
+// ---- pipelined generation -----------------------------------------------------------------------------------------
+// Each step's sample stays in d_tokens[0], where the next step's embedding reads it, and is copied to a pinned slot
+// the host reads one step later: the host queues step i + 1 before it waits for token i, so the GPU never waits
+// for the host between tokens (no logits copy, no host sampling, no launch latency on the critical path).
+
+// Queues the sample of s->logits row 0 into d_tokens[0] and its copy into the next slot.
+static int gen_sample(st_gpu_session *s) {
+    cudaStream_t st = s->stream;
+    const int slot = s->gen_head;
+    if (st_cuda_sample(s->d_tokens, s->logits, (int)s->g->m->hp.n_vocab, &s->gen_p, s->sample_ws, NULL, st))
+        return -1;
+    if (cudaMemcpyAsync(s->h_gen + 4 * slot, s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+        cudaEventRecord(s->gen_ev[slot], st) != cudaSuccess)
+        return st_cuda_check_at(cudaGetLastError(), "queueing the sampled token's copy", __FILE__, __LINE__);
+    s->gen_head = (slot + 1) % GEN_RING;
+    s->gen_n++;
+    return 0;
+}
+
+int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const strata_sampler_params *p) {
+    st_cuda_ctx *c = &s->g->ctx;
+    if (n <= 0) return st_err("generation needs at least one token to evaluate first");
+    if (!s->h_gen) {
+        if (cudaMallocHost((void **)&s->h_gen, sizeof(int32_t) * 4 * GEN_RING) != cudaSuccess) {
+            s->h_gen = NULL;
+            return st_err("cannot allocate pinned host memory for generation");
+        }
+        for (int i = 0; i < GEN_RING; i++)
+            if (cudaEventCreateWithFlags(&s->gen_ev[i], cudaEventDisableTiming) != cudaSuccess)
+                return st_cuda_check_at(cudaGetLastError(), "cudaEventCreate", __FILE__, __LINE__);
+    }
+    if (!s->sample_ws) {
+        const size_t b = st_cuda_sampler_workspace_bytes((int)s->g->m->hp.n_vocab);
+        s->sample_ws = st_cuda_alloc(c, b, "sampler workspace");
+        if (!s->sample_ws) return -1;
+    }
+    if (st_cuda_sampler_init(s->sample_ws, (int)s->g->m->hp.n_vocab)) return -1;  // the draw counter: seed's start
+    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+        return st_err("the device sampler has no penalties (generate with the host sampler)");
+    s->gen_p = (st_cuda_sample_params){p->temperature, p->top_k, p->top_p, p->min_p, p->seed};
+    s->gen_head = 0;
+    s->gen_n = 0;
+    if (eval_tokens(s, tokens, n, NULL, 0, 1)) return -1;
+    return gen_sample(s);
+}
+
+int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
+    st_gpu_model *g = s->g;
+    cudaStream_t st = s->stream;
+    if (s->gen_n >= GEN_RING) return st_err("generation: %d samples queued and none taken", GEN_RING);
+    if (s->n_past >= s->n_ctx) return st_err("context full (%lld tokens)", (long long)s->n_ctx);
+    int32_t *io = s->h_gen + 4 * s->gen_head;  // this step's slot: its position and forced token go in with it
+    io[1] = (int32_t)s->n_past;
+    if (forced) {
+        if (*forced < 0 || (uint32_t)*forced >= g->m->hp.n_vocab)
+            return st_err("generation: forced token %d is not in the vocabulary (%u)", *forced, g->m->hp.n_vocab);
+        io[2] = *forced;
+        if (cudaMemcpyAsync(s->d_tokens, io + 2, sizeof(int32_t), cudaMemcpyHostToDevice, st) != cudaSuccess)
+            return st_cuda_check_at(cudaGetLastError(), "copying a forced token", __FILE__, __LINE__);
+    }
+    if (cudaMemcpyAsync(s->d_pos, io + 1, sizeof(int32_t), cudaMemcpyHostToDevice, st) != cudaSuccess)
+        return st_cuda_check_at(cudaGetLastError(), "copying the position", __FILE__, __LINE__);
+    if (g->hy && st_hybrid_before_eval(g->hy, st)) return -1;
+    if (step_one(s) || gen_sample(s)) return -1;
+    s->tokens[s->n_past] = forced ? *forced : -1;  // a sampled input: the caller names it (st_gpu_gen_end)
+    s->n_past++;
+    if (g->hy) return st_hybrid_after_eval(g->hy, &s->hstats, 1, 0, 0, st);
+    return 0;
+}
+
+int st_gpu_gen_pop(st_gpu_session *s, int32_t *token) {
+    if (s->gen_n <= 0) return st_err("generation: no sample queued");
+    const int slot = (s->gen_head - s->gen_n + GEN_RING) % GEN_RING;
+    cudaError_t e = cudaEventSynchronize(s->gen_ev[slot]);
+    if (e != cudaSuccess) return st_cuda_check_at(e, "waiting for a sampled token", __FILE__, __LINE__);
+    s->gen_n--;
+    *token = s->h_gen[4 * slot];
+    return 0;
+}
+
+void st_gpu_gen_end(st_gpu_session *s, int64_t n_past, const int32_t *tail, int64_t n_tail) {
+    s->gen_n = 0;
+    if (n_past < s->n_past) s->n_past = n_past < 0 ? 0 : n_past;
+    for (int64_t i = 0; i < n_tail; i++)
+        if (s->n_past - n_tail + i >= 0) s->tokens[s->n_past - n_tail + i] = tail[i];
 }
 
 int st_gpu_session_hybrid_stats(st_gpu_session *s, st_gpu_hybrid_stats *out) {

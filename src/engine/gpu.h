@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "engine/model.h"
+#include "strata.h"
 
 typedef struct st_gpu_model st_gpu_model;
 typedef struct st_gpu_session st_gpu_session;
@@ -71,6 +72,7 @@ st_gpu_model *st_gpu_model_load(const st_model *m, int device);
 st_gpu_model *st_gpu_model_load_opts(const st_model *m, int device, const st_gpu_load_opts *opts);
 void st_gpu_model_free(st_gpu_model *g);
 const char *st_gpu_device_name(const st_gpu_model *g);
+int st_gpu_prefill_chunk(const st_gpu_model *g);  // tokens per prefill (GEMM) step
 int st_gpu_device_memory(st_gpu_model *g, size_t *used, size_t *total);
 
 st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16);
@@ -78,6 +80,17 @@ void st_gpu_session_free(st_gpu_session *s);
 // As st_session_eval: tokens at positions n_past.., logits [n][n_vocab] (all_logits) or [n_vocab] (last), or none.
 int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, float *logits, int all_logits);
 void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep);
+// Pipelined generation, sampling on the device (no penalties): st_gpu_gen_begin evaluates tokens[n] as eval does
+// and queues the sample of the last one; st_gpu_gen_push queues one step that evaluates the latest queued sample
+// (or *forced: teacher forcing) at position n_past (n_past + 1 after it) and queues its sample; st_gpu_gen_pop
+// waits for the oldest queued sample. At most 4 samples are queued. st_gpu_gen_end sets n_past (a step the caller
+// did not keep is dropped) and names the last n_tail evaluated tokens (pushed samples are only known to the host
+// after their pop). Draws at temperature > 0 come from the device's counter-based generator: reproducible per
+// seed, not the CPU sampler's sequence. 0 or -1 (st_errmsg).
+int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const strata_sampler_params *p);
+int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced);
+int st_gpu_gen_pop(st_gpu_session *s, int32_t *token);
+void st_gpu_gen_end(st_gpu_session *s, int64_t n_past, const int32_t *tail, int64_t n_tail);
 int64_t st_gpu_session_n_past(const st_gpu_session *s);
 int64_t st_gpu_session_n_ctx(const st_gpu_session *s);
 const int32_t *st_gpu_session_tokens(const st_gpu_session *s);

@@ -17,6 +17,7 @@ st_gpu_model *st_gpu_model_load_opts(const st_model *m, int device, const st_gpu
 }
 void st_gpu_model_free(st_gpu_model *g) { (void)g; }
 const char *st_gpu_device_name(const st_gpu_model *g) { return (void)g, "none"; }
+int st_gpu_prefill_chunk(const st_gpu_model *g) { return (void)g, 0; }
 int st_gpu_device_memory(st_gpu_model *g, size_t *used, size_t *total) {
     (void)g, (void)used, (void)total;
     return st_err("no CUDA backend in this build");
@@ -31,6 +32,21 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
     return st_err("no CUDA backend in this build");
 }
 void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep) { (void)s, (void)n_keep; }
+int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const strata_sampler_params *p) {
+    (void)s, (void)tokens, (void)n, (void)p;
+    return st_err("no CUDA backend in this build");
+}
+int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
+    (void)s, (void)forced;
+    return st_err("no CUDA backend in this build");
+}
+int st_gpu_gen_pop(st_gpu_session *s, int32_t *token) {
+    (void)s, (void)token;
+    return st_err("no CUDA backend in this build");
+}
+void st_gpu_gen_end(st_gpu_session *s, int64_t n_past, const int32_t *tail, int64_t n_tail) {
+    (void)s, (void)n_past, (void)tail, (void)n_tail;
+}
 int64_t st_gpu_session_n_past(const st_gpu_session *s) { return (void)s, 0; }
 int64_t st_gpu_session_n_ctx(const st_gpu_session *s) { return (void)s, 0; }
 const int32_t *st_gpu_session_tokens(const st_gpu_session *s) { return (void)s, (const int32_t *)0; }

@@ -17,7 +17,8 @@
 #include "strata.h"
 #include "util/log.h"
 
-#define PREFILL_CHUNK 256  // tokens per eval during prefill: the granularity of progress, heartbeat and cancel
+#define PREFILL_CHUNK 256  // tokens per eval during prefill: the granularity of progress, heartbeat and cancel (at
+                           // least the backend's own prefill step: strata_prefill_chunk)
 // Tokens at the end of a timeline that a chat template may render differently next turn (the generation prompt vs
 // the rendered assistant message, an empty think block, re-tokenized answer text): a request that reuses all of the
 // previous prompt but these continues that conversation, and a checkpoint that covers all but these is as good.
@@ -39,7 +40,6 @@ typedef struct worker {
     strata_engine *e;
     strata_session *s;
     int32_t n_vocab;
-    float *logits;      // [n_vocab] logits of the last evaluated token
     bool prefix_cache;
     // Checkpoints (see ckpt): at most ckpt_max of them, ckpt_bytes in all <= ckpt_budget.
     ckpt *ckpts;        // [ckpt_max]; the first n_ckpts are in use
@@ -476,25 +476,34 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     int32_t n_gen = 0;
     double t0 = st_now(), t_prefill = 0, t_decode = 0;
     strata_sampler *smp = NULL;
+    strata_gen *gen = NULL;  // decoding: sampling and one step ahead (strata.h)
     strata_detok *dt = NULL;
     char *pending = NULL;
     int32_t *forced = NULL, n_forced = -1, i_forced = 0;  // test hook: scripted tokens
     const char *stop_hit = NULL;  // the stop string that ended the answer
-    for (int32_t i = n_cached; i < n_prompt && !w->cancel && !w->gone;) {
-        int32_t n = n_prompt - i < PREFILL_CHUNK ? n_prompt - i : PREFILL_CHUNK;
-        if (n_prompt - i - n == 1) n--;  // no one-token tail batch (see prefix_lookup)
-        if (strata_session_eval(w->s, toks + i, n, w->logits, false)) {
-            send_error(w, id, 500, "engine_error", NULL, "prefill failed at token %d: %s", i, strata_last_error());
+    // Every chunk but the last: the last one is evaluated by strata_gen_begin, which then samples from its logits.
+    // Equal pieces of at most the chunk (17,000 tokens on a 4,096-token backend: 5 x 3,400, not a 616-token tail
+    // that stages as many experts as a full piece).
+    int32_t i_pre = n_cached;
+    const int32_t chunk = strata_prefill_chunk(w->e) > PREFILL_CHUNK ? strata_prefill_chunk(w->e) : PREFILL_CHUNK;
+    const int32_t n_pieces = (n_prompt - n_cached + chunk - 1) / chunk;
+    const int32_t pre_n = n_pieces > 0 ? (n_prompt - n_cached + n_pieces - 1) / n_pieces : chunk;
+    for (; i_pre < n_prompt && !w->cancel && !w->gone;) {
+        int32_t n = n_prompt - i_pre < pre_n ? n_prompt - i_pre : pre_n;
+        if (n_prompt - i_pre - n == 1) n--;  // no one-token tail batch (see prefix_lookup)
+        if (i_pre + n >= n_prompt) break;
+        if (strata_session_eval(w->s, toks + i_pre, n, NULL, false)) {
+            send_error(w, id, 500, "engine_error", NULL, "prefill failed at token %d: %s", i_pre, strata_last_error());
             strata_session_truncate(w->s, 0);
             goto out;
         }
-        i += n;
-        send_msg(w, json_pack("{s:s, s:I, s:i, s:i}", "t", "prefill", "id", id, "done", i - n_cached, "total",
+        i_pre += n;
+        send_msg(w, json_pack("{s:s, s:I, s:i, s:i}", "t", "prefill", "id", id, "done", i_pre - n_cached, "total",
                               n_prompt - n_cached));
         poll_side(w);
     }
-    t_prefill = st_now() - t0;
     if (w->cancel || w->gone) {
+        t_prefill = st_now() - t0;
         finish = "cancelled";
         goto done;
     }
@@ -516,6 +525,17 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     if (scripted) n_forced = tokenize(w, scripted, strlen(scripted), false, true, &forced);
     bool special = json_is_true(json_object_get(m, "special")) && w->ctrl_text;
     for (int32_t i = 0; i < n_prompt; i++) strata_sampler_accept(smp, toks[i]);
+    strata_gen_params gp = strata_gen_default_params();
+    gp.n_max = (int32_t)max_tokens;
+    gen = strata_gen_begin(w->s, smp, toks + i_pre, n_prompt - i_pre, &gp);  // the prompt's last chunk
+    if (!gen) {
+        send_error(w, id, 500, "engine_error", NULL, "prefill failed at token %d: %s", i_pre, strata_last_error());
+        strata_session_truncate(w->s, 0);
+        goto out;
+    }
+    send_msg(w, json_pack("{s:s, s:I, s:i, s:i}", "t", "prefill", "id", id, "done", n_prompt - n_cached, "total",
+                          n_prompt - n_cached));
+    t_prefill = st_now() - t0;
     dt = strata_detok_new(w->e);
     json_t *stops = json_object_get(m, "stop");
     bool ignore_eos = json_is_true(json_object_get(m, "ignore_eos"));
@@ -534,12 +554,15 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
                 break;
             }
             tok = forced[i_forced++];
-        } else tok = strata_sampler_sample(smp, w->logits, w->n_vocab);
-        if (tok < 0) {
-            send_error(w, id, 500, "engine_error", NULL, "sampling failed: %s", strata_last_error());
+            strata_sampler_accept(smp, tok);
+        } else if ((tok = strata_gen_next(gen)) < 0) {  // (accepted; the step that evaluates it already runs)
+            send_error(w, id, 500, "engine_error", NULL, "decode failed after %d tokens: %s", n_gen,
+                       strata_last_error());
+            strata_gen_end(gen);
+            gen = NULL;
+            strata_session_truncate(w->s, 0);
             goto out;
         }
-        strata_sampler_accept(smp, tok);
         n_gen++;
         if (!ignore_eos && strata_token_is_eog(w->e, tok)) {
             finish = "stop";
@@ -564,12 +587,6 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
         if (strata_session_n_past(w->s) >= n_ctx) break;
         // Scripted tokens (test hook) are not evaluated: the test is about the server's path, and evaluating costs
         // time on CI's two cores; the KV then holds the prompt, which is what the next turn's prefix reuses anyway.
-        if (n_forced < 0 && strata_session_eval(w->s, &tok, 1, w->logits, false)) {
-            send_error(w, id, 500, "engine_error", NULL, "decode failed after %d tokens: %s", n_gen,
-                       strata_last_error());
-            strata_session_truncate(w->s, 0);
-            goto out;
-        }
         poll_side(w);
         if (w->cancel || w->gone) {
             finish = "cancelled";
@@ -591,6 +608,13 @@ static void do_generate(worker *w, json_t *m, json_int_t id) {
     }
     t_decode = st_now() - t1;
 done:
+    if (gen && strata_gen_end(gen)) {  // (the session keeps the prompt and the generated tokens but the last)
+        gen = NULL;
+        send_error(w, id, 500, "engine_error", NULL, "decode failed after %d tokens: %s", n_gen, strata_last_error());
+        strata_session_truncate(w->s, 0);
+        goto out;
+    }
+    gen = NULL;
     json_t *done_msg = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:i, s:I}", "t", "done", "id", id,
                                  "finish", finish, "n_prompt", n_prompt, "n_cached", n_cached, "n_gen", n_gen,
                                  "t_prefill", t_prefill, "t_decode", t_decode, "kv_used", strata_session_n_past(w->s),
@@ -599,6 +623,7 @@ done:
     if (stop_hit && done_msg) json_object_set_new(done_msg, "stop_hit", json_string(stop_hit));
     send_msg(w, done_msg);
 out:
+    strata_gen_end(gen);
     w->cur_id = 0;
     free(forced);
     free(pending);
@@ -658,7 +683,6 @@ int st_worker_main(const st_server_config *c) {
     if (model)
         w.kv_token_bytes = sizeof(int32_t) + (size_t)model->hp.n_layer * model->hp.n_head_kv *
                                                  (model->hp.head_dim_k + model->hp.head_dim_v) * (c->kv_f32 ? 4 : 2);
-    w.logits = malloc(sizeof(float) * (size_t)w.n_vocab);
     load_control_texts(&w);
     const char *tmpl = strata_chat_template(w.e);
     // Test hooks (server.h): scripted completions, and a chat template that replaces the model's.
@@ -711,7 +735,6 @@ int st_worker_main(const st_server_config *c) {
     }
     while (w.n_ckpts > 0) ckpt_drop(&w, w.n_ckpts - 1);
     free(w.ckpts);
-    free(w.logits);
     if (w.ctrl_text)
         for (int32_t i = 0; i < w.n_vocab; i++) free(w.ctrl_text[i]);
     free(w.ctrl_text);

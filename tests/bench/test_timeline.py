@@ -73,6 +73,13 @@ def check(out, why):
         line = next(l for l in out.splitlines() if l.startswith(f"| {name} |"))
         if line.strip("|").split("|")[4].strip() != gap:
             bad.append(f"{name}: gap before {line.strip('|').split('|')[4].strip()}, want {gap}")
+    # exclusive share and idle before: 10 + 8 + 0.5 + 9 + 5 + idle 2 + 0.5 = the main span 35
+    for name, excl, idle in (("kmain_a", "10.0", "0.0"), ("kmain_b", "8.0", "2.0"), ("kmain_c", "9.0", "0.0"),
+                             ("kmain_d", "5.0", "0.0"), ("k_router", "0.5", "0.5")):
+        line = next(l for l in out.splitlines() if l.startswith(f"| {name}"))
+        c = [x.strip() for x in line.strip("|").split("|")]
+        if c[7] != excl or c[8] != idle:
+            bad.append(f"{name}: exclusive {c[7]}, idle before {c[8]}; want {excl}, {idle}")
     if "| k_hy_pf_copy | 1.0 | 22.00 |" not in out:
         bad.append("side kernel row of k_hy_pf_copy")
     if bad:

@@ -31,6 +31,9 @@ if [ $tests = 1 ]; then
     --vocab-from tests/tokenizer/goldens/smollm2-vocab.gguf --work /tmp/strata-e2e 2>&1 | tee "$out/e2e.log" || rc=1
   echo "== e2e done ($((SECONDS - t0)) s)"
   build-gpu/bin/test_snapshot /tmp/strata-e2e/tiny-qwen3moe-Q4_K_M.gguf cuda 2>&1 | tail -3 | tee "$out/snapshot.log" || rc=1
+  for m in /tmp/strata-e2e/tiny-qwen3moe-Q4_K_M.gguf $model; do  # generation on the device, one step ahead
+    build-gpu/bin/test_gen "$m" cuda 2>&1 | tail -4 | tee -a "$out/gen.log" || rc=1
+  done
 fi
 if [ $bench = 1 ]; then
   m=/tmp/q30b-q4km.gguf
