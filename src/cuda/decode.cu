@@ -235,35 +235,29 @@ __device__ __forceinline__ bool last_block_done(int32_t *counter) {
 }
 
 // The router launch's body; SPLIT (one token, hybrid CPU misses): after the route and the count the last block
-// also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch. PRED (one
-// token): tasks E .. 2E - 1 are the next layer's logits (pred->W on the same row), routed (top n_pred, norm 0) by the
-// last block's last group beside the layer's own route.
-template <typename T, bool SPLIT, bool PRED>
+// also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch.
+template <typename T, bool SPLIT>
 __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x,
                                             int n_tok, int K, int norm, float *logits, int32_t *__restrict__ ids,
                                             float *__restrict__ weights, int32_t *counter,
-                                            const st_hy_count_args &cnt, const st_hy_split_args *split,
-                                            const st_router_pred *pred) {
+                                            const st_hy_count_args &cnt, const st_hy_split_args *split) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
-    const int task = blockIdx.x * ng + g;  // (token, expert) logit; PRED: E + e is the prediction's logit e
+    const int task = blockIdx.x * ng + g;  // (token, expert) logit
     const int n4 = ne0 / 4;
     float4 wp[ROUTER_PRE];
-    const bool have = task < E * (PRED ? 2 : n_tok);
-    const bool is_pred = PRED && task >= E;
-    const T *w = (is_pred ? (const T *)pred->W : W) + (int64_t)(have ? task % E : 0) * ne0;
+    const bool have = task < E * n_tok;
+    const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
     router_preload<T>(w, n4, lane, have, wp);
     st_pdl_wait();
     st_pdl_trigger();
     if (have) {
-        const int r = task % E, t = PRED ? 0 : task / E;
+        const int r = task % E, t = task / E;
         const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
-        if (lane == 0) (is_pred ? pred->logits : logits + (int64_t)t * E)[r] = sum;
+        if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
-    if constexpr (PRED)
-        if (g == ng - 1) route_group(pred->logits, E, pred->n_pred, 0, pred->ids, pred->weights);
     if (!cnt.counts) return;
     __syncthreads();  // the ids of every token
     hy_count_pairs(ids, n_tok * K, cnt, threadIdx.x, blockDim.x);
@@ -279,15 +273,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
              const st_hy_count_args cnt) {
-    router_body<T, false, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr, nullptr);
-}
-
-template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS)
-    k_router_pred(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int K, int norm,
-                  float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
-                  const st_hy_count_args cnt, const st_router_pred pred) {
-    router_body<T, false, true>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, nullptr, &pred);
+    router_body<T, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr);
 }
 
 template <typename T>
@@ -295,15 +281,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     k_router_split(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int K, int norm,
                    float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
                    const st_hy_count_args cnt, const st_hy_split_args split) {
-    router_body<T, true, false>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, &split, nullptr);
-}
-
-template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS)
-    k_router_split_pred(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int K, int norm,
-                        float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
-                        const st_hy_count_args cnt, const st_hy_split_args split, const st_router_pred pred) {
-    router_body<T, true, true>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, &split, &pred);
+    router_body<T, true>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, &split);
 }
 
 // FFN RMSNorm + router + top-k of one token in one launch (st_cuda_router_norm_topk): every block normalises the
@@ -378,10 +356,9 @@ static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0,
     return launch_check(fn);
 }
 
-// The routing launches' argument checks (fn names the caller): shape, outputs, the count's match, the prediction's.
+// The routing launches' argument checks (fn names the caller): shape, outputs, and the count's match.
 static int router_route_check(const char *fn, int64_t ne0, int n_expert, int n_tok, int n_used, const int32_t *ids,
-                              const float *weights, const int32_t *counters, const st_hy_count_args *count,
-                              const st_router_pred *pred) {
+                              const float *weights, const int32_t *counters, const st_hy_count_args *count) {
     if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || n_expert > ROUTER_MAX_PER_LANE * G32 ||
         n_used <= 0 || n_used > G32 || n_used > n_expert || n_tok <= 0 || n_tok > 64)
         return st_err("%s: unsupported shape: ne0 %lld (multiple of 4), %d experts (<= %d), %d used (<= 32), %d tokens",
@@ -389,41 +366,25 @@ static int router_route_check(const char *fn, int64_t ne0, int n_expert, int n_t
     if (!ids || !weights || !counters) return st_err("%s: ids, weights and counters must be non-NULL", fn);
     if (count && count->counts && (count->n_expert != n_expert || (count->sel_miss && !count->table)))
         return st_err("%s: the count's %d experts (of %d) or its table", fn, count->n_expert, n_expert);
-    if (pred && (n_tok != 1 || !pred->W || ((uintptr_t)pred->W & 15) || pred->n_pred <= 0 || pred->n_pred > G32 ||
-                 pred->n_pred > n_expert || !pred->logits || !pred->ids || !pred->weights))
-        return st_err("%s: the prediction needs one token, an aligned router, 1..32 picks (of %d) and its outputs", fn,
-                      n_expert);
     return 0;
 }
 
 extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                                          int n_tok, int n_used, int norm, float *logits, int32_t *ids,
                                          float *weights, int32_t *counters, const st_hy_count_args *count,
-                                         const st_router_pred *pred, cudaStream_t stream) {
-    const char *fn = "st_cuda_router_topk";
-    if (router_route_check(fn, ne0, n_expert, n_tok, n_used, ids, weights, counters, count, pred)) return -1;
-    if (!pred)
-        return router_launch(fn, w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids, weights, counters,
-                             count, stream);
-    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
-        return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
-    const st_hy_count_args cnt = count ? *count : st_hy_count_args{};
-    const unsigned grid = (unsigned)((2 * n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);  // own + next layer's
-#define RP_GO(T)                                                                                                   \
-    st_dec_launch(k_router_pred<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0,      \
-                  n_expert, x, n_used, norm, logits, ids, weights, counters, cnt, *pred)
-    ROUTER_TYPE_DISPATCH(w_type, RP_GO, fn);
-#undef RP_GO
-    return launch_check(fn);
+                                         cudaStream_t stream) {
+    if (router_route_check("st_cuda_router_topk", ne0, n_expert, n_tok, n_used, ids, weights, counters, count))
+        return -1;
+    return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
+                         weights, counters, count, stream);
 }
 
 extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                                          int n_used, int norm, float *logits, int32_t *ids, float *weights,
                                          int32_t *counters, const st_hy_count_args *count,
-                                         const st_hy_split_args *split, const st_router_pred *pred,
-                                         cudaStream_t stream) {
+                                         const st_hy_split_args *split, cudaStream_t stream) {
     const char *fn = "st_cuda_router_topk_split";
-    if (router_route_check(fn, ne0, n_expert, 1, n_used, ids, weights, counters, count, pred)) return -1;
+    if (router_route_check(fn, ne0, n_expert, 1, n_used, ids, weights, counters, count)) return -1;
     if (!logits || !count || !count->counts || !split)
         return st_err("%s: logits, the count and the split must be given", fn);
     if (split->n_expert != n_expert || !split->table || !split->carry || !split->ids_gpu || !split->meta ||
@@ -431,17 +392,10 @@ extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0,
         return st_err("%s: the split does not match the layer (%d experts, %lld inputs)", fn, n_expert,
                       (long long)ne0);
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15)) return st_err("%s: W and x must be 16-byte aligned", fn);
-    const unsigned grid = (unsigned)(((pred ? 2 : 1) * n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
+    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
 #define RS_GO(T)                                                                                                   \
-    do {                                                                                                           \
-        if (pred)                                                                                                  \
-            st_dec_launch(k_router_split_pred<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W,  \
-                          (int)ne0, n_expert, x, n_used, norm, logits, ids, weights, counters, *count, *split,     \
-                          *pred);                                                                                  \
-        else                                                                                                       \
-            st_dec_launch(k_router_split<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W,       \
-                          (int)ne0, n_expert, x, n_used, norm, logits, ids, weights, counters, *count, *split);    \
-    } while (0)
+    st_dec_launch(k_router_split<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0,     \
+                  n_expert, x, n_used, norm, logits, ids, weights, counters, *count, *split)
     ROUTER_TYPE_DISPATCH(w_type, RS_GO, fn);
 #undef RS_GO
     return launch_check(fn);
@@ -451,7 +405,7 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
                                    int n_used, int norm, float *logits, int32_t *ids, float *weights,
                                    int32_t *counters, cudaStream_t stream) {
     return st_cuda_router_topk_count(w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids, weights,
-                                     counters, NULL, NULL, stream);
+                                     counters, NULL, stream);
 }
 
 extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,

@@ -66,30 +66,17 @@ int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, cons
 int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok, int n_used,
                         int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
                         cudaStream_t stream);
-// The lookahead prefetch's prediction inside a one-token router launch (hybrid, STRATA_HY_PF_IN_ROUTER=1): the
-// next layer's router W on the same input row, its top n_pred by probability (norm 0), bit for bit
-// st_cuda_router_topk(W, x, n_used = n_pred, norm 0) on the same row.
-typedef struct st_router_pred {
-    const void *W;      // [n_expert][ne0], the same type and shape as the launch's own router
-    int n_pred;         // 1..32
-    float *logits;      // [n_expert] out (scratch)
-    int32_t *ids;       // [n_pred] out, rank order
-    float *weights;     // [n_pred] out
-} st_router_pred;
 // st_cuda_router_topk, then its last block does st_cuda_hy_count's count of the ids (count->counts NULL: none), so
-// a hybrid decode layer needs no count launch between the router and the MoE kernels; with pred (one token only),
-// also the next layer's prediction (NULL: none).
+// a hybrid decode layer needs no count launch between the router and the MoE kernels.
 int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
                               int n_used, int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
-                              const st_hy_count_args *count, const st_router_pred *pred, cudaStream_t stream);
+                              const st_hy_count_args *count, cudaStream_t stream);
 // One token (hybrid split, STRATA_HY_SPLIT_FUSED): st_cuda_router_topk_count, then its last block runs
 // st_cuda_hy_classify(_bell)'s classify, exports and ring on the route with `split` (hybrid.h), one launch fewer per
-// split layer. count->counts must be given (the classify follows the count, as the separate launches do). pred: as
-// st_cuda_router_topk_count's.
+// split layer. count->counts must be given (the classify follows the count, as the separate launches do).
 int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_used,
                               int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
-                              const st_hy_count_args *count, const st_hy_split_args *split,
-                              const st_router_pred *pred, cudaStream_t stream);
+                              const st_hy_count_args *count, const st_hy_split_args *split, cudaStream_t stream);
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           cudaStream_t stream);

@@ -742,16 +742,6 @@ static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
            L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
 }
 
-// Whether layer l's router launch also predicts layer l+1's experts (STRATA_HY_PF_IN_ROUTER=1; the next router of the
-// same type), filling pred; then prefetch_next is not called and st_hybrid_prefetch_planned follows the router.
-static int prefetch_pred_next(const st_gpu_session *s, uint32_t l, st_router_pred *pred) {
-    const st_gpu_model *g = s->g;
-    if (!st_hybrid_prefetch_on(g->hy) || l + 1 >= g->m->hp.n_layer) return 0;
-    const glayer *L = &g->layers[l], *N = &g->layers[l + 1];
-    if (!N->experts || N->router.type != L->router.type) return 0;
-    return st_hybrid_prefetch_pred(g->hy, l, N->router.d, pred);
-}
-
 // Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer l+1's likely
 // experts into VRAM (l+1 must be an MoE layer with a float router).
 static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
@@ -863,10 +853,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int routed_split = n == 1 && count_in_router && st_hybrid_split_fused(g->hy);
             st_hy_split_args sa;
             if (routed_split) st_hybrid_split_args(g->hy, l, s->xn, &sa);
-            // The prefetch's prediction of layer l+1 in this router launch (opt-in), else its own side launch.
-            st_router_pred pr;
-            const int pred_in_router = n == 1 && count_in_router && !s->router_norm && !skip &&
-                                       prefetch_pred_next(s, l, &pr);
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
@@ -876,18 +862,16 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                     return -1;
             } else if (RUN(DEC_SKIP_FFN_NORM, st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm,
                                                                   n, d, hp->rms_eps, st)) ||
-                       (n == 1 && g->hy && !pred_in_router && prefetch_next(s, l, st)) ||
+                       (n == 1 && g->hy && prefetch_next(s, l, st)) ||
                        (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
                                                         hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
-                                                        s->dec_counters, &hc, &sa, pred_in_router ? &pr : NULL, st)
+                                                        s->dec_counters, &hc, &sa, st)
                             : RUN(DEC_SKIP_ROUTER,
                                   st_cuda_router_topk_count(L->router.type, L->router.d, d, E, s->xn, n, K,
                                                             hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
-                                                            s->dec_counters, count_in_router ? &hc : NULL,
-                                                            pred_in_router ? &pr : NULL, st))) ||
-                       (pred_in_router && st_hybrid_prefetch_planned(g->hy, l, st))) {
+                                                            s->dec_counters, count_in_router ? &hc : NULL, st)))) {
                 return -1;
             }
             if (n == 1 && s->fixed_ids &&

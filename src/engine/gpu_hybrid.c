@@ -175,10 +175,8 @@ struct st_hybrid {
     uint64_t pf_in_pmap;          // non-resident experts the current pmap reads from prefetch copies
     uint32_t *pf_done_d;
     unsigned long long *pf_stats_d;  // [5]: st_hy_pf stats [4], then hits (st_hy_count_pf)
-    float *pred_logits_d, *pred_w_d;  // [E], [L][32] (the prediction's own launch uses row 0)
-    int32_t *pred_ids_d, *pred_cnt_d;  // [L][32]: row m predicts layer m (in the router launch; a lagging side
-                                       // branch then still reads its own layer's); [1] the launch's counter
-    int pf_in_router;             // the prediction in the main router launch (STRATA_HY_PF_IN_ROUTER=1, A/B)
+    float *pred_logits_d, *pred_w_d;  // [E], [32]
+    int32_t *pred_ids_d, *pred_cnt_d;  // [32], [1] (the router kernel's completion counter)
     cudaStream_t pf_side;
     cudaEvent_t pf_fork, pf_join;
     int pf_forked;                // this step started a side branch (joined by st_hybrid_step_end)
@@ -1308,9 +1306,6 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_stages = env_int("STRATA_HY_PF_STAGES", 3, 0, 3);
     if (h->pf_stages == 2) h->pf_stages = 1;
     if (h->pf_stages < 3) st_info("hybrid: prefetch knockout: %d of its 3 kernels per layer (STRATA_HY_PF_STAGES)", h->pf_stages);
-    h->pf_in_router = h->pf_stages == 3 && env_int("STRATA_HY_PF_IN_ROUTER", 0, 0, 1);
-    if (h->pf_in_router)
-        st_info("hybrid: the prefetch's prediction inside each layer's router launch (STRATA_HY_PF_IN_ROUTER)");
     // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
     const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", HY_PF_MAX_COPIES_DEFAULT, 1, h->pf_P);
     st_cuda_ctx *ctx = h->ctx;
@@ -1323,8 +1318,8 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_done_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (size_t)h->pf_P, "prefetch counters");
     h->pf_stats_d = st_cuda_alloc(ctx, sizeof(unsigned long long) * 5, "prefetch statistics");
     h->pred_logits_d = st_cuda_alloc(ctx, sizeof(float) * h->E, "prefetch router logits");
-    h->pred_w_d = st_cuda_alloc(ctx, sizeof(float) * 32 * h->L, "prefetch router weights");
-    h->pred_ids_d = st_cuda_alloc(ctx, sizeof(int32_t) * 32 * h->L, "prefetch router picks");
+    h->pred_w_d = st_cuda_alloc(ctx, sizeof(float) * 32, "prefetch router weights");
+    h->pred_ids_d = st_cuda_alloc(ctx, sizeof(int32_t) * 32, "prefetch router picks");
     h->pred_cnt_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch router counter");
     if (!h->home_d || !h->rec_d || !h->pf_meta_d || !h->pf_owner_d || !h->pf_work_d || !h->pf_progress_d ||
         !h->pf_done_d || !h->pf_stats_d || !h->pred_logits_d || !h->pred_w_d || !h->pred_ids_d || !h->pred_cnt_d)
@@ -1387,47 +1382,22 @@ int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
     return 0;
 }
 
-// The side branch's fork after the main chain's last launch (layer l's FFN norm, or its router).
-static int hy_pf_fork(st_hybrid *h, cudaStream_t st) {
-    HY_CHECK(cudaEventRecord(h->pf_fork, st));
-    HY_CHECK(cudaStreamWaitEvent(h->pf_side, h->pf_fork, 0));
-    h->pf_forked = 1;
-    return 0;
-}
-
-// The plan and the copies of layer l + 1 from the predictions in pred_ids (as far as the knockout lets them).
-static int hy_pf_plan_copy(st_hybrid *h, uint32_t l, const int32_t *pred_ids) {
-    if ((h->pf_stages >= 2 && st_cuda_hy_pf_plan(&h->pf, (int)l + 1, pred_ids, h->pf_P, h->pf_side)) ||
-        (h->pf_stages >= 3 && st_cuda_hy_pf_copy(&h->pf, (int)l + 1, h->pf_blocks, h->pf_side)))
-        return -1;
-    return 0;
-}
-
 int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
                        cudaStream_t st) {
     if (!h->pf_on || l + 1 >= h->L) return 0;
     const st_hparams *hp = &h->m->hp;
-    if (hy_pf_fork(h, st)) return -1;
+    HY_CHECK(cudaEventRecord(h->pf_fork, st));
+    HY_CHECK(cudaStreamWaitEvent(h->pf_side, h->pf_fork, 0));
+    h->pf_forked = 1;
     // xn is the main chain's buffer: if this branch runs late, the next layer's norm may have replaced it, which
     // changes only which experts are copied (the prediction), never the output.
-    if (h->pf_stages >= 1 &&
-        st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
-                            h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side))
+    if ((h->pf_stages >= 1 &&
+         st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
+                             h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side)) ||
+        (h->pf_stages >= 2 && st_cuda_hy_pf_plan(&h->pf, (int)l + 1, h->pred_ids_d, h->pf_P, h->pf_side)) ||
+        (h->pf_stages >= 3 && st_cuda_hy_pf_copy(&h->pf, (int)l + 1, h->pf_blocks, h->pf_side)))
         return -1;
-    return hy_pf_plan_copy(h, l, h->pred_ids_d);
-}
-
-int st_hybrid_prefetch_pred(const st_hybrid *h, uint32_t l, const void *router_next, st_router_pred *pred) {
-    if (!h || !h->pf_on || !h->pf_in_router || l + 1 >= h->L || !router_next) return 0;
-    const st_router_pred p = {router_next, h->pf_P, h->pred_logits_d, h->pred_ids_d + 32 * (size_t)(l + 1),
-                              h->pred_w_d + 32 * (size_t)(l + 1)};
-    *pred = p;
-    return 1;
-}
-
-int st_hybrid_prefetch_planned(st_hybrid *h, uint32_t l, cudaStream_t st) {
-    if (!h->pf_on || l + 1 >= h->L) return 0;
-    return hy_pf_fork(h, st) || hy_pf_plan_copy(h, l, h->pred_ids_d + 32 * (size_t)(l + 1));
+    return 0;
 }
 
 int st_hybrid_step_end(st_hybrid *h, cudaStream_t st) {

@@ -13,7 +13,6 @@
 
 #include <stdint.h>
 
-#include "cuda/decode.h"
 #include "cuda/gemm.h"
 #include "cuda/hybrid.h"
 #include "cuda/runtime.h"
@@ -81,11 +80,6 @@ int st_hybrid_prefill_chunk(const st_hybrid *h);
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st);
 int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
                        cudaStream_t st);
-// The prediction inside layer l's router launch (STRATA_HY_PF_IN_ROUTER=1, opt-in): st_hybrid_prefetch_pred says
-// whether it applies and fills the router launch's pred (router_next: layer l+1's router, the same type as layer l's);
-// st_hybrid_prefetch_planned, right after that router launch, forks the side branch with the plan and the copies only.
-int st_hybrid_prefetch_pred(const st_hybrid *h, uint32_t l, const void *router_next, st_router_pred *pred);
-int st_hybrid_prefetch_planned(st_hybrid *h, uint32_t l, cudaStream_t st);
 int st_hybrid_step_end(st_hybrid *h, cudaStream_t st);
 // Fills the model-level fields of stats (active, slots, sizes).
 void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *stats);
