@@ -15,6 +15,9 @@
 #   (pp16384) and 256 tokens decoded after 16,384 in the KV cache (tg256 @ d16384), in a second table
 #   --prefetch P: Strata's lookahead prefetch of P experts per layer (STRATA_HY_PREFETCH=P); --host-node: the CPU-miss
 #   branch through graph host nodes (STRATA_HY_HOSTNODE=1) instead of the default doorbell thread
+# Strata's tg is its generation path (greedy sampling on the device, each step queued before the host reads the
+# last token; fed llama-bench's random tokens); a second Strata tg run per row with `--tg-mode eval` (one
+# evaluation per token with its logits copied to the host, no sampling: llama-bench's loop) fills the "eval" column.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-hybrid}
@@ -77,6 +80,11 @@ for g in $budgets; do
     > "$out/strata-$g.json" 2> "$out/strata-$g.err" || { echo "strata --gpu-mem $g failed:"; tail -5 "$out/strata-$g.err"; rc=1; }
   grep -E "hybrid placement|device memory|pcie-frac" "$out/strata-$g.err" | tail -3
 done
+for g in all $budgets; do  # tg by llama-bench's loop (one eval per token, logits to the host)
+  gm=(); [ "$g" != all ] && gm=(--gpu-mem "$g")
+  build-gpu/bin/strata bench -m "$model" -p 0 -n "$tg" -r "$reps" --tg-mode eval ${gm[@]+"${gm[@]}"} ${pcie[@]+"${pcie[@]}"} \
+    -o json > "$out/strata-$g-eval.json" 2> "$out/strata-$g-eval.err" || { echo "strata --tg-mode eval ($g) failed"; rc=1; }
+done
 if [ $llama_on = 1 ]; then
   vram llama-all "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -p "$pp" -n "$tg" -r "$reps" -o json \
     > "$out/llama-all.json" 2> "$out/llama-all.err" || rc=1
@@ -137,19 +145,21 @@ def llama(name, n_prompt, n_gen):
         if int(r.get("n_prompt", -1)) == n_prompt and int(r.get("n_gen", -1)) == n_gen:
             return r
     return None
-rows = [("all in VRAM", "strata-all", "llama-all", "-")]
+rows = [("all in VRAM", "strata-all", "llama-all", "-", "strata-all-eval")]
 for i, g in enumerate(budgets):  # budget i pairs with the i-th --n-cpu-moe setting
     n = ncmoe[i] if i < len(ncmoe) else None
-    rows.append((f"{g} GiB", f"strata-{g}", f"llama-{n}" if n else None, n or "-"))
+    rows.append((f"{g} GiB", f"strata-{g}", f"llama-{n}" if n else None, n or "-", f"strata-{g}-eval"))
 print(f"# Hybrid placement: {os.path.basename(model)}, pp{pp} / tg{tg}\n")
 print("| budget | Strata pp t/s | llama pp t/s (-ncmoe) | pp ratio | Strata tg t/s | llama tg t/s | tg ratio | "
+      "Strata tg t/s, eval mode (ratio) | "
       "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | CPU misses/tok (F) | PCIe GB/tok | "
       "staged GB/tok (pp) | pp experts/chunk from copies, CPU | prefetched/tok (served) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 def f(x, fmt="%.1f"):
     return fmt % x if x is not None else "-"
-for label, sname, lname, n in rows:
+for label, sname, lname, n, ename in rows:
     sp, st = strata(sname, "pp"), strata(sname, "tg")
+    sev = (strata(ename, "tg") or {}).get("avg_ts")
     lp = llama(lname, int(pp), 0) if lname else None
     lt = llama(lname, 0, int(tg)) if lname else None
     spv, stv = (sp or {}).get("avg_ts"), (st or {}).get("avg_ts")
@@ -158,7 +168,8 @@ for label, sname, lname, n in rows:
     hyp = (sp or {}).get("hybrid") or {}
     ps, pl = peak(sname), peak(lname) if lname else None
     print(f"| {label} | {f(spv)} | {f(lpv)} ({n}) | {f(spv / lpv if spv and lpv else None, '%.2fx')} | {f(stv)} | {f(ltv)} | "
-          f"{f(stv / ltv if stv and ltv else None, '%.2fx')} | {f(ps - idle if ps else None, '%d')} | "
+          f"{f(stv / ltv if stv and ltv else None, '%.2fx')} | "
+          f"{f(sev)}{' (%.2fx)' % (sev / ltv) if sev and ltv else ''} | {f(ps - idle if ps else None, '%d')} | "
           f"{f(pl - idle if pl else None, '%d')} | {f(100 * hy['hit_rate'] if 'hit_rate' in hy else None, '%.1f%%')} | "
           f"{f(hy.get('misses_per_token'))} | "
           f"{f(hy.get('cpu_misses_per_token'))}{' (%.2f)' % hy['pcie_frac'] if hy.get('cpu_threads') else ''} | "
@@ -167,7 +178,9 @@ for label, sname, lname, n in rows:
           f"{f(hyp.get('prefill_prefetch_records_per_chunk'), '%.0f')}, {f(hyp.get('prefill_cpu_records_per_chunk'), '%.0f')} | "
           f"{f(hy.get('prefetch_per_token')) + ' (%.1f)' % hy['prefetch_hits_per_token'] if hy.get('prefetch_per_token') else '-'} |")
 print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), sampled every 100 ms; targets (issue #6): "
-      "decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget." % idle)
+      "decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget. Strata tg: the generation path (greedy sampling "
+      "on the device, one step queued ahead, llama-bench's random input tokens); eval mode: one evaluation per token "
+      "with the logits copied to the host and no sampling, llama-bench's own loop." % idle)
 def avg(name):
     j = load(name)
     return j[0].get("avg_ts") if j else None
