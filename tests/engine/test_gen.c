@@ -8,17 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../check.h"
+#include "engine_test.h"
 #include "strata.h"
 
-static int failures;
-#define CHECK(cond, ...)                           \
-    do {                                           \
-        if (!(cond)) {                             \
-            fprintf(stderr, "FAIL: " __VA_ARGS__); \
-            fprintf(stderr, "\n");                 \
-            failures++;                            \
-        }                                          \
-    } while (0)
 
 enum { N_GEN = 24, CAP = 512 };
 
@@ -94,23 +87,14 @@ static int same_state(strata_session *a, strata_session *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_gen MODEL.gguf [cpu|cuda [GPU_MEM_GIB]]\n");
-        return 2;
-    }
     strata_engine_params ep = strata_engine_default_params();
-    ep.model_path = argv[1];
-    ep.device = argc > 2 ? argv[2] : "cpu";
     ep.n_threads = argc > 3 ? 0 : 2;  // (hybrid: the CPU miss workers want every core)
     ep.gpu_mem_gib = argc > 3 ? atof(argv[3]) : 0;
     ep.plan_n_ctx = CAP;
     ep.cpu_misses = false;  // hybrid: every miss read by the GPU, bitwise the all-in-VRAM result whatever the cache
                             // holds, so the two sessions' greedy tokens must agree exactly
-    e = strata_engine_load(&ep);
-    if (!e) {
-        fprintf(stderr, "load: %s\n", strata_last_error());
-        return 1;
-    }
+    e = test_engine_open(argc, argv, "test_gen MODEL.gguf [cpu|cuda [GPU_MEM_GIB]]", &ep);
+    if (!e) return 1;
     nv = strata_n_vocab(e);
     const char *text = "<|im_start|>user\nWrite a short poem about the sea.<|im_end|>\n<|im_start|>assistant\n";
     int32_t prompt[CAP];

@@ -6,36 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../check.h"
+#include "engine_test.h"
 #include "strata.h"
 
-static int failures;
-#define CHECK(cond, ...)                          \
-    do {                                          \
-        if (!(cond)) {                            \
-            fprintf(stderr, "FAIL: " __VA_ARGS__); \
-            fprintf(stderr, "\n");                \
-            failures++;                           \
-        }                                         \
-    } while (0)
 
 static int tokenize(strata_engine *e, const char *text, int32_t *out, int cap) {
     return strata_tokenize(e, text, strlen(text), true, true, out, cap);
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_snapshot MODEL.gguf [cpu|cuda]\n");
-        return 2;
-    }
     strata_engine_params ep = strata_engine_default_params();
-    ep.model_path = argv[1];
-    ep.device = argc > 2 ? argv[2] : "cpu";
     ep.n_threads = 2;
-    strata_engine *e = strata_engine_load(&ep);
-    if (!e) {
-        fprintf(stderr, "load: %s\n", strata_last_error());
-        return 1;
-    }
+    strata_engine *e = test_engine_open(argc, argv, "test_snapshot MODEL.gguf [cpu|cuda]", &ep);
+    if (!e) return 1;
     int32_t a[256], b[256], next[4];
     int na = tokenize(e, "<|im_start|>system\nYou are a careful assistant who answers briefly.<|im_end|>\n<|im_start|>user\nName three rivers in Europe.<|im_end|>\n", a, 256);
     int nb = tokenize(e, "A completely different conversation about cooking pasta and tomato sauce.", b, 256);

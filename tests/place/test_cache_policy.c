@@ -14,7 +14,7 @@
 #include "util/err.h"
 #include "util/rng.h"
 
-#include "place_test.h"
+#include "../check.h"
 
 // Staging the layout would need for n_cache slots assigned evenly (reference for maximality).
 static uint64_t even_need(uint32_t L, uint32_t E, uint64_t n_cache, uint32_t bufs) {

@@ -36,7 +36,7 @@
 #include "util/rng.h"
 
 static uint64_t g_seed;
-#include "place_test.h"
+#include "../check.h"
 
 static void test_split(st_rng *r) {
     CHECK(st_hy_cpu_q16(1.0) == 0 && st_hy_cpu_q16(2.0) == 0 && st_hy_cpu_q16(NAN) == 0, "F >= 1 / NaN: no CPU share");

@@ -25,7 +25,7 @@
 #include "util/rng.h"
 
 static uint64_t g_seed;
-#include "place_test.h"
+#include "../check.h"
 #define CHECK_ERR(cond, needle, what)                                                                         \
     do {                                                                                                      \
         bool c_ = (cond);                                                                                     \

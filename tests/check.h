@@ -1,7 +1,7 @@
-// The check macro shared by the tests of src/place (header-only; each test is its own program): CHECK(cond, fmt, ...)
-// prints the failing line and counts it in `failures`, which the test's main() turns into its exit status.
-#ifndef STRATA_TESTS_PLACE_TEST_H
-#define STRATA_TESTS_PLACE_TEST_H
+// The check macro shared by the C tests (header-only; each test is its own program): CHECK(cond, fmt, ...) prints the
+// failing line and counts it in `failures`, which the test's main() turns into its exit status.
+#ifndef STRATA_TESTS_CHECK_H
+#define STRATA_TESTS_CHECK_H
 
 #include <stdio.h>
 
