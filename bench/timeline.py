@@ -7,7 +7,7 @@ main chain (every kernel but the lookahead prefetch's side branch: its predictin
 the time some main kernel ran, the time none ran, the time two ran at once, and how much of the side branch ran beside it or after
 it (the tail: side work the step's end waited for). Per main-chain kernel: launches per step, mean duration, mean
 gap before it (negative: it started before its predecessor ended, PDL), and its mean duration with and without a
-prefetch copy running at the same time.
+prefetch copy running at the same time (mean and median: a join that waited for the CPU moves the mean only).
 
 usage: bench/timeline.py TIMELINE.csv [--steps N] [--min-kernels K] [--top T]
 """
@@ -177,13 +177,15 @@ def main():
         print(f"| step period (span + host gap) -> tok/s | {us(span) + us(hgap):.1f} -> "
               f"{1e6 / (us(span) + us(hgap)):.1f} |")
     print()
-    print(f"| main-chain kernel | per step | mean us | total us per step | gap before, us | with a copy running | "
-          f"alone | exclusive us per step | idle before, us per step |")
+    print(f"| main-chain kernel | per step | mean us | total us per step | gap before, us | with a copy running: mean / "
+          f"median us (per step) | alone: mean / median | exclusive us per step | idle before, us per step |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     order = sorted(per.items(), key=lambda kv: -sum(kv[1]["dur"]))
+    # medians too: a few long instances (a join that waited for the CPU) move a mean, not a median
+    med = lambda v: statistics.median(v) / 1e3
     for n, p in order[:a.top]:
-        wc = f"{us(p['with_copy']):.2f} ({len(p['with_copy']) / ns:.1f})" if p["with_copy"] else "-"
-        al = f"{us(p['alone']):.2f} ({len(p['alone']) / ns:.1f})" if p["alone"] else "-"
+        wc = f"{us(p['with_copy']):.2f} / {med(p['with_copy']):.2f} ({len(p['with_copy']) / ns:.1f})" if p["with_copy"] else "-"
+        al = f"{us(p['alone']):.2f} / {med(p['alone']):.2f} ({len(p['alone']) / ns:.1f})" if p["alone"] else "-"
         print(f"| {n} | {p['n'] / ns:.1f} | {us(p['dur']):.2f} | {sum(p['dur']) / ns / 1e3:.1f} | "
               f"{us(p['gap']):.2f} | {wc} | {al} | {p['excl'] / ns / 1e3:.1f} | {p['idle'] / ns / 1e3:.1f} |")
     side_names = defaultdict(list)

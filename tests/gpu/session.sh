@@ -32,7 +32,11 @@ if [ $tests = 1 ]; then
   echo "== e2e done ($((SECONDS - t0)) s)"
   build-gpu/bin/test_snapshot /tmp/strata-e2e/tiny-qwen3moe-Q4_K_M.gguf cuda 2>&1 | tail -3 | tee "$out/snapshot.log" || rc=1
   for m in /tmp/strata-e2e/tiny-qwen3moe-Q4_K_M.gguf $model; do  # generation on the device, one step ahead
+    [ -f "$m" ] || continue
     build-gpu/bin/test_gen "$m" cuda 2>&1 | tail -4 | tee -a "$out/gen.log" || rc=1
+    # the server's decode on that path (raw HTTP; against STRATA_GEN_HOST=1's host sampling too)
+    python3 tests/gpu/serve_smoke.py --strata build-gpu/bin/strata --model "$m" 2>&1 | tail -3 | tee -a "$out/gen.log" ||
+      rc=1
   done
 fi
 if [ $bench = 1 ]; then
