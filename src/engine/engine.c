@@ -339,6 +339,7 @@ strata_gen *strata_gen_begin(strata_session *s, strata_sampler *smp, const int32
     g->s = s;
     g->smp = smp;
     g->p = *params;
+    // STRATA_GEN_HOST=1: the host path on a GPU too (A/B, and the reference tests/gpu/serve_smoke.py compares with)
     g->device = s->gpu && !params->host && !sampler_has_penalties(smp) && !getenv("STRATA_GEN_HOST");
     int rc;
     if (g->device) {
