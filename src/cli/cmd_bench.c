@@ -171,6 +171,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "strata bench: --tg-mode must be gen or eval, got '%s'\n", tg_mode);
         return 2;
     }
+    const bool tg_eval = !strcmp(tg_mode, "eval");
     int64_t n_max = n_prompt > n_gen ? n_prompt : n_gen;
     ea.plan_n_ctx = depth + n_max + 1;  // a VRAM budget plans for exactly the bench's KV cache
     strata_engine *e = st_args_load_engine(&a, &ea);
@@ -211,7 +212,7 @@ int cmd_bench(int argc, char **argv) {
             double t0 = st_now();
             if (test == 0) {
                 if (!rc && strata_session_eval(s, toks + depth, (int32_t)n, logits, false)) rc = 1;
-            } else if (!strcmp(tg_mode, "eval")) {
+            } else if (tg_eval) {
                 for (int64_t i = 0; i < n && !rc; i++)
                     if (strata_session_eval(s, toks + depth + i, 1, logits, false)) rc = 1;
             } else {  // n evaluations of the same tokens, each followed by a greedy sample
@@ -305,7 +306,7 @@ int cmd_bench(int argc, char **argv) {
                        i ? "," : "", base, strata_arch_name(e), (unsigned long long)m->gguf->total_bytes,
                        strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
                 if (!strncmp(res[i].name, "tg", 2))
-                    printf(", \"tg_mode\": \"%s\"", !strcmp(tg_mode, "eval") ? "eval" : pipelined ? "gen-device" : "gen-host");
+                    printf(", \"tg_mode\": \"%s\"", tg_eval ? "eval" : pipelined ? "gen-device" : "gen-host");
                 if (!res[i].hy.active) {
                     printf("}");
                     continue;
@@ -329,7 +330,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (rc == 0 && n_gen > 0)
         fprintf(stderr, "strata bench: tg%lld %s\n", (long long)n_gen,
-                !strcmp(tg_mode, "eval") ? "by one strata_session_eval per token (logits to the host, no sampling)"
+                tg_eval ? "by one strata_session_eval per token (logits to the host, no sampling)"
                 : pipelined ? "by the generation path: greedy sampling on the device, one step queued ahead"
                             : "by the generation path: evaluation and greedy sampling on the host per token");
     strata_sampler_free(greedy);

@@ -524,11 +524,9 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
         e = s_ids[p];
         if constexpr (HY) {
             __shared__ uint32_t s_cpu;
-            if (g == 0) {  // one rank per lane: the snapshot's gate address outside the cache is a miss
-                const uint8_t *lo = (const uint8_t *)rt.hy.vram_lo, *hi = (const uint8_t *)rt.hy.vram_hi;
-                const int ek = lane < K ? s_ids[lane] : -1;
-                const uint8_t *w = ek >= 0 && ek < E ? st_tbl_entry(tbl, 3 * (size_t)ek) : lo;
-                const uint32_t miss = __ballot_sync(0xffffffffu, lane < K && (w < lo || w >= hi));
+            if (g == 0) {  // one rank per lane, from the snapshot
+                const uint32_t miss =
+                    hy_miss_ballot((const void *const *)tbl, s_ids, K, E, rt.hy.vram_lo, rt.hy.vram_hi, lane);
                 if (lane == 0) s_cpu = rt.hy.cpu_all ? miss : 0u;
             }
             __syncthreads();
@@ -650,9 +648,7 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
         return launch_check(hy ? "moe_hy_route_glu_q" : "moe_glu_q");
     };
     if (hy) {
-        void (*fn_hy)(int, const uint8_t *const *, int, int, long long, int, const uint8_t *, long long,
-                      const int32_t *, int, float *, uint8_t *, long long, int, int, int32_t *, const glu_route_hy) =
-            NULL;
+        decltype(&k_moe_glu<ST_TYPE_Q4_K, 2, true, true>) fn_hy = NULL;
         switch (gu_type) {
             DEC_TYPES(DEC_PICK_CASE_k_moe_glu_hy)
             default: break;

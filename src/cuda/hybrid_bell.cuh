@@ -33,6 +33,21 @@ __device__ __forceinline__ float hy_join_row(const int32_t *ids_gpu, const float
     return o;
 }
 
+// Lane k of one warp (k < K <= 32): bit k set when expert ids[k]'s gate address in `table` lies outside the VRAM
+// cache [lo, hi), a miss. An id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild
+// read). Every lane of the warp calls it.
+__device__ __forceinline__ uint32_t hy_miss_ballot(const void *const *table, const int32_t *ids, int K, int n_expert,
+                                                   const void *vram_lo, const void *vram_hi, int lane) {
+    const uint8_t *lo = (const uint8_t *)vram_lo, *hi = (const uint8_t *)vram_hi;
+    bool miss = false;
+    if (lane < K) {
+        const int e = ids[lane];
+        const uint8_t *w = (e >= 0 && e < n_expert) ? st_tbl_entry(table, 3 * (size_t)e) : lo;
+        miss = w < lo || w >= hi;
+    }
+    return __ballot_sync(0xffffffffu, miss);
+}
+
 // Classifies ids [K] (K <= 32, visible to the block) by a's rules and exports the CPU's work (hybrid.h
 // st_cuda_hy_classify); with a doorbell, rings it once the exports are fenced. Every thread of the block calls it.
 // Warp 0 classifies, one rank per lane: the K table reads and the carry's read are in flight together (one thread
@@ -43,15 +58,8 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         const uint32_t carry_in = lane == 0 ? *a.carry : 0u;
-        const uint8_t *lo = (const uint8_t *)a.vram_lo, *hi = (const uint8_t *)a.vram_hi;
         const int e = lane < K ? ids[lane] : -1;
-        bool miss = false;
-        if (lane < K) {
-            // an id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild read)
-            const uint8_t *w = (e >= 0 && e < a.n_expert) ? st_tbl_entry(a.table, 3 * (size_t)e) : lo;
-            miss = w < lo || w >= hi;
-        }
-        const uint32_t miss_mask = __ballot_sync(0xffffffffu, miss);
+        const uint32_t miss_mask = hy_miss_ballot(a.table, ids, K, a.n_expert, a.vram_lo, a.vram_hi, lane);
         const int n_miss = __popc(miss_mask);
         int n_cpu = 0;
         if (lane == 0) {

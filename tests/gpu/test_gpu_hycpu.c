@@ -523,6 +523,15 @@ static void make_path(fused_path *p) {
     CK(cudaHostGetDevicePointer((void **)&p->hx_d, p->hx_h, 0));
 }
 
+// A path's carry and counters as one row: [0] carry, [1] CPU count, [2, 2 + E) counts, [2 + E, 2 + E + 2) sel_miss.
+#define PATH_COUNTERS (2 + E + 2)
+static void read_counters(const fused_path *p, uint32_t *c) {
+    CK(cudaMemcpy(c, p->carry, sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c + 1, p->cnt, sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c + 2, p->counts, sizeof(uint32_t) * E, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c + 2 + E, p->sel_miss, sizeof(uint32_t) * 2, cudaMemcpyDeviceToHost));
+}
+
 static void free_path(fused_path *p) {
     cudaFree(p->ids), cudaFree(p->ids_gpu), cudaFree(p->wts), cudaFree(p->out), cudaFree(p->carry);
     cudaFree(p->cnt), cudaFree(p->counts), cudaFree(p->sel_miss);
@@ -576,12 +585,9 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         // every fourth replay without CPU ranks, every fourth with every miss to the CPU (those two: path C too)
         const uint32_t q = it % 4 == 3 ? 0 : it % 4 == 2 ? ST_HY_Q16 : ST_HY_Q16 / 2;
         const int with_c = q == 0 || q == ST_HY_Q16;
-        uint32_t ca0[2 + E + 2];  // A's carry and counters before this replay: C starts from them, counts afresh
+        uint32_t ca0[PATH_COUNTERS];  // A's carry and counters before this replay: C starts from them, counts afresh
         if (with_c) {
-            CK(cudaMemcpy(ca0, pa.carry, sizeof(uint32_t), cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(ca0 + 1, pa.cnt, sizeof(uint32_t), cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(ca0 + 2, pa.counts, sizeof(uint32_t) * E, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(ca0 + 2 + E, pa.sel_miss, sizeof(uint32_t) * 2, cudaMemcpyDeviceToHost));
+            read_counters(&pa, ca0);
             CK(cudaMemcpy(pc.carry, ca0, sizeof(uint32_t), cudaMemcpyHostToDevice));
             CK(cudaMemset(pc.cnt, 0, sizeof(uint32_t)));
             CK(cudaMemset(pc.counts, 0, sizeof(uint32_t) * E));
@@ -652,7 +658,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         }
         int32_t ia[K], ib[K], ga[K], gb[K];
         float wa[K], wb[K], oa[D], ob[D];
-        uint32_t ca[2 + E + 2], cb[2 + E + 2];
+        uint32_t ca[PATH_COUNTERS], cb[PATH_COUNTERS];
         CK(cudaMemcpy(ia, pa.ids, sizeof ia, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(ib, pb.ids, sizeof ib, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(ga, pa.ids_gpu, sizeof ga, cudaMemcpyDeviceToHost));
@@ -664,10 +670,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         fused_path *ps2[2] = {&pa, &pb};
         uint32_t *cs[2] = {ca, cb};
         for (int w = 0; w < 2; w++) {
-            CK(cudaMemcpy(cs[w], ps2[w]->carry, sizeof(uint32_t), cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(cs[w] + 1, ps2[w]->cnt, sizeof(uint32_t), cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(cs[w] + 2, ps2[w]->counts, sizeof(uint32_t) * E, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(cs[w] + 2 + E, ps2[w]->sel_miss, sizeof(uint32_t) * 2, cudaMemcpyDeviceToHost));
+            read_counters(ps2[w], cs[w]);
         }
         const int n_cpu = pa.meta_h[0];
         n_cpu_layers += n_cpu > 0;
@@ -681,16 +684,13 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         if (with_c) {  // C against A: the same checks, ids_gpu and the export only where C has a split
             int32_t ic[K], gc[K], prog;
             float wc[K], oc[D];
-            uint32_t cc[2 + E + 2];
+            uint32_t cc[PATH_COUNTERS];
             const void *snap_h[3 * E], *tab_h[3 * E];
             CK(cudaMemcpy(ic, pc.ids, sizeof ic, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(gc, pc.ids_gpu, sizeof gc, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(wc, pc.wts, sizeof wc, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(oc, pc.out, sizeof oc, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(cc, pc.carry, sizeof(uint32_t), cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(cc + 1, pc.cnt, sizeof(uint32_t), cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(cc + 2, pc.counts, sizeof(uint32_t) * E, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(cc + 2 + E, pc.sel_miss, sizeof(uint32_t) * 2, cudaMemcpyDeviceToHost));
+            read_counters(&pc, cc);
             CK(cudaMemcpy(&prog, prog_d, sizeof prog, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(snap_h, snap_d, sizeof snap_h, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(tab_h, L->tab_d, sizeof tab_h, cudaMemcpyDeviceToHost));
@@ -703,7 +703,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
                                                     sizeof(int32_t) * (n_cpu > 0 ? n_cpu : 0)) &&
                                             (n_cpu == 0 || !memcmp(pa.hx_h, pc.hx_h, sizeof(float) * D)));
             int c_counts = cc[0] == ca[0];  // the carry after; the counters: A's growth this replay
-            for (int i = 1; i < 2 + E + 2; i++) c_counts &= cc[i] == ca[i] - ca0[i];
+            for (int i = 1; i < PATH_COUNTERS; i++) c_counts &= cc[i] == ca[i] - ca0[i];
             const int c_out = bitwise_eq(oc, oa, D, &at_c);
             const int c_snap = prog == it && !memcmp(snap_h, tab_h, sizeof snap_h);
             n_c++;
