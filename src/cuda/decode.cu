@@ -284,20 +284,6 @@ __global__ void __launch_bounds__(DEC_THREADS)
     router_body<T, true>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, &split);
 }
 
-// The logits only, and block 0 snapshots the layer's table for the GLU launch's route (hybrid.h st_hy_snap_args):
-// the progress word first (the prefetch's rule 1, as the count's), a fence, then the table's entries through L2.
-template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS)
-    k_router_snap(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, float *logits,
-                  const st_hy_snap_args snap) {
-    router_body<T, false>(W, ne0, E, x, 1, 1, 0, logits, nullptr, nullptr, nullptr, st_hy_count_args{}, nullptr);
-    if (blockIdx.x != 0) return;
-    if (snap.progress && threadIdx.x == 0) atomicExch(snap.progress, snap.layer);
-    __threadfence();
-    __syncthreads();
-    for (int i = threadIdx.x; i < 3 * snap.n_expert; i += blockDim.x) snap.snap[i] = st_tbl_entry(snap.table, i);
-}
-
 // FFN RMSNorm + router + top-k of one token in one launch (st_cuda_router_norm_topk): every block normalises the
 // row itself into shared memory (x + res from L2) and computes its logits from it; the last block, when every block
 // has read x, writes x + res back, xn and the quantized row, and routes. Bit for bit st_cuda_rmsnorm_act +
@@ -431,24 +417,6 @@ extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int
                          NULL, stream);
 }
 
-extern "C" int st_cuda_router_logits_snap(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
-                                          float *logits, const st_hy_snap_args *snap, cudaStream_t stream) {
-    const char *fn = "st_cuda_router_logits_snap";
-    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
-        return st_err("%s: unsupported shape: ne0 %lld (multiple of 4), %d experts", fn, (long long)ne0, n_expert);
-    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits || !snap || !snap->table || !snap->snap ||
-        snap->n_expert != n_expert)
-        return st_err("%s: W and x must be 16-byte aligned, logits non-NULL, the snapshot of the layer's %d experts",
-                      fn, n_expert);
-    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
-#define RSN_GO(T)                                                                                                  \
-    st_dec_launch(k_router_snap<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0,      \
-                  n_expert, x, logits, *snap)
-    ROUTER_TYPE_DISPATCH(w_type, RSN_GO, fn);
-#undef RSN_GO
-    return launch_check(fn);
-}
-
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
                                         const float *res, const float *norm_w, float eps, float *xn, void *xq,
                                         int act_format, int n_used, int norm, float *logits, int32_t *ids,
@@ -490,27 +458,19 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
 // ROUTE (one token): the ids are not an input; every block routes the token itself from the router's logits
 // (route_group, the CPU's route, as the router kernel's last block would) and block (0, 0) writes ids and weights
 // for the down kernel: the router launch ends with its logits, without its fence / counter / route tail.
-// HY (hybrid, STRATA_HY_GLU_ROUTE=1, hybrid.h st_hy_glu_args): `tbl` is the router's snapshot of the layer's table;
-// each block classifies the route from it (a miss is the CPU's when hy.cpu_all) and leaves the CPU's ranks out, and
-// block (0, 0) first exports and rings (hy_classify_block: ids_gpu too), then writes ids / weights and counts.
 struct glu_route {
     const float *logits;  // [E] the router's logits
     int norm;             // renormalise the top-k weights
     int32_t *ids;         // [K] out
     float *weights;       // [K] out
 };
-struct glu_route_hy : glu_route {  // the HY instances' (the others keep the smaller argument)
-    st_hy_glu_args hy;
-};
-template <bool HY> struct glu_route_of { typedef glu_route type; };
-template <> struct glu_route_of<true> { typedef glu_route_hy type; };
 
-template <int TYPE, int R = 1, bool ROUTE = false, bool HY = false>
+template <int TYPE, int R = 1, bool ROUTE = false>
 __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
-              int32_t *counters, const typename glu_route_of<HY>::type rt) {
+              int32_t *counters, const glu_route rt) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
     st_pdl_wait();  // ids (or logits), xq: earlier kernels
@@ -522,24 +482,8 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
         if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
         __syncthreads();
         e = s_ids[p];
-        if constexpr (HY) {
-            __shared__ uint32_t s_cpu;
-            if (g == 0) {  // one rank per lane, from the snapshot
-                const uint32_t miss =
-                    hy_miss_ballot((const void *const *)tbl, s_ids, K, E, rt.hy.vram_lo, rt.hy.vram_hi, lane);
-                if (lane == 0) s_cpu = rt.hy.cpu_all ? miss : 0u;
-            }
-            __syncthreads();
-            if (blockIdx.x == 0 && p == 0) {  // (block-uniform): the CPU's work first, then the bookkeeping
-                if (rt.hy.cpu_all) hy_classify_block(rt.hy.split, s_ids, K);
-                if (threadIdx.x < K)
-                    rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
-                if (rt.hy.count.counts) hy_count_pairs(s_ids, K, rt.hy.count, threadIdx.x, blockDim.x);
-            }
-            if ((s_cpu >> p) & 1u) e = -1;  // the CPU's rank: no weight reads (NaN rows the down kernel skips)
-        } else if (blockIdx.x == 0 && p == 0 && threadIdx.x < K) {
+        if (blockIdx.x == 0 && p == 0 && threadIdx.x < K)
             rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
-        }
     } else {
         e = ids[p];
     }
@@ -600,13 +544,10 @@ static int glu_rows_env(void) {
 
 #define DEC_PICK_CASE_k_moe_glu2(T) \
     case T: fn = route ? k_moe_glu<T, 2, true> : k_moe_glu<T, 2>; break;
-#define DEC_PICK_CASE_k_moe_glu_hy(T) \
-    case T: fn_hy = k_moe_glu<T, 2, true, true>; break;
 
-// hy (with rt): the HY instance and rt's hybrid part (glu_route_hy).
 static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff, const void *xq,
                    const int32_t *ids, int n_tok, int n_used, float *act, void *actq, int act_format,
-                   int32_t *counters, const glu_route *rt, const st_hy_glu_args *hy, cudaStream_t stream) {
+                   int32_t *counters, const glu_route *rt, cudaStream_t stream) {
     const st_type_info *ti = st_type_get(gu_type);
     if (!ti || !st_cuda_dec_supported(gu_type) || n_embd <= 0 || n_embd % ti->block_size || n_embd > INT32_MAX / 2)
         return st_err("st_cuda_moe_glu_q: gate/up type %s with rows of %lld is not supported", st_type_name(gu_type),
@@ -639,29 +580,11 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
     const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL};
     const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
-    const auto launch = [&](auto kernel, const auto &route_arg) {  // (the HY instances take glu_route_hy)
-        st_dec_launch(kernel, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
-                      (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
-                      (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,
-                      (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters ? counters + 1 : counters,
-                      route_arg);
-        return launch_check(hy ? "moe_hy_route_glu_q" : "moe_glu_q");
-    };
-    if (hy) {
-        decltype(&k_moe_glu<ST_TYPE_Q4_K, 2, true, true>) fn_hy = NULL;
-        switch (gu_type) {
-            DEC_TYPES(DEC_PICK_CASE_k_moe_glu_hy)
-            default: break;
-        }
-        if (!route || !fn_hy || rows != 2)
-            return st_err("st_cuda_moe_hy_route_glu_q: gate/up type %s has no hybrid routing instance",
-                          st_type_name(gu_type));
-        glu_route_hy rh;
-        static_cast<glu_route &>(rh) = rt0;
-        rh.hy = *hy;
-        return launch(fn_hy, rh);
-    }
-    return launch(fn, rt0);
+    st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
+                  (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
+                  (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,
+                  (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters ? counters + 1 : counters, rt0);
+    return launch_check("moe_glu_q");
 }
 
 extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
@@ -669,7 +592,7 @@ extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_ex
                                  int act_format, int32_t *counters, cudaStream_t stream) {
     if (!actq) return st_err("st_cuda_moe_glu_q: no quantized output given");
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, actq, act_format, counters,
-                   NULL, NULL, stream);
+                   NULL, stream);
 }
 
 extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
@@ -679,31 +602,13 @@ extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, in
     if (!actq) return st_err("st_cuda_moe_route_glu_q: no quantized output given");
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
-                   NULL, stream);
-}
-
-extern "C" int st_cuda_moe_hy_route_glu_q(int gu_type, const void *const *snap, int n_expert, int64_t n_embd,
-                                          int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
-                                          int32_t *ids, float *weights, float *act, void *actq, int act_format,
-                                          int32_t *counters, const st_hy_glu_args *hy, cudaStream_t stream) {
-    const char *fn = "st_cuda_moe_hy_route_glu_q";
-    if (!actq || !hy || !hy->vram_lo || !hy->vram_hi) return st_err("%s: no quantized output or hybrid part", fn);
-    const st_hy_split_args *s = &hy->split;
-    if (hy->cpu_all && (s->table != snap || s->cpu_q16 != ST_HY_Q16 || !s->carry || !s->ids_gpu || !s->meta ||
-                        !s->x || !s->hx || s->n_embd != (int)n_embd || !s->seq || !s->bell || s->n_expert != n_expert))
-        return st_err("%s: the split must classify the snapshot with every miss to the CPU and the doorbell", fn);
-    if (hy->count.counts && (hy->count.table != snap || hy->count.pf.progress || hy->count.n_expert != n_expert))
-        return st_err("%s: the count must read the snapshot and leave the progress word to the router", fn);
-    const glu_route rt = {logits, norm, ids, weights};
-    return moe_glu(gu_type, snap, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
-                   hy, stream);
+                   stream);
 }
 
 extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                                const void *xq, const int32_t *ids, int n_tok, int n_used, float *act,
                                cudaStream_t stream) {
-    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, NULL, NULL,
-                   stream);
+    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, NULL, stream);
 }
 
 // ---- MoE down projection + weighted sum + residual -----------------------------------------------------------

@@ -80,10 +80,6 @@ int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expe
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           cudaStream_t stream);
-// Hybrid, the route in the GLU (STRATA_HY_GLU_ROUTE=1, hybrid.h): st_cuda_router_logits, and block 0 sets
-// *snap->progress = snap->layer, fences, then copies snap->table's n_expert * 3 entries to snap->snap.
-int st_cuda_router_logits_snap(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
-                               const st_hy_snap_args *snap, cudaStream_t stream);
 // One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
 // ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn
 // (may be NULL) and xq, and routes). ne0 % 32 == 0 (% 256 for Q8_K), ne0 <= 12288. A/B: STRATA_ROUTER_NORM=1.
@@ -113,14 +109,6 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
                             float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
-// Hybrid (STRATA_HY_GLU_ROUTE=1, hybrid.h): st_cuda_moe_route_glu_q over `snap` (the router's snapshot of the
-// layer's table), each block leaving out the CPU's ranks (hy->cpu_all: every miss); block (0, 0) also writes
-// hy->split.ids_gpu (with cpu_all), counts by hy->count and exports and rings as st_cuda_hy_classify_bell.
-// Then st_cuda_moe_down_join (cpu_all) or st_cuda_moe_down_sum of ids (none).
-int st_cuda_moe_hy_route_glu_q(int gu_type, const void *const *snap, int n_expert, int64_t n_embd, int64_t n_ff,
-                               const void *xq, const float *logits, int norm, int n_used, int32_t *ids,
-                               float *weights, float *act, void *actq, int act_format, int32_t *counters,
-                               const st_hy_glu_args *hy, cudaStream_t stream);
 
 // Down projection of the selected experts, the weighted sum in rank order and the residual add, per token t:
 //   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each

@@ -115,30 +115,6 @@ typedef struct st_hy_split_args {  // st_cuda_hy_classify_bell's arguments after
     uint32_t *seq, *bell;
     int layer;
 } st_hy_split_args;
-// ---- the route in the GLU launch (STRATA_HY_GLU_ROUTE=1, opt-in) ---------------------------------------------------
-//
-// The split router's last block (route, count, fence, classify, export, ring) is a serial tail between the logits and
-// the GLU: +6.6 us per layer against the plain router (bench/results/2026-12-01d-h200.md). Instead the router launch
-// ends with its logits and block 0 sets the prefetch's progress word and then copies the layer's table row into a
-// snapshot (st_cuda_router_logits_snap); every GLU block routes the token itself and classifies from the snapshot,
-// so all blocks agree although prefetch copies may be published meanwhile (a copy published after the snapshot is
-// a miss this token, as a late one is now); the GLU's block (0, 0) writes ids, weights and ids_gpu, counts, exports
-// and rings (st_cuda_moe_hy_route_glu_q). Only where every block can tell the CPU's ranks without the carry: every
-// miss to the CPU (cpu_q16 == ST_HY_Q16, --pcie-frac 0) or none (0). Bit for bit the fused split's results.
-typedef struct st_hy_snap_args {
-    const void *const *table;  // the layer's live [n_expert][3] address table
-    const void **snap;         // device [n_expert][3]: its copy, written by the router launch's block 0
-    int n_expert;
-    int32_t *progress;         // the prefetch's progress word (NULL: no prefetch), set to `layer` before the copy
-    int layer;
-} st_hy_snap_args;
-typedef struct st_hy_glu_args {  // st_cuda_moe_hy_route_glu_q's hybrid part
-    const void *vram_lo, *vram_hi;  // the VRAM expert cache: a gate address outside it is a miss
-    int cpu_all;                    // 1: every miss is the CPU's (split.bell set), 0: none (no split)
-    st_hy_count_args count;         // table = the snapshot, pf.progress NULL (the router set it)
-    st_hy_split_args split;         // with cpu_all: table = the snapshot, cpu_q16 = ST_HY_Q16, the doorbell's seq/bell
-} st_hy_glu_args;
-
 typedef struct st_hy_join_args {  // st_cuda_hy_combine_bell's wait
     const float *y_cpu;            // mapped f32 [K][n_embd]: the CPU's rank rows
     const uint32_t *seq;

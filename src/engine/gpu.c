@@ -842,19 +842,11 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // takes the route (no fence / counter tail between them), bit for bit the router_topk + moe_glu_q pair.
             const int glu_routes =
                 n == 1 && s->glu_route && !g->hy && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2;
-            // Hybrid, STRATA_HY_GLU_ROUTE=1 (opt-in, cuda/hybrid.h): the router launch ends with the logits and a
-            // snapshot of the layer's table, the GLU launch routes, classifies, counts and rings.
-            const int hy_glu = n == 1 && g->hy && st_hybrid_glu_route(g->hy) && s->glu_route && !s->fixed_ids &&
-                               !skip && !dup && !s->router_norm && !s->moe_v2 && !s->hy_count_launch;
-            st_hy_snap_args hsnap;
-            st_hy_glu_args hglu;
-            if (hy_glu) st_hybrid_glu_route_args(g->hy, l, s->xn, &hsnap, &hglu);
             // Hybrid: the router's last block counts the route (hits, misses, the prefetch's progress word) where
             // no experiment changes or repeats the ids after it; else a count launch of its own.
             st_hy_count_args hc;
             const int count_in_router = g->hy && !s->hy_count_launch && !s->fixed_ids && !s->router_norm &&
-                                        !glu_routes && !hy_glu && !SKIPPED(DEC_SKIP_ROUTER) &&
-                                        !(dup & DEC_SKIP_ROUTER);
+                                        !glu_routes && !SKIPPED(DEC_SKIP_ROUTER) && !(dup & DEC_SKIP_ROUTER);
             if (count_in_router) st_hybrid_count_args(g->hy, l, 1, &hc);
             // Hybrid split folded into the router and down launches (STRATA_HY_SPLIT_FUSED=1): the router's last
             // block classifies after its count.
@@ -872,8 +864,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
                        (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
-                        : hy_glu ? st_cuda_router_logits_snap(L->router.type, L->router.d, d, E, s->xn, s->router,
-                                                              &hsnap, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
                                                         hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
@@ -889,19 +879,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                 st) != cudaSuccess)
                 return st_err("STRATA_DEC_FIXED_ROUTE: copy failed");
             if (dump_act(s, l, 'a', n)) return -1;  // x = x + attention output (the FFN norm wrote it back)
-            if (hy_glu) {  // route, classify, count, export and ring in the GLU launch; then the down / join
-                const int dfmt = st_cuda_act_format(L->down_exps.type);
-                if (st_cuda_moe_hy_route_glu_q(L->gate_exps.type, (const void *const *)hsnap.snap, E, d, F, s->xq,
-                                               s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts, s->ffn_a,
-                                               s->xq2, dfmt, s->dec_counters, &hglu, st) ||
-                    (hglu.cpu_all
-                         ? st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq,
-                                                s->d_ids, s->d_wts, s->ffn_a, s->xq2, s->dec_counters, s->x, 2, st)
-                         : st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->xq2,
-                                                s->d_ids, s->d_wts, 1, K, s->x, s->x, st)))
-                    return -1;
-                continue;
-            }
             if (g->hy && !count_in_router && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st))
                 return -1;  // hybrid: hit/miss counters
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {

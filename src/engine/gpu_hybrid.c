@@ -120,8 +120,6 @@ struct st_hybrid {
     uint64_t staged_chunk;        // bytes staged in the current chunk
     // adaptive cache
     uint32_t *cnt_d, *cnt_h;      // device / pinned host counters (see above)
-    const void **snap_d;          // STRATA_HY_GLU_ROUTE=1: device [E][3], the router's snapshot of the decoding
-                                  // layer's table (cuda/hybrid.h st_hy_snap_args); NULL: off
     float *freq;                  // [L * E] decayed routing frequency
     double decay;                 // per token
     int period, max_swaps, adapt;
@@ -739,28 +737,6 @@ void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy
     *a = v;
 }
 
-int st_hybrid_glu_route(const st_hybrid *h) {
-    // the GLU's blocks must tell the CPU's ranks alone: every miss (F 0, doorbell, fused join) or none
-    return h && h->snap_d && (!st_hybrid_cpu_split(h) || (st_hybrid_split_fused(h) && h->cpu_q16 == ST_HY_Q16));
-}
-
-void st_hybrid_glu_route_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_snap_args *snap,
-                              st_hy_glu_args *g) {
-    st_hybrid_count_args(h, l, 1, &g->count);
-    const st_hy_snap_args s = {g->count.table, h->snap_d, (int)h->E, g->count.pf.progress, (int)l};
-    *snap = s;
-    g->count.table = (const void *const *)h->snap_d;
-    g->count.pf.progress = NULL;  // (the router launch sets it, before the snapshot)
-    g->vram_lo = g->count.vram_lo;
-    g->vram_hi = g->count.vram_hi;
-    g->cpu_all = st_hybrid_cpu_split(h);
-    memset(&g->split, 0, sizeof g->split);
-    if (g->cpu_all) {
-        st_hybrid_split_args(h, l, xn, &g->split);
-        g->split.table = (const void *const *)h->snap_d;
-    }
-}
-
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
                          const int32_t *ids, const float *wts, float *act, void *actq, int32_t *counters, float *x,
                          int routed_split, cudaStream_t st) {
@@ -769,10 +745,6 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
     if (routed_split && !st_hybrid_split_fused(h)) return st_err("hybrid: a fused split without the doorbell");
     st_hy_split_args a;
     st_hybrid_split_args(h, l, xn, &a);
-    if (routed_split == 2) {  // the GLU launch routed, classified and rang (st_hybrid_glu_route): the join follows
-        const st_hy_join_args j = {h->ycpu_dp, h->bell_seq_d, h->bell_dp, h->bell_wait_d, h->join_leader_d};
-        return st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
-    }
     if (!routed_split) {  // classify (the doorbell variant rings); host nodes: fork, the CPU branch waits for it only
         if (h->doorbell ? st_cuda_hy_classify_bell(ids, K, E, a.table, a.vram_lo, a.vram_hi, a.cpu_q16, a.carry,
                                                    a.ids_gpu, a.meta, a.x, a.hx, d, a.cpu_count, a.seq, a.bell,
@@ -1086,11 +1058,6 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     HY_CHECK(cudaMallocHost((void **)&h->pmap_h, sizeof(int32_t) * n_rec));
     HY_CHECK(cudaMallocHost((void **)&h->cnt_h, sizeof(uint32_t) * (n_rec + 3ull * h->L)));
     if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 3ull * h->L), NULL)) return -1;
-    if (env_int("STRATA_HY_GLU_ROUTE", 0, 0, 1)) {
-        h->snap_d = st_cuda_alloc(ctx, sizeof(void *) * 3 * h->E, "routing table snapshot");
-        if (!h->snap_d) return -1;
-        st_info("hybrid decode: the route in the GLU launch where the split allows it (STRATA_HY_GLU_ROUTE=1)");
-    }
     HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {&h->ev_start, &h->ev_staged[0], &h->ev_staged[1], &h->ev_done[0], &h->ev_done[1],
                           &h->ev_victims, &h->ev_copied};
@@ -1183,7 +1150,6 @@ void st_hybrid_free(st_hybrid *h) {
         if (h->tab_d) st_cuda_free(ctx, (void *)h->tab_d);
         if (h->pmap_d) st_cuda_free(ctx, h->pmap_d);
         if (h->cnt_d) st_cuda_free(ctx, h->cnt_d);
-        if (h->snap_d) st_cuda_free(ctx, (void *)h->snap_d);
         void *cb[] = {h->carry_d, h->ids_gpu_d, h->ones_d, h->y_d};
         for (size_t i = 0; i < sizeof cb / sizeof cb[0]; i++)
             if (cb[i]) st_cuda_free(ctx, cb[i]);

@@ -62,8 +62,7 @@ int st_hybrid_cpu_split(const st_hybrid *h);
 //   f32 [K][n_ff_exp]; actq: its quantized rows (st_cuda_moe_glu_q's, K rows of st_q8_1_row_bytes(n_ff_exp));
 //   counters: st_cuda_moe_glu_q's (zero between launches); x: device f32 [n_embd], the residual stream (updated).
 //   routed_split: the router launch already classified and rang (st_cuda_router_topk_split with
-//   st_hybrid_split_args): only GLU + the down kernel with the join folded in (st_cuda_moe_down_join) follow;
-//   2: the GLU launch did that too (st_hybrid_glu_route): only the down kernel with the join.
+//   st_hybrid_split_args): only GLU + the down kernel with the join folded in (st_cuda_moe_down_join) follow.
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
                          const int32_t *ids, const float *wts, float *act, void *actq, int32_t *counters, float *x,
                          int routed_split, cudaStream_t st);
@@ -71,13 +70,6 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
 // st_hybrid_split_args gives the router launch layer l's classify arguments (xn: the router's input row).
 int st_hybrid_split_fused(const st_hybrid *h);
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a);
-// The route in the GLU launch (STRATA_HY_GLU_ROUTE=1, opt-in; cuda/hybrid.h): 1 when on and the split allows it
-// (no CPU misses, or every miss to the CPU through the doorbell with the join in the down kernel). Then layer l runs
-// st_cuda_router_logits_snap (snap), st_cuda_moe_hy_route_glu_q (g; xn: the router's input row), and with a split
-// st_hybrid_moe_decode(.., routed_split = 2) for the join, else st_cuda_moe_down_sum.
-int st_hybrid_glu_route(const st_hybrid *h);
-void st_hybrid_glu_route_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_snap_args *snap,
-                              st_hy_glu_args *g);
 // Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h), one-token decode steps only, all capturable:
 // st_hybrid_step_begin at the step's start (progress word reset), st_hybrid_prefetch after layer l's FFN norm
 // (forks a side branch: layer l+1's router on xn picks P experts, the missing ones are copied and published),

@@ -124,8 +124,6 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
-# the route in the GLU launch (STRATA_HY_GLU_ROUTE=1, opt-in), every miss over PCIe, with the prefetch: bitwise
-run_decode mid-gluroute $mid 128 300 1000 STRATA_HY_GLU_ROUTE=1
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")
@@ -178,8 +176,6 @@ run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
 run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
-# the route in the GLU launch with every miss to the CPU (--pcie-frac 0, where STRATA_HY_GLU_ROUTE=1 applies)
-run_cpumiss mid-cpumiss-gluroute $mid 128 100 1000 0 STRATA_HY_GLU_ROUTE=1
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
 run_cpumiss mid-prefill-cpu $mid 128 600 1000 prefill-cpu

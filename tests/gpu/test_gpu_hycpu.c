@@ -475,9 +475,6 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
 // st_cuda_hy_combine_bell. Path B: st_cuda_router_topk_split -> glu_q -> st_cuda_moe_down_join. Each path has its own
 // carry, counters, export and output; a host thread answers every ring at once, and the CPU rows are the same
 // random rows for both, so B must equal A bit for bit: ids, weights, ids_gpu, the export, carry, counters, out.
-// Path C (STRATA_HY_GLU_ROUTE, where every miss is the CPU's or none is): st_cuda_router_logits_snap ->
-// st_cuda_moe_hy_route_glu_q -> st_cuda_moe_down_join (every miss) or st_cuda_moe_down_sum (none): equal to A too,
-// and the router's snapshot equals the table, its progress word the layer given.
 
 typedef struct {
     volatile uint32_t *bell;
@@ -567,39 +564,23 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         printf("FAIL pthread_create\n");
         exit(1);
     }
-    fused_path pa, pb, pc;
+    fused_path pa, pb;
     make_path(&pa);
     make_path(&pb);
-    make_path(&pc);
-    const void **snap_d;
-    int32_t *prog_d;
-    CK(cudaMalloc((void **)&snap_d, sizeof(void *) * 3 * E));
-    CK(cudaMalloc((void **)&prog_d, sizeof(int32_t)));
-    int bad_c = 0, n_c = 0, n_c_cpu = 0;
-    char det_c[256] = "";
     const int dfmt = st_cuda_act_format(DN_TYPE);
     int bad = 0, n_cpu_layers = 0;
     char det[256] = "";
     float x[D], xn[D];
     for (int it = 0; it < reps; it++) {
-        // every fourth replay without CPU ranks, every fourth with every miss to the CPU (those two: path C too)
+        // every fourth replay without CPU ranks, every fourth with every miss to the CPU (F 0)
         const uint32_t q = it % 4 == 3 ? 0 : it % 4 == 2 ? ST_HY_Q16 : ST_HY_Q16 / 2;
-        const int with_c = q == 0 || q == ST_HY_Q16;
-        uint32_t ca0[PATH_COUNTERS];  // A's carry and counters before this replay: C starts from them, counts afresh
-        if (with_c) {
-            read_counters(&pa, ca0);
-            CK(cudaMemcpy(pc.carry, ca0, sizeof(uint32_t), cudaMemcpyHostToDevice));
-            CK(cudaMemset(pc.cnt, 0, sizeof(uint32_t)));
-            CK(cudaMemset(pc.counts, 0, sizeof(uint32_t) * E));
-            CK(cudaMemset(pc.sel_miss, 0, sizeof(uint32_t) * 2));
-        }
         for (int i = 0; i < D; i++) x[i] = st_rng_normal(r), xn[i] = st_rng_normal(r);
         for (int i = 0; i < K * D; i++) b->ycpu_h[i] = st_rng_normal(r);  // "the CPU's rows" of every rank
         CK(cudaMemcpy(b->x, x, sizeof x, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(b->xn, xn, sizeof xn, cudaMemcpyHostToDevice));
         ST(st_cuda_quantize_act(ctx, st_cuda_act_format(GU_TYPE), b->xn, b->xq, 1, D, st));
-        fused_path *ps[3] = {&pa, &pb, &pc};
-        for (int w = 0; w < 2 + with_c; w++) {
+        fused_path *ps[2] = {&pa, &pb};
+        for (int w = 0; w < 2; w++) {
             fused_path *p = ps[w];
             for (int i = 0; i < ST_HY_META_INTS; i++) p->meta_h[i] = -7;
             CK(cudaMemsetAsync(p->out, 0xff, sizeof(float) * D, st));
@@ -618,31 +599,6 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
                                           b->y, st));
                 ST(st_cuda_hy_combine_bell(p->ids_gpu, p->wts, b->y, b->ycpu_d, K, D, p->out, b->x, seq_d, bell_d,
                                            NULL, st));
-            } else if (w == 2) {
-                const st_hy_snap_args sn = {L->tab_d, snap_d, E, prog_d, it};
-                const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
-                st_hy_glu_args hg;
-                memset(&hg, 0, sizeof hg);
-                hg.vram_lo = L->vram, hg.vram_hi = L->vram + L->rec_bytes * E, hg.cpu_all = q == ST_HY_Q16;
-                hg.count = cnt;
-                hg.count.table = (const void *const *)snap_d;
-                if (hg.cpu_all) {
-                    const st_hy_split_args sa = {E, (const void *const *)snap_d, L->vram, L->vram + L->rec_bytes * E,
-                                                 q, p->carry, p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d,
-                                                 bell_d, 0};
-                    hg.split = sa;
-                }
-                CK(cudaMemsetAsync(prog_d, 0xff, sizeof(int32_t), st));
-                CK(cudaMemsetAsync(snap_d, 0, sizeof(void *) * 3 * E, st));
-                ST(st_cuda_router_logits_snap(ST_TYPE_F32, W_d, D, E, b->xn, logits_d, &sn, st));
-                ST(st_cuda_moe_hy_route_glu_q(GU_TYPE, (const void *const *)snap_d, E, D, FF, b->xq, logits_d, 1, K,
-                                              p->ids, p->wts, b->act, b->actq, dfmt, b->counters, &hg, st));
-                if (hg.cpu_all)
-                    ST(st_cuda_moe_down_join(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids_gpu, p->wts, K, p->out, b->x,
-                                             &j, st));
-                else
-                    ST(st_cuda_moe_down_sum(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids, p->wts, 1, K, p->out, b->x,
-                                            st));
             } else {
                 const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
                                              p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
@@ -681,42 +637,6 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
                                 (n_cpu == 0 || !memcmp(pa.hx_h, pb.hx_h, sizeof(float) * D));
         const int same_counts = !memcmp(ca, cb, sizeof ca);
         const int same_out = bitwise_eq(ob, oa, D, &at);
-        if (with_c) {  // C against A: the same checks, ids_gpu and the export only where C has a split
-            int32_t ic[K], gc[K], prog;
-            float wc[K], oc[D];
-            uint32_t cc[PATH_COUNTERS];
-            const void *snap_h[3 * E], *tab_h[3 * E];
-            CK(cudaMemcpy(ic, pc.ids, sizeof ic, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(gc, pc.ids_gpu, sizeof gc, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(wc, pc.wts, sizeof wc, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(oc, pc.out, sizeof oc, cudaMemcpyDeviceToHost));
-            read_counters(&pc, cc);
-            CK(cudaMemcpy(&prog, prog_d, sizeof prog, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(snap_h, snap_d, sizeof snap_h, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(tab_h, L->tab_d, sizeof tab_h, cudaMemcpyDeviceToHost));
-            const int split = q == ST_HY_Q16;
-            int at_c = -1;
-            const int c_route = !memcmp(ia, ic, sizeof ia) && !memcmp(wa, wc, sizeof wa) &&
-                                (!split || !memcmp(ga, gc, sizeof ga));
-            const int c_export = !split || (!memcmp(pa.meta_h, pc.meta_h, sizeof(int32_t) * (1 + n_cpu)) &&
-                                            !memcmp(pa.meta_h + 33, pc.meta_h + 33,
-                                                    sizeof(int32_t) * (n_cpu > 0 ? n_cpu : 0)) &&
-                                            (n_cpu == 0 || !memcmp(pa.hx_h, pc.hx_h, sizeof(float) * D)));
-            int c_counts = cc[0] == ca[0];  // the carry after; the counters: A's growth this replay
-            for (int i = 1; i < PATH_COUNTERS; i++) c_counts &= cc[i] == ca[i] - ca0[i];
-            const int c_out = bitwise_eq(oc, oa, D, &at_c);
-            const int c_snap = prog == it && !memcmp(snap_h, tab_h, sizeof snap_h);
-            n_c++;
-            n_c_cpu += split && n_cpu > 0;
-            if (!(c_route && c_export && c_counts && c_out && c_snap)) {
-                if (!bad_c)
-                    snprintf(det_c, sizeof det_c, "replay %d (%s, %d CPU ranks): route %s, export %s, counters %s, "
-                             "out %s, snapshot / progress %s", it, split ? "every miss to the CPU" : "no split", n_cpu,
-                             c_route ? "same" : "DIFFERS", c_export ? "same" : "DIFFERS",
-                             c_counts ? "same" : "DIFFER", c_out ? "same" : "DIFFERS", c_snap ? "right" : "WRONG");
-                bad_c++;
-            }
-        }
         if (!(same_route && same_export && same_counts && same_out)) {
             if (!bad)
                 snprintf(det, sizeof det, "replay %d (%d CPU ranks): route %s, export %s, counters %s, out %s%s", it,
@@ -735,13 +655,9 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
              det[0] ? "; " : "", det);
     report("fused split (router classifies, down joins) == the separate launches, bitwise", bad || timed_out ||
                n_cpu_layers == 0 || n_cpu_layers == reps, d);
-    snprintf(d, sizeof d, "%d replays (%d with CPU ranks)%s%s", n_c, n_c_cpu, det_c[0] ? "; " : "", det_c);
-    report("route in the GLU launch (router snapshot; every miss to the CPU, or none) == the separate launches, "
-           "bitwise", bad_c || timed_out || n_c_cpu == 0 || n_c == 0, d);
     atomic_store(&ac.stop, 1);
     pthread_join(thr, NULL);
-    free_path(&pa), free_path(&pb), free_path(&pc);
-    cudaFree(snap_d), cudaFree(prog_d);
+    free_path(&pa), free_path(&pb);
     cudaFreeHost(bell_h), cudaFree(seq_d), cudaFree(leader_d), cudaFree(wait_d), cudaFree(rcnt), cudaFree(W_d),
         cudaFree(logits_d);
     free(W);
