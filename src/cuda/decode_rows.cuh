@@ -17,7 +17,9 @@
 
 #define DEC_TYPES(X)                                                                                               \
     X(ST_TYPE_Q4_0) X(ST_TYPE_Q4_1) X(ST_TYPE_Q5_0) X(ST_TYPE_Q5_1) X(ST_TYPE_Q8_0) X(ST_TYPE_Q2_K) X(ST_TYPE_Q3_K) \
-        X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K)
+        X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K) X(ST_TYPE_IQ1_S) X(ST_TYPE_IQ1_M) X(ST_TYPE_IQ2_XXS)      \
+        X(ST_TYPE_IQ2_XS) X(ST_TYPE_IQ2_S) X(ST_TYPE_IQ3_XXS) X(ST_TYPE_IQ3_S) X(ST_TYPE_IQ4_NL) X(ST_TYPE_IQ4_XS) \
+        X(ST_TYPE_MXFP4)
 
 // switch (type) over DEC_TYPES: CASE(T) for each (it returns), else FALLBACK. The *_any functions below are the
 // runtime-type entry points of the row dots (one out-of-line copy each).

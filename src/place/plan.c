@@ -364,13 +364,19 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     out->n_slots = rest / out->slot_bytes;
     if (out->n_slots >= out->n_experts_total) out->n_slots = out->n_experts_total - 1;  // unreachable in practice
     // The lookahead prefetch: its own n_layer x P slots come out of the cache's share when that leaves at least one
-    // layer's worth of cache (the engine's rule), else its sets go into the staging slots; none where the cache
-    // alone holds prefetch_max_share of the experts.
+    // layer's worth of cache (the engine's rule), with P lowered until they fit (down to ST_PLAN_PREFETCH_MIN_OWN),
+    // else its sets go into the staging slots; none where the cache alone holds prefetch_max_share of the experts.
+    // (All or nothing was a cliff: Qwen3-235B-A22B IQ1_M at 16 GiB, where the own sets hold nearly every slot, ran
+    // tg128 at 44.4 tok/s with them and at 8.5 with the ~70 MiB of KV cache that a 640-token context adds, which
+    // put the sets into the staging: 16 sets shared by 94 layers, each copy evicted before its next use.)
     const bool pf_worth = pp->prefetch_max_share <= 0 ||
                           (double)out->n_slots < pp->prefetch_max_share * (double)out->n_experts_total;
     out->prefetch_share_off = pp->prefetch_per_layer > 0 && !pf_worth;
     if (pp->prefetch_per_layer > 0 && hp->n_layer >= 2 && routers_float(d) && pf_worth) {
         out->prefetch_per_layer = (uint32_t)pp->prefetch_per_layer;
+        const uint64_t fit = out->n_slots > hp->n_expert ? (out->n_slots - hp->n_expert) / hp->n_layer : 0;
+        if (pp->prefetch_own && fit < out->prefetch_per_layer && fit >= ST_PLAN_PREFETCH_MIN_OWN)
+            out->prefetch_per_layer = (uint32_t)fit;
         const uint64_t own = (uint64_t)hp->n_layer * out->prefetch_per_layer;
         if (pp->prefetch_own && out->n_slots >= own + hp->n_expert) {
             out->n_prefetch = own;

@@ -43,6 +43,9 @@ extern "C" {
 // shape Q4_K_M, tg128 on / off (2026-12-01c): 17.0 GiB (81.2%) 360.3 / 327.5; 17.6 GiB (84.8%) 369.4 / 382.6;
 // 18.2 GiB (88.4%) 382.7 / 403.9; 16 GiB (74.7%) 356.8 / 251.8.
 #define ST_PLAN_PREFETCH_MAX_SHARE 0.83
+// ST_PLAN_PREFETCH_MIN_OWN: the fewest predictions per layer the prefetch's own sets are lowered to where the default
+// does not fit (below it they go into the staging). Half the 8 experts a token uses in Qwen3-MoE: unmeasured.
+#define ST_PLAN_PREFETCH_MIN_OWN 4
 #define ST_PLAN_PREFETCH_DEFAULT 16  // 2026-11-30h: 16 / 12 / 8 GiB 294.2 / 215.0 / 164.2 vs 285.1 / 211.5 / 153.2 (P 12); P 20-24 no better, 32 loses
 
 // One tensor of the model as the planner sees it: its spec (name, role, layer, shape) and stored type.

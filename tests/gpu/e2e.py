@@ -54,6 +54,7 @@ SYNTH = [  # (name, arch, preset, mix, required top-1 agreement)
     ("tiny-qwen3moe-F16", "qwen3moe", "tiny-qwen3moe", "F16", 1.0),
     ("tiny-qwen3moe-Q4_K_M", "qwen3moe", "tiny-qwen3moe", "Q4_K_M", 0.99),
     ("tiny-qwen3moe-IQ3_S", "qwen3moe", "tiny-qwen3moe", "IQ3_S", 0.99),
+    ("tiny-qwen3moe-IQ1_M", "qwen3moe", "tiny-qwen3moe", "IQ1_M", 0.99),  # the big files' mix (IQ1_M experts)
 ]
 N_GREEDY = 32
 NEAR_TIE = 0.01

@@ -11,6 +11,8 @@
 #   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load (prefetch
 #                                   off); the prefetch in the prefill staging with every copy (8), 12 under a swap
 #                                   storm, 6 in its own slots
+#      the i-quant mix (IQ1_M)      mid-iq1m: the same bitwise checks on an 8-layer IQ1_M file (section 5 also
+#                                   runs it with CPU misses, F auto)
 #   4. strata logits (CLI)          --gpu-mem --no-prefill-cpu --pcie-frac 1 vs unlimited: identical JSON (tokens, top logits, 64
 #                                   greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
@@ -94,7 +96,11 @@ tiny=/tmp/hy-tiny-qwen3moe-q4km.gguf
 mid=/tmp/hy-q30b-8l-q4km-skew.gguf
 [ -f $tiny ] || "$S" make-model --preset tiny-qwen3moe --type Q4_K_M --router-skew 0.5 --seed 7 -o $tiny -q
 [ -f $mid ] || "$S" make-model --preset qwen3-30b-a3b --n-layer 8 --type Q4_K_M --router-skew 0.5 --seed 7 -o $mid -q
-ls -la $tiny $mid | awk '{print "model:", $NF, $5, "bytes"}'
+# the i-quant mix of the big files (IQ1_M experts, IQ2_XXS/IQ4 elsewhere): the fused decode kernels' i-quant
+# instances under misses, swaps, the prefetch and the CPU workers' i-quant dots
+midiq=/tmp/hy-q30b-8l-iq1m-skew.gguf
+[ -f $midiq ] || "$S" make-model --preset qwen3-30b-a3b --n-layer 8 --type IQ1_M --router-skew 0.5 --seed 7 -o $midiq -q
+ls -la $tiny $mid $midiq | awk '{print "model:", $NF, $5, "bytes"}'
 
 # ---- 2./3. bitwise equality, misses, flat memory ------------------------------------------------------------------
 run_decode() {  # label model E n_prompt n_decode [env...]
@@ -124,6 +130,7 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
+run_decode mid-iq1m $midiq 128 300 1000
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")
@@ -179,6 +186,7 @@ run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRA
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
 run_cpumiss mid-prefill-cpu $mid 128 600 1000 prefill-cpu
+run_cpumiss mid-iq1m-cpumiss-auto $midiq 128 100 1000 auto
 # --deterministic overrides --pcie-frac: bitwise all-in-VRAM again (ref.json from section 4)
 if logits det $mid --gpu-mem "$gmid" --pcie-frac 0.5 --deterministic; then
   if cmp -s "$out/ref.json" "$out/det.json"; then pass "logits CLI: --pcie-frac 0.5 --deterministic == unlimited"

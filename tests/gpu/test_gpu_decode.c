@@ -304,6 +304,22 @@ static void test_mmvq_multi(void) {
         const int t[1] = {ST_TYPE_Q6_K}, r[1] = {1};
         test_mmvq_multi_case(t, r, 1, 256);
     }
+    {  // the i-quants (Q8_K activations): IQ1/IQ2/IQ3 mixes of low-bit files
+        const int t[4] = {ST_TYPE_IQ1_S, ST_TYPE_IQ1_M, ST_TYPE_IQ2_XXS, ST_TYPE_IQ2_XS}, r[4] = {64, 33, 129, 7};
+        test_mmvq_multi_case(t, r, 4, 1024);
+    }
+    {
+        const int t[4] = {ST_TYPE_IQ2_S, ST_TYPE_IQ3_XXS, ST_TYPE_IQ3_S, ST_TYPE_IQ4_XS}, r[4] = {96, 65, 31, 40};
+        test_mmvq_multi_case(t, r, 4, 512);
+    }
+    {  // the 16-entry codebook types (Q8_0 activations): IQ4_NL, gpt-oss's MXFP4
+        const int t[2] = {ST_TYPE_IQ4_NL, ST_TYPE_MXFP4}, r[2] = {96, 65};
+        test_mmvq_multi_case(t, r, 2, 2880);
+    }
+    {  // one i-quant type alone: the per-type instance, not the mixed-type switch
+        const int t[1] = {ST_TYPE_IQ1_M}, r[1] = {512};
+        test_mmvq_multi_case(t, r, 1, 4096);
+    }
     report("mmvq_multi (Q/K/V in one launch, mixed types)");
 }
 
@@ -641,6 +657,12 @@ static void test_moe(void) {
     test_moe_case(ST_TYPE_Q8_0, ST_TYPE_Q4_0, E, 4, 256, 96, 2, 0); // Q8_0 format, 32-row chunks
     test_moe_case(ST_TYPE_Q4_1, ST_TYPE_Q5_1, E, 2, 256, 512, 1, 0); // Q8_1 format
     if (!g_quick) test_moe_case(ST_TYPE_Q5_K, ST_TYPE_Q3_K, E, 8, 1024, 512, 8, 0);
+    test_moe_case(ST_TYPE_IQ1_M, ST_TYPE_IQ2_XXS, E, 8, 1024, 512, 1, 0);  // a Qwen3-235B-A22B IQ1_M-style mix
+    test_moe_case(ST_TYPE_IQ2_XS, ST_TYPE_IQ3_S, E, 4, 512, 768, 2, 0);
+    test_moe_case(ST_TYPE_IQ3_XXS, ST_TYPE_IQ4_XS, E, 8, 512, 256, 1, 1);
+    test_moe_case(ST_TYPE_MXFP4, ST_TYPE_MXFP4, E, 4, 576, 320, 1, 0);    // gpt-oss: MXFP4 experts, Q8_0 inputs
+    if (!g_quick) test_moe_case(ST_TYPE_IQ1_S, ST_TYPE_IQ2_S, E, 8, 4096, 1536, 1, 0);  // the 235B shape
+    if (!g_quick) test_moe_case(ST_TYPE_IQ4_NL, ST_TYPE_IQ4_NL, E, 2, 256, 96, 3, 0);
     report("moe_glu_q + moe_down_sum, moe_glu + moe_down_q (expert table, CPU-format down input, rank-order sum)");
 }
 

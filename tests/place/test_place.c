@@ -141,7 +141,8 @@ static void test_planner(const st_model *m) {
         }
     }
     // The lookahead prefetch's own slots: n_layer x P out of the cache's share when that leaves a layer's worth of
-    // cache (n_slots >= own + n_expert), else none (its sets then go into the staging); off with P = 0.
+    // cache (n_slots >= own + n_expert), P lowered to fit down to ST_PLAN_PREFETCH_MIN_OWN, else none (its sets then
+    // go into the staging); off with P = 0.
     {
         const uint64_t own = (uint64_t)m->hp.n_layer, E = m->hp.n_expert;
         st_plan_params q = pp;
@@ -160,6 +161,21 @@ static void test_planner(const st_model *m) {
                   p.n_slots == own + E - 1,
               "prefetch without room: %" PRIu64 " own, %" PRIu64 " cache slots", p.n_prefetch, p.n_slots);
         st_plan_free(&p);
+        // P lowered until its own sets fit (down to ST_PLAN_PREFETCH_MIN_OWN), not all or nothing
+        q.prefetch_per_layer = 8;
+        q.gpu_budget = min + (5 * own + E) * slot + slot / 2;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && !p.all_in_vram && p.prefetch_per_layer == 5 &&
+                  p.n_prefetch == 5 * own && p.n_slots == E,
+              "prefetch lowered to fit: %u per layer, %" PRIu64 " own, %" PRIu64 " cache slots",
+              p.prefetch_per_layer, p.n_prefetch, p.n_slots);
+        st_plan_free(&p);
+        q.gpu_budget = min + ((ST_PLAN_PREFETCH_MIN_OWN - 1) * own + E) * slot;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && !p.all_in_vram && p.prefetch_per_layer == 8 && p.n_prefetch == 0 &&
+                  p.n_slots == (ST_PLAN_PREFETCH_MIN_OWN - 1) * own + E,
+              "prefetch below its minimum: %u per layer, %" PRIu64 " own (sets in the staging)", p.prefetch_per_layer,
+              p.n_prefetch);
+        st_plan_free(&p);
+        q.prefetch_per_layer = 1;
         q.gpu_budget = min + (own + E) * slot;
         q.prefetch_own = false;
         CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 1 && p.n_prefetch == 0 &&
