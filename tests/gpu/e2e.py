@@ -176,6 +176,9 @@ def main():
         ok = pos > 0 and (absolute or relative) and lrate >= 0.97
         if hard and ok:
             err = f"(as the CPU's {isa} path: worst margin {worst:.4f} <= {cm[isa]:.4f}) " + err
+        if not ok:  # what the relative rule compared
+            err = (f"(disagreements {pos - agree} vs the CPU {isa} path's {pos - cc[isa]}, worst CPU margin "
+                   f"{worst:.4f} vs {cm[isa]:.4f}) " + err)
         failed += not ok
         print(f"{name:24} {pos:9d} {rate:11.4f} {ctrl:8.4f} {g_ok:>6}/{g_n:<5} {min(cg.values()):>4}/{g_n:<3} "
               f"{lrate:10.4f} {gg / pos if pos else 0.0:8.4f}  {'ok' if ok else 'FAIL'} {err}")
