@@ -44,7 +44,20 @@ extern "C" {
 #endif
 
 // Table access: device copies (cuda/qblock_tables.h) in device code, the host tables otherwise.
-#if defined(__CUDA_ARCH__)
+// ST_QB_PROBE_MASK (timing probe only, results wrong; e.g. bench/ab.sh "probe=cflags:-DST_QB_PROBE_MASK=7"): every
+// codebook index ANDed with the mask, so a warp's lookups fall in a few lines of the table instead of up to 32: the
+// i-quant kernels' speed with the lookups made nearly free, an upper bound on what a faster table (shared memory,
+// packed entries) could buy. The indices are still computed from the weights, so their loads stay.
+#if defined(__CUDA_ARCH__) && defined(ST_QB_PROBE_MASK)
+template <typename T> struct st_qb_probe_tab {
+    const T *t;
+    __device__ __forceinline__ T operator[](unsigned i) const { return t[i & (unsigned)(ST_QB_PROBE_MASK)]; }
+};
+template <typename T, unsigned N> __device__ __forceinline__ st_qb_probe_tab<T> st_qb_probe_tab_of(const T (&t)[N]) {
+    return st_qb_probe_tab<T>{t};
+}
+#define ST_QTAB(name) st_qb_probe_tab_of(st_dev_##name)
+#elif defined(__CUDA_ARCH__)
 #define ST_QTAB(name) st_dev_##name
 #else
 #define ST_QTAB(name) st_##name
