@@ -162,6 +162,7 @@ struct multi_args {
 
 template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
+    dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES; before any group leaves)
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
     st_pdl_trigger();
     float v;
     if constexpr (TYPE == 0) v = row_dot_any(type, wr, a.xq, a.nitems, lane);
-    else v = row_dot<TYPE>(wr, a.xq, a.nitems, lane);
+    else v = row_dot<TYPE, DEC_TAB>(wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = v;
 }
 
@@ -471,6 +472,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
               int32_t *counters, const glu_route rt) {
+    dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
     st_pdl_wait();  // ids (or logits), xq: earlier kernels
@@ -501,7 +503,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
                 row_dot2_any(type, gate + off, up + off, x, nitems, lane, &a[j], &b[j]);
             }
         } else if constexpr (R == 1) {
-            row_dot2<TYPE>(gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes, x, nitems, lane,
+            row_dot2<TYPE, DEC_TAB>(gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes, x, nitems, lane,
                            a[0], b[0]);
         } else {
             const uint8_t *rows[2 * R];
@@ -511,7 +513,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
                 const size_t off = (size_t)(r + j * DEC_GROUPS) * (size_t)row_bytes;
                 rows[2 * j] = gate + off, rows[2 * j + 1] = up + off;
             }
-            rows_dot_x<TYPE, 2 * R>(rows, x, nitems, lane, o);
+            rows_dot_x<TYPE, 2 * R, DEC_TAB>(rows, x, nitems, lane, o);
 #pragma unroll
             for (int j = 0; j < R; j++) a[j] = o[2 * j], b[j] = o[2 * j + 1];
         }
@@ -624,6 +626,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                                               const float *__restrict__ wts, int K, float *out, const float *add,
                                               float *yk, const st_hy_join_args *join) {
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
+    dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
     st_pdl_wait();
@@ -644,7 +647,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                 }
             }
             float v[DOWN_N];
-            row_dotN<TYPE, DOWN_N>(rows, xqs, nitems, lane, v);  // NaN for a skipped row, as below
+            row_dotN<TYPE, DOWN_N, DEC_TAB>(rows, xqs, nitems, lane, v);  // NaN for a skipped row, as below
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng;
@@ -661,7 +664,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
             const uint8_t *row = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
             const uint8_t *xr = actq + (size_t)p * (size_t)aq_stride;
             if constexpr (TYPE == 0) v = row_dot_any(type, row, xr, nitems, lane);
-            else v = row_dot<TYPE>(row, xr, nitems, lane);
+            else v = row_dot<TYPE, DEC_TAB>(row, xr, nitems, lane);
         }
         if (lane == 0) ys[k][rr] = v;
     }

@@ -21,6 +21,54 @@
         X(ST_TYPE_IQ2_XS) X(ST_TYPE_IQ2_S) X(ST_TYPE_IQ3_XXS) X(ST_TYPE_IQ3_S) X(ST_TYPE_IQ4_NL) X(ST_TYPE_IQ4_XS) \
         X(ST_TYPE_MXFP4)
 
+// DEC_SMEM_TABLES (A/B build flag, default 0): the per-type kernel instances read the i-quant codebooks from a
+// block's copy in shared memory, staged by dec_stage_tables<TYPE>() at the start of each kernel (before its PDL
+// wait: the tables are no kernel's output), instead of the device copy through L1: a warp's random lookups there
+// touch up to 32 lines (one L1 wavefront each) per instruction; in shared memory they cost bank conflicts only.
+// The row dots take it as their SMEM argument (DEC_TAB at the kernels' call sites); the runtime-type functions
+// (instance 0) keep the device copy. Same values, so the same results.
+#ifndef DEC_SMEM_TABLES
+#define DEC_SMEM_TABLES 0
+#endif
+#define DEC_TAB (DEC_SMEM_TABLES != 0)
+#if DEC_SMEM_TABLES
+static __shared__ uint64_t dec_s_iq2xxs[256], dec_s_iq2xs[512], dec_s_iq2s[1024], dec_s_iq1s[2048];
+static __shared__ uint32_t dec_s_iq3xxs[256], dec_s_iq3s[512];
+#endif
+
+// Copies the codebook TYPE's unpack reads into shared memory (all threads of the block; ends with a barrier), or
+// nothing where it reads none or DEC_SMEM_TABLES is 0. Call it first in a kernel, before any thread may return.
+template <typename T, int N> __device__ __forceinline__ void dec_copy_table(T (&dst)[N], const T (&src)[N]) {
+    for (int i = threadIdx.x; i < N; i += blockDim.x) dst[i] = src[i];
+    __syncthreads();
+}
+template <int TYPE> __device__ __forceinline__ void dec_stage_tables() {
+#if DEC_SMEM_TABLES
+    if constexpr (TYPE == ST_TYPE_IQ2_XXS) dec_copy_table(dec_s_iq2xxs, st_dev_iq2xxs_grid);
+    else if constexpr (TYPE == ST_TYPE_IQ2_XS) dec_copy_table(dec_s_iq2xs, st_dev_iq2xs_grid);
+    else if constexpr (TYPE == ST_TYPE_IQ2_S) dec_copy_table(dec_s_iq2s, st_dev_iq2s_grid);
+    else if constexpr (TYPE == ST_TYPE_IQ3_XXS) dec_copy_table(dec_s_iq3xxs, st_dev_iq3xxs_grid);
+    else if constexpr (TYPE == ST_TYPE_IQ3_S) dec_copy_table(dec_s_iq3s, st_dev_iq3s_grid);
+    else if constexpr (TYPE == ST_TYPE_IQ1_S || TYPE == ST_TYPE_IQ1_M) dec_copy_table(dec_s_iq1s, st_dev_iq1s_grid);
+#endif
+}
+
+// Item j of block x of weight type TYPE (the row dots' st_qb_unpack); SMEM: the codebooks from the block's copy
+// (the per-type kernel instances under DEC_SMEM_TABLES, which stage it; the runtime-type functions never).
+template <int TYPE, bool SMEM> __device__ __forceinline__ void dec_unpack(const uint8_t *x, int j, st_qb_w *w) {
+#if DEC_SMEM_TABLES
+    if constexpr (!SMEM) {
+    } else if constexpr (TYPE == ST_TYPE_IQ2_XXS) return st_qb_unpack_iq2_xxs_t(x, j, w, dec_s_iq2xxs);
+    else if constexpr (TYPE == ST_TYPE_IQ2_XS) return st_qb_unpack_iq2_xs_t(x, j, w, dec_s_iq2xs);
+    else if constexpr (TYPE == ST_TYPE_IQ2_S) return st_qb_unpack_iq2_s_t(x, j, w, dec_s_iq2s);
+    else if constexpr (TYPE == ST_TYPE_IQ3_XXS) return st_qb_unpack_iq3_xxs_t(x, j, w, dec_s_iq3xxs);
+    else if constexpr (TYPE == ST_TYPE_IQ3_S) return st_qb_unpack_iq3_s_t(x, j, w, dec_s_iq3s);
+    else if constexpr (TYPE == ST_TYPE_IQ1_S) return st_qb_unpack_iq1_s_t(x, j, w, dec_s_iq1s);
+    else if constexpr (TYPE == ST_TYPE_IQ1_M) return st_qb_unpack_iq1_m_t(x, j, w, dec_s_iq1s);
+#endif
+    st_qb_unpack(TYPE, x, j, w);
+}
+
 // switch (type) over DEC_TYPES: CASE(T) for each (it returns), else FALLBACK. The *_any functions below are the
 // runtime-type entry points of the row dots (one out-of-line copy each).
 #define DEC_TYPE_SWITCH(type, CASE, FALLBACK) \
@@ -43,7 +91,8 @@ static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t
 }
 
 // dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
-template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
+template <int TYPE, bool SMEM = false>
+__device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
     const uint8_t *xds = xq + (size_t)nitems * 32;
     float acc = 0.0f;
@@ -53,14 +102,14 @@ template <int TYPE> __device__ __forceinline__ float row_dot(const uint8_t *row,
         float2 ds;
         load_act(xq, xds, it, q, ds);
         st_qb_w w;
-        st_qb_unpack(TYPE, row + (size_t)(it / IPB) * TS, it % IPB, &w);
+        dec_unpack<TYPE, SMEM>(row + (size_t)(it / IPB) * TS, it % IPB, &w);
         acc += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
     }
     return g32_sum_f(acc);
 }
 
 // Two rows (gate, up) against the same activations in one pass.
-template <int TYPE>
+template <int TYPE, bool SMEM = false>
 __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems, int lane,
                                          float &a, float &b) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -73,9 +122,9 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
         load_act(xq, xds, it, q, ds);
         const size_t off = (size_t)(it / IPB) * TS;
         st_qb_w w;
-        st_qb_unpack(TYPE, ra + off, it % IPB, &w);
+        dec_unpack<TYPE, SMEM>(ra + off, it % IPB, &w);
         acc_a += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
-        st_qb_unpack(TYPE, rb + off, it % IPB, &w);
+        dec_unpack<TYPE, SMEM>(rb + off, it % IPB, &w);
         acc_b += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
     }
     a = g32_sum_f(acc_a);
@@ -252,7 +301,7 @@ __device__ __forceinline__ bool rows_or_first(const uint8_t *const *rows, const 
 
 // N rows against N activation rows in one pass (rows[n] NULL: out[n] NaN); same per-row arithmetic and order as
 // row_dot.
-template <int TYPE, int N>
+template <int TYPE, int N, bool SMEM = false>
 __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8_t *const *xqs, int nitems, int lane,
                                          float *out) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -271,7 +320,7 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
             float2 ds;
             load_act(xs[n], xs[n] + (size_t)nitems * 32, it, q, ds);
             st_qb_w w;
-            st_qb_unpack(TYPE, r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            dec_unpack<TYPE, SMEM>(r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
         }
     }
@@ -291,7 +340,7 @@ static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const 
 
 // N rows against one activation row (the MoE GLU's gate and up rows of several outputs): the activation block is
 // loaded once per item; per-row arithmetic and order as row_dot (rows[n] NULL: out[n] NaN; branch-free as row_dotN).
-template <int TYPE, int N>
+template <int TYPE, int N, bool SMEM = false>
 __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uint8_t *xq, int nitems, int lane,
                                            float *out) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -312,7 +361,7 @@ __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uin
         for (int n = 0; n < N; n++) {
             if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;
             st_qb_w w;
-            st_qb_unpack(TYPE, r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            dec_unpack<TYPE, SMEM>(r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
         }
     }

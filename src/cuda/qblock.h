@@ -44,23 +44,21 @@ extern "C" {
 #endif
 
 // Table access: device copies (cuda/qblock_tables.h) in device code, the host tables otherwise.
-// ST_QB_PROBE_MASK (timing probe only, results wrong; e.g. bench/ab.sh "probe=cflags:-DST_QB_PROBE_MASK=7"): every
-// codebook index ANDed with the mask, so a warp's lookups fall in a few lines of the table instead of up to 32: the
-// i-quant kernels' speed with the lookups made nearly free, an upper bound on what a faster table (shared memory,
-// packed entries) could buy. The indices are still computed from the weights, so their loads stay.
-#if defined(__CUDA_ARCH__) && defined(ST_QB_PROBE_MASK)
-template <typename T> struct st_qb_probe_tab {
-    const T *t;
-    __device__ __forceinline__ T operator[](unsigned i) const { return t[i & (unsigned)(ST_QB_PROBE_MASK)]; }
-};
-template <typename T, unsigned N> __device__ __forceinline__ st_qb_probe_tab<T> st_qb_probe_tab_of(const T (&t)[N]) {
-    return st_qb_probe_tab<T>{t};
-}
-#define ST_QTAB(name) st_qb_probe_tab_of(st_dev_##name)
-#elif defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__)
 #define ST_QTAB(name) st_dev_##name
 #else
 #define ST_QTAB(name) st_##name
+#endif
+
+// ST_QB_GIDX: a codebook index as the unpack functions use it. ST_QB_PROBE_MASK (device code, a timing probe only:
+// results wrong; e.g. bench/ab.sh "probe=cflags:-DST_QB_PROBE_MASK=7") ANDs every index with the mask, so a warp's
+// lookups fall in one or two lines of the table instead of up to 32: the i-quant kernels' speed with the lookups
+// nearly free, an upper bound on what a faster table could buy. The indices are still computed from the weights, so
+// their loads stay.
+#if defined(__CUDA_ARCH__) && defined(ST_QB_PROBE_MASK)
+#define ST_QB_GIDX(i) ((i) & (uint32_t)(ST_QB_PROBE_MASK))
+#else
+#define ST_QB_GIDX(i) (i)
 #endif
 
 #if defined(__CUDA_ARCH__)
@@ -491,39 +489,41 @@ ST_HD void st_qb_grid8(st_qb_w *w, int k, uint64_t g, uint32_t sign8) {
     w->v[2 * k + 1] = (int32_t)st_qb_sign((uint32_t)(g >> 32), st_qb_bits_to_mask(sign8 >> 4));
 }
 
-ST_HD void st_qb_unpack_iq2_xxs(const uint8_t *x, int j, st_qb_w *w) {
+// The codebook types take their table as an argument (_t): the device copy, or a block's copy in shared memory
+// (cuda/decode_rows.cuh, DEC_SMEM_TABLES); the plain names read ST_QTAB's.
+ST_HD void st_qb_unpack_iq2_xxs_t(const uint8_t *x, int j, st_qb_w *w, const uint64_t *grid) {
     uint32_t aux[2];
     st_qb_ldw(x + 2 + 8 * j, aux, 2, 2);
     ST_QB_UNROLL
     for (int k = 0; k < 4; k++)
-        st_qb_grid8(w, k, ST_QTAB(iq2xxs_grid)[(aux[0] >> (8 * k)) & 255], st_qb_ksigns((aux[1] >> (7 * k)) & 127));
+        st_qb_grid8(w, k, grid[ST_QB_GIDX((aux[0] >> (8 * k)) & 255)], st_qb_ksigns((aux[1] >> (7 * k)) & 127));
     const float a = st_qb_f16(st_qb_u16(x)) * (0.5f + (float)(aux[1] >> 28)) * 0.25f;
     st_qb_set_ab(w, a, a, 0.0f, 0.0f);
 }
-ST_HD void st_qb_unpack_iq2_xs(const uint8_t *x, int j, st_qb_w *w) {
+ST_HD void st_qb_unpack_iq2_xs_t(const uint8_t *x, int j, st_qb_w *w, const uint64_t *grid) {
     uint32_t qs[2];
     st_qb_ldw(x + 2 + 8 * j, qs, 2, 2);
     ST_QB_UNROLL
     for (int k = 0; k < 4; k++) {
         const uint32_t q = (qs[k / 2] >> (16 * (k % 2))) & 0xffff;
-        st_qb_grid8(w, k, ST_QTAB(iq2xs_grid)[q & 511], st_qb_ksigns(q >> 9));
+        st_qb_grid8(w, k, grid[ST_QB_GIDX(q & 511)], st_qb_ksigns(q >> 9));
     }
     const uint32_t sc = x[66 + j];
     const float d = st_qb_f16(st_qb_u16(x)) * 0.25f;
     st_qb_set_ab(w, d * (0.5f + (float)(sc & 15)), d * (0.5f + (float)(sc >> 4)), 0.0f, 0.0f);
 }
-ST_HD void st_qb_unpack_iq2_s(const uint8_t *x, int j, st_qb_w *w) {
+ST_HD void st_qb_unpack_iq2_s_t(const uint8_t *x, int j, st_qb_w *w, const uint64_t *grid) {
     const uint32_t qs = st_qb_u32(x + 2 + 4 * j, 2), signs = st_qb_u32(x + 34 + 4 * j, 2);
     const uint32_t qh = x[66 + j], sc = x[74 + j];
     ST_QB_UNROLL
     for (int k = 0; k < 4; k++) {
         const uint32_t idx = ((qs >> (8 * k)) & 255) | (((qh >> (2 * k)) & 3) << 8);
-        st_qb_grid8(w, k, ST_QTAB(iq2s_grid)[idx], (signs >> (8 * k)) & 255);
+        st_qb_grid8(w, k, grid[ST_QB_GIDX(idx)], (signs >> (8 * k)) & 255);
     }
     const float d = st_qb_f16(st_qb_u16(x)) * 0.25f;
     st_qb_set_ab(w, d * (0.5f + (float)(sc & 15)), d * (0.5f + (float)(sc >> 4)), 0.0f, 0.0f);
 }
-ST_HD void st_qb_unpack_iq3_xxs(const uint8_t *x, int j, st_qb_w *w) {
+ST_HD void st_qb_unpack_iq3_xxs_t(const uint8_t *x, int j, st_qb_w *w, const uint32_t *grid) {
     uint32_t qs[2];
     st_qb_ldw(x + 2 + 8 * j, qs, 2, 2);
     const uint32_t aux = st_qb_u32(x + 66 + 4 * j, 2);
@@ -531,13 +531,13 @@ ST_HD void st_qb_unpack_iq3_xxs(const uint8_t *x, int j, st_qb_w *w) {
     for (int k = 0; k < 4; k++) {
         const uint32_t sign8 = st_qb_ksigns((aux >> (7 * k)) & 127);
         const uint32_t i0 = (qs[k / 2] >> (16 * (k % 2))) & 255, i1 = (qs[k / 2] >> (16 * (k % 2) + 8)) & 255;
-        w->v[2 * k] = (int32_t)st_qb_sign(ST_QTAB(iq3xxs_grid)[i0], st_qb_bits_to_mask(sign8 & 15));
-        w->v[2 * k + 1] = (int32_t)st_qb_sign(ST_QTAB(iq3xxs_grid)[i1], st_qb_bits_to_mask(sign8 >> 4));
+        w->v[2 * k] = (int32_t)st_qb_sign(grid[ST_QB_GIDX(i0)], st_qb_bits_to_mask(sign8 & 15));
+        w->v[2 * k + 1] = (int32_t)st_qb_sign(grid[ST_QB_GIDX(i1)], st_qb_bits_to_mask(sign8 >> 4));
     }
     const float a = st_qb_f16(st_qb_u16(x)) * (0.5f + (float)(aux >> 28)) * 0.5f;
     st_qb_set_ab(w, a, a, 0.0f, 0.0f);
 }
-ST_HD void st_qb_unpack_iq3_s(const uint8_t *x, int j, st_qb_w *w) {
+ST_HD void st_qb_unpack_iq3_s_t(const uint8_t *x, int j, st_qb_w *w, const uint32_t *grid) {
     uint32_t qs[2];
     st_qb_ldw(x + 2 + 8 * j, qs, 2, 2);
     const uint32_t qh = x[66 + j];
@@ -545,18 +545,18 @@ ST_HD void st_qb_unpack_iq3_s(const uint8_t *x, int j, st_qb_w *w) {
     ST_QB_UNROLL
     for (int m = 0; m < 8; m++) {
         const uint32_t idx = ((qs[m / 4] >> (8 * (m % 4))) & 255) | (((qh >> m) & 1) << 8);
-        w->v[m] = (int32_t)st_qb_sign(ST_QTAB(iq3s_grid)[idx], st_qb_bits_to_mask((signs >> (4 * m)) & 15));
+        w->v[m] = (int32_t)st_qb_sign(grid[ST_QB_GIDX(idx)], st_qb_bits_to_mask((signs >> (4 * m)) & 15));
     }
     const uint32_t s = (x[106 + j / 2] >> (4 * (j % 2))) & 15;
     const float a = st_qb_f16(st_qb_u16(x)) * (float)(1 + 2 * s);
     st_qb_set_ab(w, a, a, 0.0f, 0.0f);
 }
-ST_HD void st_qb_unpack_iq1_s(const uint8_t *x, int j, st_qb_w *w) {
+ST_HD void st_qb_unpack_iq1_s_t(const uint8_t *x, int j, st_qb_w *w, const uint64_t *grid) {
     const uint32_t qs = st_qb_u32(x + 2 + 4 * j, 2);
     const uint32_t qh = st_qb_u16(x + 34 + 2 * j);
     ST_QB_UNROLL
     for (int k = 0; k < 4; k++) {
-        const uint64_t g = ST_QTAB(iq1s_grid)[((qs >> (8 * k)) & 255) | (((qh >> (3 * k)) & 7) << 8)];
+        const uint64_t g = grid[ST_QB_GIDX(((qs >> (8 * k)) & 255) | (((qh >> (3 * k)) & 7) << 8))];
         w->v[2 * k] = (int32_t)(uint32_t)g;
         w->v[2 * k + 1] = (int32_t)(uint32_t)(g >> 32);
     }
@@ -564,7 +564,7 @@ ST_HD void st_qb_unpack_iq1_s(const uint8_t *x, int j, st_qb_w *w) {
     const float b = a * ((qh & 0x8000) ? -IQ1S_DELTA : IQ1S_DELTA);
     st_qb_set_ab(w, a, a, b, b);
 }
-ST_HD void st_qb_unpack_iq1_m(const uint8_t *x, int j, st_qb_w *w) {
+ST_HD void st_qb_unpack_iq1_m_t(const uint8_t *x, int j, st_qb_w *w, const uint64_t *grid) {
     const uint32_t qs = st_qb_u32(x + 4 * j, 4);
     const uint32_t qh = st_qb_u16(x + 32 + 2 * j);
     uint32_t sc[2];
@@ -577,13 +577,34 @@ ST_HD void st_qb_unpack_iq1_m(const uint8_t *x, int j, st_qb_w *w) {
     ST_QB_UNROLL
     for (int k = 0; k < 4; k++) {
         const uint32_t nib = (qh >> (4 * k)) & 15;  // qh[2j + k/2], nibble k % 2
-        const uint64_t g = ST_QTAB(iq1s_grid)[((qs >> (8 * k)) & 255) | ((nib & 7) << 8)];
+        const uint64_t g = grid[ST_QB_GIDX(((qs >> (8 * k)) & 255) | ((nib & 7) << 8))];
         w->v[2 * k] = (int32_t)(uint32_t)g;
         w->v[2 * k + 1] = (int32_t)(uint32_t)(g >> 32);
         const float a = k < 2 ? a0 : a1;
         w->a[k] = a;
         w->b[k] = a * ((nib & 8) ? -IQ1M_DELTA : IQ1M_DELTA);
     }
+}
+ST_HD void st_qb_unpack_iq2_xxs(const uint8_t *x, int j, st_qb_w *w) {
+    st_qb_unpack_iq2_xxs_t(x, j, w, ST_QTAB(iq2xxs_grid));
+}
+ST_HD void st_qb_unpack_iq2_xs(const uint8_t *x, int j, st_qb_w *w) {
+    st_qb_unpack_iq2_xs_t(x, j, w, ST_QTAB(iq2xs_grid));
+}
+ST_HD void st_qb_unpack_iq2_s(const uint8_t *x, int j, st_qb_w *w) {
+    st_qb_unpack_iq2_s_t(x, j, w, ST_QTAB(iq2s_grid));
+}
+ST_HD void st_qb_unpack_iq3_xxs(const uint8_t *x, int j, st_qb_w *w) {
+    st_qb_unpack_iq3_xxs_t(x, j, w, ST_QTAB(iq3xxs_grid));
+}
+ST_HD void st_qb_unpack_iq3_s(const uint8_t *x, int j, st_qb_w *w) {
+    st_qb_unpack_iq3_s_t(x, j, w, ST_QTAB(iq3s_grid));
+}
+ST_HD void st_qb_unpack_iq1_s(const uint8_t *x, int j, st_qb_w *w) {
+    st_qb_unpack_iq1_s_t(x, j, w, ST_QTAB(iq1s_grid));
+}
+ST_HD void st_qb_unpack_iq1_m(const uint8_t *x, int j, st_qb_w *w) {
+    st_qb_unpack_iq1_m_t(x, j, w, ST_QTAB(iq1s_grid));
 }
 ST_HD void st_qb_unpack_iq4_xs(const uint8_t *x, int j, st_qb_w *w) {
     uint32_t q[4];
