@@ -265,11 +265,10 @@ __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
 }
 
 // STRATA_HY_PF_BULK=1 (A/B, sm_90): the same copies by TMA bulk copies, host record -> shared memory -> slot, one
-// thread driving each block, instead of 256 threads with PF_UNROLL 16-byte loads each. Why: in the 16 GiB decode
-// timeline (2026-12-01e) the one-block attention / FFN norm took 10.9 us (median) beside a copy against 4.7 alone,
-// on more than half of its launches. Either a main-chain block on a copy block's SM queues behind the loads' L1
-// misses (bulk copies bypass the LSU and L1: this variant), or the 512 KiB of host reads in flight slow the memory
-// system for everyone (a smaller PF_UNROLL tests that). Same bytes, same publishing.
+// thread driving each block, instead of 256 threads with PF_UNROLL 16-byte loads each. Why: the loads' 512 KiB of
+// PCIe reads in flight share the L1 and its miss queue with whatever main-chain block runs on the same SM: in the
+// 16 GiB decode timeline (2026-12-01e) the attention / FFN norm took 10.9 us (median) beside a copy against 4.7
+// alone, on more than half of its launches; bulk copies bypass the LSU and L1. Same bytes, same publishing.
 __global__ void __launch_bounds__(32) k_hy_pf_copy_bulk(const st_hy_pf pf, int m) {
 #if ST_TC_BULK
     __shared__ __align__(128) uint8_t buf[PF_BULK_BYTES];
