@@ -7,7 +7,6 @@
 #include "cuda/decode_common.cuh"  // PDL: the per-layer kernels of the decode step sit between PDL launches
 #include "cuda/hybrid_bell.cuh"   // the split's classify and wait
 #include "cuda/hybrid_count.cuh"
-#include "cuda/mma.cuh"             // TMA bulk copies (STRATA_HY_PF_BULK)
 
 __global__ void k_hy_count(const int32_t *__restrict__ ids, int n_pairs, const st_hy_count_args a) {
     st_pdl_wait();  // ids: the router's output (decode_common.cuh's PDL rules)
@@ -143,10 +142,7 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 // ---- lookahead prefetch (hybrid.h) ------------------------------------------------------------------------------
 
 #define PF_CHUNK (64 << 10)  // bytes of a record one block copies at a time
-#ifndef PF_UNROLL
-#define PF_UNROLL 8          // 16-byte loads in flight per thread (PCIe latency: many loads outstanding; -D for A/B)
-#endif
-#define PF_BULK_BYTES (32 << 10)  // STRATA_HY_PF_BULK: bytes per bulk round trip (the block's shared staging)
+#define PF_UNROLL 8          // 16-byte loads in flight per thread (PCIe latency: many loads outstanding)
 
 // Layer m's plan from pred [P] (hybrid.h, st_cuda_hy_pf_plan's rule) by one warp (P, per_set <= 32): lane i looks
 // up prediction i (its home entry and the set's owners) so the P lookups are in flight together (one thread walking
@@ -264,89 +260,9 @@ __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
     }
 }
 
-// STRATA_HY_PF_BULK=1 (A/B, sm_90): the same copies by TMA bulk copies, host record -> shared memory -> slot, one
-// thread driving each block, instead of 256 threads with PF_UNROLL 16-byte loads each. Why: the loads' 512 KiB of
-// PCIe reads in flight share the L1 and its miss queue with whatever main-chain block runs on the same SM: in the
-// 16 GiB decode timeline (2026-12-01e) the attention / FFN norm took 10.9 us (median) beside a copy against 4.7
-// alone, on more than half of its launches; bulk copies bypass the LSU and L1. Same bytes, same publishing.
-__global__ void __launch_bounds__(32) k_hy_pf_copy_bulk(const st_hy_pf pf, int m) {
-#if ST_TC_BULK
-    __shared__ __align__(128) uint8_t buf[PF_BULK_BYTES];
-    __shared__ __align__(8) uint64_t bar;
-    const int n = *(volatile const int32_t *)pf.work;
-    if (n <= 0) return;
-    const long long bytes = pf.layer_meta[4 * (size_t)m];
-    const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets;
-    if (threadIdx.x == 0) {
-        tc_mbar_init(&bar, 1);
-        tc_mbar_fence_init();
-    }
-    __syncwarp();
-    unsigned phase = 0;
-    for (int c = blockIdx.x; c < n * per_rec; c += gridDim.x) {
-        const int i = c / per_rec, part = c % per_rec;
-        const int j = pf.work[1 + 2 * i], e = pf.work[2 + 2 * i];
-        const long long off = (long long)part * PF_CHUNK, len = min((long long)PF_CHUNK, bytes - off);
-        const uint8_t *src = pf.rec[(size_t)m * pf.E + e] + off;
-        uint8_t *slot = pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
-        uint8_t *dst = slot + off;
-        const long long n16 = len / 16 * 16;
-        for (long long o = 0; o < n16; o += PF_BULK_BYTES) {
-            const unsigned b = (unsigned)min((long long)PF_BULK_BYTES, n16 - o);
-            if (threadIdx.x == 0) {
-                tc_mbar_expect_tx(&bar, b);
-                tc_bulk_g2s(buf, src + o, b, &bar);
-            }
-            tc_mbar_wait(&bar, phase);
-            phase ^= 1u;
-            if (threadIdx.x == 0) {  // shared -> slot, then wait until the store has read the buffer and landed
-                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst + o),
-                             "r"(tc_smem_u32(buf)), "r"(b)
-                             : "memory");
-                asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-                asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-            }
-            __syncwarp();
-        }
-        for (long long k = n16 + threadIdx.x; k < len; k += blockDim.x) dst[k] = src[k];  // a tail under 16 bytes
-        if (threadIdx.x == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the bulk writes, then
-        __threadfence();  // this thread's part of the record is visible device-wide (hybrid.h, rule 3)
-        __syncwarp();
-        unsigned last = 0;
-        if (threadIdx.x == 0) last = atomicAdd(&pf.done[i], 1u) == (unsigned)per_rec - 1;
-        last = __shfl_sync(0xffffffffu, last, 0);
-        if (last && threadIdx.x < 3) {  // every part is in place: publish the record's entry (as k_hy_pf_copy)
-            if (threadIdx.x == 0) pf.done[i] = 0;
-            const size_t idx = (size_t)m * pf.E + e;
-            __threadfence();
-            pf.table[3 * idx + threadIdx.x] = slot + pf.layer_meta[4 * (size_t)m + 1 + threadIdx.x];
-            if (threadIdx.x == 0) {
-                atomicAdd(&pf.stats[2], 1ull);
-                atomicAdd(&pf.stats[3], (unsigned long long)bytes);
-            }
-        }
-        __syncwarp();
-    }
-#endif
-}
-
-static int pf_bulk_env(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("STRATA_HY_PF_BULK");
-        v = e && atoi(e) == 1;
-    }
-    return v;
-}
-
 extern "C" int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream) {
     if (!pf || m < 0 || n_blocks <= 0 || ((uintptr_t)pf->pf_slots & 15) || pf->stride % 16)
         return st_err("st_cuda_hy_pf_copy: layer %d, %d blocks, slots must be 16-byte aligned", m, n_blocks);
-    if (pf_bulk_env() && st_dec_device_major() >= 9) {
-        k_hy_pf_copy_bulk<<<n_blocks, 32, 0, stream>>>(*pf, m);
-        const cudaError_t e = cudaGetLastError();
-        return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_copy_bulk<<<>>>", __FILE__, __LINE__);
-    }
     k_hy_pf_copy<<<n_blocks, 256, 0, stream>>>(*pf, m);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_copy<<<>>>", __FILE__, __LINE__);

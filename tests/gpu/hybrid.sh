@@ -12,8 +12,7 @@
 #                                   off); the prefetch in the prefill staging with every copy (8), 12 under a swap
 #                                   storm, 6 in its own slots
 #      the i-quant mix (IQ1_M)      mid-iq1m: the same bitwise checks on an 8-layer IQ1_M file (section 5 also
-#                                   runs it with CPU misses, F auto); mid-pf-bulk: the prefetch copies by TMA bulk
-#                                   copies (STRATA_HY_PF_BULK=1)
+#                                   runs it with CPU misses, F auto)
 #   4. strata logits (CLI)          --gpu-mem --no-prefill-cpu --pcie-frac 1 vs unlimited: identical JSON (tokens, top logits, 64
 #                                   greedy tokens);
 #                                   also --arena-mmap with a pack, --profile from `strata profile`, and a budget too
@@ -132,8 +131,6 @@ run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PRE
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
 run_decode mid-iq1m $midiq 128 300 1000
-# the prefetch's copies by TMA bulk copies instead of SM loads (opt-in STRATA_HY_PF_BULK=1, cuda/hybrid.cu)
-run_decode mid-pf-bulk $mid 128 300 1000 STRATA_HY_PF_BULK=1
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")
