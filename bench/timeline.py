@@ -6,8 +6,11 @@ One CUDA graph replay = one decode step (its kernels share the cudaGraphLaunch's
 main chain (every kernel but the lookahead prefetch's side branch: its predicting router, plan and copy kernels)
 the time some main kernel ran, the time none ran, the time two ran at once, and how much of the side branch ran beside it or after
 it (the tail: side work the step's end waited for). Per main-chain kernel: launches per step, mean duration, mean
-gap before it (negative: it started before its predecessor ended, PDL), and its mean duration with and without a
-prefetch copy running at the same time (mean and median: a join that waited for the CPU moves the mean only).
+gap before it (negative: it started before its predecessor ended, PDL), and its exclusive time (the part of its
+interval after every earlier main kernel ended: its cost to the chain) with and without a prefetch copy running at
+the same time (mean and median: a join that waited for the CPU moves the mean only). Not the raw duration: a PDL
+launch starts early and waits for its predecessor, so after a long kernel its duration grows with no cost (the FFN
+norm after a CPU-waiting join read 10.9 us "beside a copy" against 4.7, both 3.2-3.5 us of chain; 2026-12-01e).
 
 usage: bench/timeline.py TIMELINE.csv [--steps N] [--min-kernels K] [--top T]
 """
@@ -155,7 +158,7 @@ def main():
             if i:
                 p["gap"].append(gaps[i - 1])
                 p["idle"] += max(0, gaps[i - 1])
-            (p["with_copy"] if copies and overlaps(k[1], k[2], copies, copy_starts) else p["alone"]).append(d)
+            (p["with_copy"] if copies and overlaps(k[1], k[2], copies, copy_starts) else p["alone"]).append(excl[i])
 
     us = lambda v: statistics.mean(v) / 1e3 if v else float("nan")
     ns = len(steps)
@@ -177,8 +180,8 @@ def main():
         print(f"| step period (span + host gap) -> tok/s | {us(span) + us(hgap):.1f} -> "
               f"{1e6 / (us(span) + us(hgap)):.1f} |")
     print()
-    print(f"| main-chain kernel | per step | mean us | total us per step | gap before, us | with a copy running: mean / "
-          f"median us (per step) | alone: mean / median | exclusive us per step | idle before, us per step |")
+    print(f"| main-chain kernel | per step | mean us | total us per step | gap before, us | exclusive with a copy running: "
+          f"mean / median us (per step) | exclusive alone: mean / median | exclusive us per step | idle before, us per step |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     order = sorted(per.items(), key=lambda kv: -sum(kv[1]["dur"]))
     # medians too: a few long instances (a join that waited for the CPU) move a mean, not a median
