@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # A/B of the x86 CPU dot kernels (src/cpu/dot_x86.inc) at REV against the working tree: both compiled with the
-# library's flags (-O3, AVX-512 VNNI: the kernels the engine picks on such a CPU) into one binary, bench/cpu_ab/cpu_ab.c,
-# which checks that they give bitwise-equal results and times them alternately (PERFORMANCE.md's CPU log cites it).
+# library's flags (-O3, AVX-512 VNNI: the kernels the engine picks on such a CPU) into one binary,
+# bench/cpu_ab/cpu_ab.c, which checks that they give bitwise-equal results and times them alternately
+# (PERFORMANCE.md's CPU log cites it).
 # Needs a configured CPU build (default build/) for the other libraries.
 #   usage: bench/cpu_ab.sh [-b BUILD] REV TYPE...      e.g. bench/cpu_ab.sh HEAD~1 IQ1_M IQ3_S IQ1_S
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build
 if [ "${1:-}" = -b ]; then build=$2; shift 2; fi
-if [ $# -lt 2 ] || [ "$1" = -h ] || [ "$1" = --help ]; then sed -n '2,6p' "$0"; exit 2; fi
+if [ $# -lt 2 ] || [ "$1" = -h ] || [ "$1" = --help ]; then sed -n '2,7p' "$0"; exit 2; fi
 rev=$1; shift
 grep -q avx512_vnni /proc/cpuinfo || { echo "cpu_ab.sh: needs AVX-512 VNNI (the kernels compiled here)" >&2; exit 2; }
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
@@ -24,7 +25,7 @@ for v in old new; do
   cc "${flags[@]}" -c "$tmp/$v.c" -o "$tmp/$v.o"
 done
 cc "${flags[@]}" bench/cpu_ab/cpu_ab.c "$tmp/old.o" "$tmp/new.o" \
-  "$build/src/cpu/libstrata_cpu.a" "$build/src/quant/libstrata_quant.a" "$build/src/gguf/libstrata_gguf.a" "$build/src/util/libstrata_util.a" \
-  -lm -lpthread -o "$tmp/cpu_ab"
+  "$build/src/cpu/libstrata_cpu.a" "$build/src/quant/libstrata_quant.a" "$build/src/gguf/libstrata_gguf.a" \
+  "$build/src/util/libstrata_util.a" -lm -lpthread -o "$tmp/cpu_ab"
 echo "dot_x86.inc: $rev (old) vs the working tree (new); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 "$tmp/cpu_ab" "$@"

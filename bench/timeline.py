@@ -180,8 +180,9 @@ def main():
         print(f"| step period (span + host gap) -> tok/s | {us(span) + us(hgap):.1f} -> "
               f"{1e6 / (us(span) + us(hgap)):.1f} |")
     print()
-    print(f"| main-chain kernel | per step | mean us | total us per step | gap before, us | exclusive with a copy running: "
-          f"mean / median us (per step) | exclusive alone: mean / median | exclusive us per step | idle before, us per step |")
+    print(f"| main-chain kernel | per step | mean us | total us per step | gap before, us | exclusive with a copy "
+          f"running: mean / median us (per step) | exclusive alone: mean / median | exclusive us per step | "
+          f"idle before, us per step |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     order = sorted(per.items(), key=lambda kv: -sum(kv[1]["dur"]))
     # medians too: a few long instances (a join that waited for the CPU) move a mean, not a median

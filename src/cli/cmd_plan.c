@@ -238,8 +238,8 @@ int cmd_info_plan(int argc, char **argv) {
     printf("  prefill staging  %10s  %" PRIu64 " expert slots for streaming prefill\n", fb(plan.staging_bytes),
            plan.n_staging);
     if (plan.n_prefetch && plan.prefetch_per_layer < (uint32_t)pp.prefetch_per_layer)
-        printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer (of %d: fewer, so that "
-               "its own slots fit)\n",
+        printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer (of %d: fewer, so "
+               "that its own slots fit)\n",
                fb(plan.prefetch_bytes), plan.n_prefetch, plan.prefetch_per_layer, pp.prefetch_per_layer);
     else if (plan.n_prefetch)
         printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer\n",
