@@ -585,27 +585,19 @@ ST_HD void st_qb_unpack_iq1_m_t(const uint8_t *x, int j, st_qb_w *w, const uint6
         w->b[k] = a * ((nib & 8) ? -IQ1M_DELTA : IQ1M_DELTA);
     }
 }
-ST_HD void st_qb_unpack_iq2_xxs(const uint8_t *x, int j, st_qb_w *w) {
-    st_qb_unpack_iq2_xxs_t(x, j, w, ST_QTAB(iq2xxs_grid));
-}
-ST_HD void st_qb_unpack_iq2_xs(const uint8_t *x, int j, st_qb_w *w) {
-    st_qb_unpack_iq2_xs_t(x, j, w, ST_QTAB(iq2xs_grid));
-}
-ST_HD void st_qb_unpack_iq2_s(const uint8_t *x, int j, st_qb_w *w) {
-    st_qb_unpack_iq2_s_t(x, j, w, ST_QTAB(iq2s_grid));
-}
-ST_HD void st_qb_unpack_iq3_xxs(const uint8_t *x, int j, st_qb_w *w) {
-    st_qb_unpack_iq3_xxs_t(x, j, w, ST_QTAB(iq3xxs_grid));
-}
-ST_HD void st_qb_unpack_iq3_s(const uint8_t *x, int j, st_qb_w *w) {
-    st_qb_unpack_iq3_s_t(x, j, w, ST_QTAB(iq3s_grid));
-}
-ST_HD void st_qb_unpack_iq1_s(const uint8_t *x, int j, st_qb_w *w) {
-    st_qb_unpack_iq1_s_t(x, j, w, ST_QTAB(iq1s_grid));
-}
-ST_HD void st_qb_unpack_iq1_m(const uint8_t *x, int j, st_qb_w *w) {
-    st_qb_unpack_iq1_m_t(x, j, w, ST_QTAB(iq1s_grid));
-}
+// The plain names: the codebook types' unpack with ST_QTAB's table.
+#define ST_QB_UNPACK_QTAB(name, tab)                                     \
+    ST_HD void st_qb_unpack_##name(const uint8_t *x, int j, st_qb_w *w) { \
+        st_qb_unpack_##name##_t(x, j, w, ST_QTAB(tab));                  \
+    }
+ST_QB_UNPACK_QTAB(iq2_xxs, iq2xxs_grid)
+ST_QB_UNPACK_QTAB(iq2_xs, iq2xs_grid)
+ST_QB_UNPACK_QTAB(iq2_s, iq2s_grid)
+ST_QB_UNPACK_QTAB(iq3_xxs, iq3xxs_grid)
+ST_QB_UNPACK_QTAB(iq3_s, iq3s_grid)
+ST_QB_UNPACK_QTAB(iq1_s, iq1s_grid)
+ST_QB_UNPACK_QTAB(iq1_m, iq1s_grid)
+#undef ST_QB_UNPACK_QTAB
 ST_HD void st_qb_unpack_iq4_xs(const uint8_t *x, int j, st_qb_w *w) {
     uint32_t q[4];
     st_qb_ldw(x + 8 + 16 * j, q, 4, 8);
