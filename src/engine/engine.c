@@ -323,11 +323,6 @@ strata_gen_params strata_gen_default_params(void) {
     return p;
 }
 
-static int sampler_has_penalties(const strata_sampler *smp) {
-    const st_sampler_params *q = &smp->s.p;
-    return q->repeat_penalty != 1.0f || q->presence_penalty != 0.0f || q->frequency_penalty != 0.0f;
-}
-
 strata_gen *strata_gen_begin(strata_session *s, strata_sampler *smp, const int32_t *tokens, int32_t n,
                              const strata_gen_params *params) {
     if (!s || !smp || !params || params->n_max < 1 || n < 1) {
@@ -340,7 +335,7 @@ strata_gen *strata_gen_begin(strata_session *s, strata_sampler *smp, const int32
     g->smp = smp;
     g->p = *params;
     // STRATA_GEN_HOST=1: the host path on a GPU too (A/B, and the reference tests/gpu/serve_smoke.py compares with)
-    g->device = s->gpu && !params->host && !sampler_has_penalties(smp) && !getenv("STRATA_GEN_HOST");
+    g->device = s->gpu && !params->host && !st_sampler_has_penalties(&smp->s.p) && !getenv("STRATA_GEN_HOST");
     int rc;
     if (g->device) {
         g->taken = malloc(sizeof(int32_t) * (size_t)params->n_max);

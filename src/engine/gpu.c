@@ -22,6 +22,7 @@
 #include "cuda/runtime.h"
 #include "engine/actdump.h"
 #include "engine/gpu_hybrid.h"
+#include "engine/sampler.h"  // st_sampler_has_penalties
 #include "strata.h"
 #include "quant/quant.h"
 #include "util/err.h"
@@ -1169,7 +1170,7 @@ int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const 
         if (!s->sample_ws) return -1;
     }
     if (st_cuda_sampler_init(s->sample_ws, (int)s->g->m->hp.n_vocab)) return -1;  // the draw counter: seed's start
-    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+    if (st_sampler_has_penalties(p))
         return st_err("the device sampler has no penalties (generate with the host sampler)");
     s->gen_p = (st_cuda_sample_params){p->temperature, p->top_k, p->top_p, p->min_p, p->seed};
     s->gen_head = 0;

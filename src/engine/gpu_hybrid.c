@@ -1011,15 +1011,11 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         st_info("hybrid: lookahead prefetch off: the cache holds %.1f%% of the experts (off from %.0f%%, where its "
                 "slots and side launches cost more than its copies save; STRATA_HY_PREFETCH=P keeps it on)",
                 100.0 * (double)h->plan.n_slots / (double)h->plan.n_experts_total, 100.0 * ST_PLAN_PREFETCH_MAX_SHARE);
-    h->pf_own = n_total >= h->plan.n_prefetch + 2ull * h->E ? h->plan.n_prefetch : 0;
-    if (h->plan.n_prefetch && !h->pf_own && n_total > 2ull * h->E) {
-        // The plan's own sets do not fit the slots left after this engine's tables: fewer per layer (plan.c's rule)
-        const uint64_t fit = (n_total - 2ull * h->E) / h->L;
-        if (fit >= ST_PLAN_PREFETCH_MIN_OWN) {
-            h->pf_P = (int)(fit < (uint64_t)h->pf_P ? fit : (uint64_t)h->pf_P);
-            h->pf_own = (uint64_t)h->L * (uint64_t)h->pf_P;
-        }
-    }
+    // The plan's own sets, fewer per layer where the slots left after this engine's tables hold fewer (plan.h)
+    const uint32_t own_p =
+        h->plan.n_prefetch ? st_plan_prefetch_own_fit(n_total, 2ull * h->E, h->L, (uint32_t)h->pf_P) : 0;
+    h->pf_own = (uint64_t)h->L * own_p;
+    if (own_p) h->pf_P = (int)own_p;
     n_total -= h->pf_own;
     if (st_hycache_layout_compute(h->L, h->E, n_total, h->have_prof ? h->prof.counts : NULL, &h->lay))
         return st_err_prefix("%s: ", h->m->path);

@@ -59,11 +59,14 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
     return *(const int32_t *)a - *(const int32_t *)b;  // stable tie-break by id
 }
 
+int st_sampler_has_penalties(const st_sampler_params *p) {
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
 // Penalties touch only tokens in the history window; applied on a private copy of the logits.
 static void apply_penalties(st_sampler *s, float *l) {
     const st_sampler_params *p = &s->p;
-    if (!s->n_history || (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
-        return;
+    if (!s->n_history || !st_sampler_has_penalties(p)) return;
     for (int32_t i = 0; i < s->n_history; i++) {
         int32_t t = s->history[i];
         if (t < 0 || t >= s->n_vocab) continue;

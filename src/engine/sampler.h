@@ -23,6 +23,8 @@ typedef struct st_sampler {
 } st_sampler;
 
 int st_sampler_init(st_sampler *s, const st_sampler_params *p);
+// Whether p sets any penalty (repeat, presence, frequency): the device sampler has none.
+int st_sampler_has_penalties(const st_sampler_params *p);
 void st_sampler_free(st_sampler *s);
 // Remembers a token (prompt or generated) for the penalties.
 void st_sampler_accept(st_sampler *s, int32_t token);

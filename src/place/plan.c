@@ -221,6 +221,12 @@ uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
 
 // ---- the plan ---------------------------------------------------------------------------------------------------
 
+uint32_t st_plan_prefetch_own_fit(uint64_t slots, uint64_t keep, uint32_t n_layer, uint32_t p) {
+    if (!n_layer || slots <= keep) return 0;
+    const uint64_t fit = (slots - keep) / n_layer;
+    return fit >= p ? p : fit >= ST_PLAN_PREFETCH_MIN_OWN ? (uint32_t)fit : 0;
+}
+
 void st_plan_params_default(st_plan_params *p) {
     memset(p, 0, sizeof *p);
     p->kv_elem_bytes = 2;
@@ -374,11 +380,12 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     out->prefetch_share_off = pp->prefetch_per_layer > 0 && !pf_worth;
     if (pp->prefetch_per_layer > 0 && hp->n_layer >= 2 && routers_float(d) && pf_worth) {
         out->prefetch_per_layer = (uint32_t)pp->prefetch_per_layer;
-        const uint64_t fit = out->n_slots > hp->n_expert ? (out->n_slots - hp->n_expert) / hp->n_layer : 0;
-        if (pp->prefetch_own && fit < out->prefetch_per_layer && fit >= ST_PLAN_PREFETCH_MIN_OWN)
-            out->prefetch_per_layer = (uint32_t)fit;
-        const uint64_t own = (uint64_t)hp->n_layer * out->prefetch_per_layer;
-        if (pp->prefetch_own && out->n_slots >= own + hp->n_expert) {
+        const uint32_t own_p = pp->prefetch_own ? st_plan_prefetch_own_fit(out->n_slots, hp->n_expert, hp->n_layer,
+                                                                          out->prefetch_per_layer)
+                                                : 0;
+        if (own_p) {
+            const uint64_t own = (uint64_t)hp->n_layer * own_p;
+            out->prefetch_per_layer = own_p;
             out->n_prefetch = own;
             out->prefetch_bytes = own * out->slot_bytes;
             out->n_slots -= own;

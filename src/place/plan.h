@@ -115,6 +115,11 @@ typedef struct st_plan_params {
 
 void st_plan_params_default(st_plan_params *p);
 
+// Predictions per layer whose own prefetch sets (n_layer x that many slots) fit in `slots` while leaving `keep`:
+// p itself, else as many as fit down to ST_PLAN_PREFETCH_MIN_OWN, else 0 (the sets go into the staging). The
+// planner's rule (keep: one layer's worth of cache) and the engine's for its own slot count (keep: the staging).
+uint32_t st_plan_prefetch_own_fit(uint64_t slots, uint64_t keep, uint32_t n_layer, uint32_t p);
+
 // One expert-cache slot's initial occupant.
 typedef struct st_plan_slot {
     uint32_t layer, expert;

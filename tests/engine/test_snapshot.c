@@ -10,7 +10,6 @@
 #include "engine_test.h"
 #include "strata.h"
 
-
 static int tokenize(strata_engine *e, const char *text, int32_t *out, int cap) {
     return strata_tokenize(e, text, strlen(text), true, true, out, cap);
 }
