@@ -56,6 +56,19 @@ __device__ __forceinline__ void st_prefetch_l2(const void *p) {
 #endif
 }
 
+// Brings bytes [p, p + n) into L2 ahead of use: one bulk prefetch by the copy engine on sm_90 (the range widened to
+// 16-byte bounds, as cp.async.bulk.prefetch requires), else one prefetch per 128-byte line by the calling thread.
+// A hint only: a stale or wrong range costs bandwidth, never correctness.
+__device__ __forceinline__ void st_prefetch_l2_range(const void *p, size_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)15, b = ((uintptr_t)p + n + 15) & ~(uintptr_t)15;
+    if (b > a)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((unsigned)(b - a)) : "memory");
+#else
+    for (size_t o = 0; o < n; o += 128) st_prefetch_l2((const char *)p + o);
+#endif
+}
+
 // The current device's compute capability major (decode.cu; cached per device ordinal), 0 when unknown.
 int st_dec_device_major(void);
 // Whether launches on the current device use PDL (decode.cu: process-wide switch, then sm_90+).

@@ -21,14 +21,17 @@
         X(ST_TYPE_IQ2_XS) X(ST_TYPE_IQ2_S) X(ST_TYPE_IQ3_XXS) X(ST_TYPE_IQ3_S) X(ST_TYPE_IQ4_NL) X(ST_TYPE_IQ4_XS) \
         X(ST_TYPE_MXFP4)
 
-// DEC_SMEM_TABLES (A/B build flag, default 0): the per-type kernel instances read the i-quant codebooks from a
-// block's copy in shared memory, staged by dec_stage_tables<TYPE>() at the start of each kernel (before its PDL
-// wait: the tables are no kernel's output), instead of the device copy through L1: a warp's random lookups there
-// touch up to 32 lines (one L1 wavefront each) per instruction; in shared memory they cost bank conflicts only.
-// The row dots take it as their SMEM argument (DEC_TAB at the kernels' call sites); the runtime-type functions
-// (instance 0) keep the device copy. Same values, so the same results.
+// DEC_SMEM_TABLES (default 1; -DDEC_SMEM_TABLES=0 for an A/B build): the per-type kernel instances read the
+// i-quant codebooks from a block's copy in shared memory, staged by dec_stage_tables<TYPE>() at the start of each
+// kernel (before its PDL wait: the tables are no kernel's output), instead of the device copy through L1: a warp's
+// random lookups there touch up to 32 lines (one L1 wavefront each) per instruction; in shared memory they cost bank
+// conflicts only. The row dots take it as their SMEM argument (DEC_TAB at the kernels' call sites); the runtime-type
+// functions (instance 0) keep the device copy. Same values, so the same results. Measured 2026-12-01f (bench/ab.sh,
+// Qwen3-30B-A3B shape): IQ1_M tg128 456.6 vs 429.3 (+6.4%; the probe that makes every lookup nearly free,
+// -DST_QB_PROBE_MASK=7, 472.9), Q4_K_M 490.86 vs 490.86 (no codebook: unchanged). The IQ1 codebook as 8 KiB of
+// uint32 nibbles instead of 16 KiB of uint64 lost (444.9; docs/experiments/2026-12-01-iq1-nibble-table.patch).
 #ifndef DEC_SMEM_TABLES
-#define DEC_SMEM_TABLES 0
+#define DEC_SMEM_TABLES 1
 #endif
 #define DEC_TAB (DEC_SMEM_TABLES != 0)
 #if DEC_SMEM_TABLES
