@@ -9,12 +9,15 @@
 # Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
 #   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
 #          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto] [--agent] [--prefetch P] [--doorbell]
+#          [--no-all] [--no-eval]
 #   --pcie-frac: passed to Strata's budget runs (the share of the misses the GPU reads over PCIe, the rest computed by
 #   CPU threads; default: Strata's own, auto); the table shows CPU misses per token and the F in use
 #   --agent: also the long agent prompt of issue #6 at every budget, both engines: a 16,384-token prefill
 #   (pp16384) and 256 tokens decoded after 16,384 in the KV cache (tg256 @ d16384), in a second table
 #   --prefetch P: Strata's lookahead prefetch of P experts per layer (STRATA_HY_PREFETCH=P); --host-node: the CPU-miss
 #   branch through graph host nodes (STRATA_HY_HOSTNODE=1) instead of the default doorbell thread
+#   --no-all: no all-in-VRAM rows (both engines); --no-eval: no eval-mode tg column (both save device time on big
+#   models, whose every run loads tens of GiB)
 # Strata's tg is its generation path (greedy sampling on the device, each step queued before the host reads the
 # last token; fed llama-bench's random tokens); a second Strata tg run per row with `--tg-mode eval` (one
 # evaluation per token with its logits copied to the host, no sampling: llama-bench's loop) fills the "eval" column.
@@ -23,7 +26,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/strata-hybrid}
 mkdir -p "$out"
 preset=qwen3-30b-a3b; mix=Q4_K_M; skew=0; pp=512; tg=128; reps=3; threads=16; llama_on=1
-budgets="16 12 8"; ncmoe="7 19 31"; pcie=(); agent=0
+budgets="16 12 8"; ncmoe="7 19 31"; pcie=(); agent=0; all_on=1; eval_on=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift ;;
@@ -40,7 +43,9 @@ while [ $# -gt 0 ]; do
     --agent) agent=1 ;;
     --prefetch) export STRATA_HY_PREFETCH=$2; shift ;;
     --host-node) export STRATA_HY_HOSTNODE=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --no-all) all_on=0 ;;
+    --no-eval) eval_on=0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
   esac
   shift
 done
@@ -73,21 +78,22 @@ base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -
 echo "$base" > "$out/idle.vram"
 
 rc=0
-vram strata-all build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" -o json \
-  > "$out/strata-all.json" 2> "$out/strata-all.err" || { echo "strata (all in VRAM) failed:"; tail -5 "$out/strata-all.err"; rc=1; }
+all=""; [ $all_on = 1 ] && all=all
+[ $all_on = 1 ] && { vram strata-all build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" -o json \
+  > "$out/strata-all.json" 2> "$out/strata-all.err" || { echo "strata (all in VRAM) failed:"; tail -5 "$out/strata-all.err"; rc=1; }; }
 for g in $budgets; do
   vram "strata-$g" build-gpu/bin/strata bench -m "$model" -p "$pp" -n "$tg" -r "$reps" --gpu-mem "$g" ${pcie[@]+"${pcie[@]}"} -o json \
     > "$out/strata-$g.json" 2> "$out/strata-$g.err" || { echo "strata --gpu-mem $g failed:"; tail -5 "$out/strata-$g.err"; rc=1; }
   grep -E "hybrid placement|device memory|pcie-frac" "$out/strata-$g.err" | tail -3
 done
-for g in all $budgets; do  # tg by llama-bench's loop (one eval per token, logits to the host)
+[ $eval_on = 1 ] && for g in $all $budgets; do  # tg by llama-bench's loop (one eval per token, logits to the host)
   gm=(); [ "$g" != all ] && gm=(--gpu-mem "$g")
   build-gpu/bin/strata bench -m "$model" -p 0 -n "$tg" -r "$reps" --tg-mode eval ${gm[@]+"${gm[@]}"} ${pcie[@]+"${pcie[@]}"} \
     -o json > "$out/strata-$g-eval.json" 2> "$out/strata-$g-eval.err" || { echo "strata --tg-mode eval ($g) failed"; rc=1; }
 done
 if [ $llama_on = 1 ]; then
-  vram llama-all "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -p "$pp" -n "$tg" -r "$reps" -o json \
-    > "$out/llama-all.json" 2> "$out/llama-all.err" || rc=1
+  [ $all_on = 1 ] && { vram llama-all "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -p "$pp" -n "$tg" \
+    -r "$reps" -o json > "$out/llama-all.json" 2> "$out/llama-all.err" || rc=1; }
   for n in $ncmoe; do
     vram "llama-$n" "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" -ncmoe "$n" -p "$pp" -n "$tg" -r "$reps" -o json \
       > "$out/llama-$n.json" 2> "$out/llama-$n.err" || { echo "llama-bench -ncmoe $n failed"; tail -5 "$out/llama-$n.err"; rc=1; }
@@ -95,7 +101,7 @@ if [ $llama_on = 1 ]; then
 fi
 if [ $agent = 1 ]; then  # the long agent prompt: 16K of prefill, then 256 decoded at that depth
   reps_a=$(( reps < 2 ? reps : 2 ))
-  for g in all $budgets; do
+  for g in $all $budgets; do
     gm=(); [ "$g" != all ] && gm=(--gpu-mem "$g")
     for t in "pp:-p 16384 -n 0" "tg:-p 0 -n 256 -d 16384"; do
       # shellcheck disable=SC2086
@@ -104,7 +110,7 @@ if [ $agent = 1 ]; then  # the long agent prompt: 16K of prefill, then 256 decod
     done
   done
   if [ $llama_on = 1 ]; then
-    set -- all $ncmoe
+    set -- $all $ncmoe
     for n in "$@"; do
       nc=(); [ "$n" != all ] && nc=(-ncmoe "$n")
       for t in "pp:-p 16384 -n 0" "tg:-p 0 -n 256 -d 16384"; do
