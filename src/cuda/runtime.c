@@ -2,6 +2,7 @@
 #include "cuda/runtime.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/log.h"
@@ -80,6 +81,17 @@ int st_cuda_init(st_cuda_ctx *ctx, int device, int n_streams, size_t workspace_b
     cudaDriverGetVersion(&ctx->driver_version);
     cudaRuntimeGetVersion(&ctx->runtime_version);
     ST_CUDA_CHECK(cudaSetDevice(device));
+    // STRATA_CUDA_SCHED=spin|yield|block: how a host thread waits for the device (A/B; default the runtime's
+    // heuristic, which spins: a spinning waiter takes a core from the hybrid's CPU-miss workers).
+    const char *sched = getenv("STRATA_CUDA_SCHED");
+    if (sched && *sched) {
+        const unsigned fl = !strcmp(sched, "spin")    ? cudaDeviceScheduleSpin
+                            : !strcmp(sched, "yield") ? cudaDeviceScheduleYield
+                            : !strcmp(sched, "block") ? cudaDeviceScheduleBlockingSync
+                                                      : cudaDeviceScheduleAuto;
+        if (cudaSetDeviceFlags(fl) != cudaSuccess)
+            st_warn("STRATA_CUDA_SCHED=%s: cudaSetDeviceFlags failed: %s", sched, cudaGetErrorString(cudaGetLastError()));
+    }
     struct cudaDeviceProp p;
     ST_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
     snprintf(ctx->name, sizeof ctx->name, "%s", p.name);
