@@ -217,8 +217,9 @@ int cmd_info_plan(int argc, char **argv) {
     printf("  dense weights    %10s  attention, norms, routers, embeddings, LM head\n", fb(plan.dense_bytes));
     printf("  KV cache         %10s  %" PRId64 " positions x %u layers\n", fb(plan.kv_bytes), plan.n_ctx,
            hp->n_layer);
-    printf("  compute scratch  %10s  %" PRId64 "-token prefill chunk (activations, GEMM/MoE scratch)\n",
-           fb(plan.scratch_bytes), pp.prefill_chunk > 0 ? pp.prefill_chunk : (int64_t)ST_PLAN_PREFILL_CHUNK);
+    printf("  compute scratch  %10s  %" PRId64 "-token prefill chunk (activations, GEMM/MoE scratch)%s\n",
+           fb(plan.scratch_bytes), plan.prefill_chunk,
+           plan.prefill_chunk_lowered ? ", lowered from the default to fit the budget" : "");
     printf("  runtime reserve  %10s  CUDA context, cuBLAS workspace\n", fb(plan.reserve_bytes));
     if (!plan.moe) {
         printf("  total            %10s\n", fb(plan.used_bytes));

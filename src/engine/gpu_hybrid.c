@@ -283,10 +283,11 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
     }
     char rb[32];
     st_info("hybrid placement: --gpu-mem %.2f GiB < %s for every weight; dense %s + KV %s + scratch %s (%lld-token "
-            "prefill chunks) + reserve %s in VRAM, experts in a host arena with a VRAM cache",
+            "prefill chunks%s) + reserve %s in VRAM, experts in a host arena with a VRAM cache",
             o->gpu_mem_gib, st_fmt_bytes(b[0], 32, (double)(h->plan.min_bytes + h->plan.experts_vram_bytes)),
             st_fmt_bytes(b[1], 32, (double)h->plan.dense_bytes), st_fmt_bytes(b[2], 32, (double)h->plan.kv_bytes),
             st_fmt_bytes(b[3], 32, (double)h->plan.scratch_bytes), (long long)h->plan.prefill_chunk,
+            h->plan.prefill_chunk_lowered ? ", fewer than the default to fit the budget; -ub sets it" : "",
             st_fmt_bytes(rb, 32, (double)h->plan.reserve_bytes));
     *out = h;
     return 0;

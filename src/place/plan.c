@@ -349,6 +349,16 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         out->used_bytes = base + out->experts_vram_bytes;
         return 0;
     }
+    // Hybrid with the default chunk: halve it while its scratch keeps the budget from holding the minimum.
+    while (out->moe && pp->prefill_chunk <= 0 && out->budget < out->min_bytes &&
+           out->prefill_chunk / 2 >= ST_PLAN_PREFILL_CHUNK_MIN) {
+        out->prefill_chunk /= 2;
+        out->prefill_chunk_lowered = true;
+        const uint64_t s2 = st_plan_scratch_bytes(d, out->prefill_chunk);
+        base = base - out->scratch_bytes + s2;
+        out->scratch_bytes = s2;
+        out->min_bytes = base + out->staging_bytes;
+    }
     if (out->budget < out->min_bytes) {
         char b[7][32], what[160] = "";
         if (out->moe)

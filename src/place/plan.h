@@ -29,6 +29,10 @@ extern "C" {
 // at 2048, 12,094 at 4096, with tg128 unchanged (150.3 / 151.8 at 2048 / 4096). All in VRAM the engine's default is
 // STRATA_UBATCH_DEFAULT (gpu.c PREFILL_CHUNK).
 #define ST_PLAN_PREFILL_CHUNK 4096
+// The default chunk is halved (down to this) where its scratch would not leave the budget's minimum: Qwen3-235B-A22B
+// at 8 GiB needs 5.06 GiB of scratch for 4096 tokens and ran nothing; a smaller chunk stages the experts more often
+// on long prompts but still runs them. An explicit -ub is never lowered.
+#define ST_PLAN_PREFILL_CHUNK_MIN 512
 #define ST_PLAN_LOGITS_ROWS 512       // the most LM-head rows of one prefill step (gpu.c LOGITS_ROWS)
 #define ST_PLAN_DECODE_BATCH 8        // tokens per step of the matrix-vector path (ST_MMVQ_MAX_TOK)
 #define ST_PLAN_SM_COUNT 132          // streaming multiprocessors assumed for the attention workspace (H200)
@@ -141,6 +145,7 @@ typedef struct st_plan {
     uint64_t kv_bytes;         // K and V of n_ctx positions, all layers
     uint64_t scratch_bytes;    // st_plan_scratch_bytes
     int64_t prefill_chunk;     // the chunk scratch_bytes is for (tokens)
+    bool prefill_chunk_lowered;  // the default chunk was halved to fit the budget (ST_PLAN_PREFILL_CHUNK_MIN)
     uint64_t reserve_bytes;    // CUDA context and library workspaces
     uint64_t staging_bytes;    // n_staging slots for streaming prefill (hybrid mode only)
     uint64_t min_bytes;        // dense + kv + scratch + reserve + staging: the least budget that runs

@@ -209,7 +209,26 @@ static void test_planner(const st_model *m) {
                                            : dflt.prefetch_max_share == ST_PLAN_PREFETCH_MAX_SHARE,
               "default prefetch share limit %.2f", dflt.prefetch_max_share);
     }
-    // Too small: a clear error with the minimum in GiB and each part.
+    // Below the minimum with the default chunk: the chunk is halved until the minimum fits (down to
+    // ST_PLAN_PREFILL_CHUNK_MIN), the scratch and the minimum follow it, and the plan keeps to the budget.
+    pp.gpu_budget = min - 1;
+    CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.prefill_chunk_lowered &&
+              p.prefill_chunk == ST_PLAN_PREFILL_CHUNK / 2 &&
+              p.scratch_bytes == st_plan_scratch_bytes(&d, ST_PLAN_PREFILL_CHUNK / 2) && p.min_bytes < min &&
+              p.used_bytes <= min - 1,
+          "budget min-1, default chunk: %s; chunk %lld (lowered %d), used %" PRIu64, st_errmsg(),
+          (long long)p.prefill_chunk, p.prefill_chunk_lowered, p.used_bytes);
+    st_plan_free(&p);
+    const uint64_t min_small = min - st_plan_scratch_bytes(&d, ST_PLAN_PREFILL_CHUNK) +
+                               st_plan_scratch_bytes(&d, ST_PLAN_PREFILL_CHUNK_MIN);
+    pp.gpu_budget = min_small;
+    CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.prefill_chunk == ST_PLAN_PREFILL_CHUNK_MIN && p.n_slots == 0,
+          "the smallest chunk's minimum: %s; chunk %lld", st_errmsg(), (long long)p.prefill_chunk);
+    st_plan_free(&p);
+    pp.gpu_budget = min_small - 1;
+    CHECK_ERR(st_plan_compute(&d, &pp, &p) != 0, "too small", "below the smallest chunk's minimum");
+    // Too small with an explicit chunk (-ub: never lowered): a clear error with the minimum in GiB and each part.
+    pp.prefill_chunk = ST_PLAN_PREFILL_CHUNK;
     pp.gpu_budget = min - 1;
     CHECK_ERR(st_plan_compute(&d, &pp, &p) != 0, "too small", "budget min-1");
     char want[64];
@@ -221,6 +240,7 @@ static void test_planner(const st_model *m) {
     pp.gpu_mem_gib = 0.001;
     CHECK_ERR(st_plan_compute(&d, &pp, &p) != 0, "0.00 GiB is too small", "--gpu-mem 0.001");
     pp.gpu_mem_gib = 0;
+    pp.prefill_chunk = 0;
 
     // Without a profile: slots spread evenly over layers, first layers take the remainder, lowest ids.
     pp.gpu_budget = min + 23 * slot;
