@@ -18,7 +18,7 @@
 
 // cuBLAS workspace set once at create time: without it cuBLAS may allocate during graph capture.
 #define GEMM_CUBLAS_WS (32u << 20)
-#define GEMM_ALIGN 256
+#define GEMM_ALIGN ST_GEMM_ALIGN
 
 struct st_gemm_ctx {
     st_cuda_ctx *ctx;
@@ -52,7 +52,7 @@ static const char *cublas_name(cublasStatus_t s) {
             return st_err("%s:%d: %s: %s (%d)", __FILE__, __LINE__, #call, cublas_name(st_cb_s_), (int)st_cb_s_); \
     } while (0)
 
-static size_t align_up(size_t x) { return (x + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN; }
+static size_t align_up(size_t x) { return st_gemm_align(x); }
 
 // Carves consecutive 256-byte aligned pieces out of a scratch buffer.
 struct carve {
@@ -121,11 +121,7 @@ extern "C" const int32_t *st_cuda_moe_last_counts(const st_gemm_ctx *g) {
 // ---------------------------------------------------------------------------------------------------------------
 // Type tables.
 
-#define GEMM_FOR_QTYPES(X)                                                                                      \
-    X(ST_TYPE_Q4_0) X(ST_TYPE_Q4_1) X(ST_TYPE_Q5_0) X(ST_TYPE_Q5_1) X(ST_TYPE_Q8_0) X(ST_TYPE_Q2_K)            \
-    X(ST_TYPE_Q3_K) X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K) X(ST_TYPE_IQ2_XXS) X(ST_TYPE_IQ2_XS)      \
-    X(ST_TYPE_IQ2_S) X(ST_TYPE_IQ3_XXS) X(ST_TYPE_IQ3_S) X(ST_TYPE_IQ1_S) X(ST_TYPE_IQ4_NL) X(ST_TYPE_IQ4_XS) \
-    X(ST_TYPE_MXFP4)
+#define GEMM_FOR_QTYPES(X) ST_GEMM_MMQ_TYPES(X)  // (cuda/gemm_sizes.h)
 // IQ1_M has offsets per 8 elements (ST_QB_BMODE 3), which the per-16 epilogue of mmq does not carry.
 #define GEMM_FOR_DQTYPES(X) GEMM_FOR_QTYPES(X) X(ST_TYPE_IQ1_M) X(ST_TYPE_F32) X(ST_TYPE_F16) X(ST_TYPE_BF16)
 
@@ -135,12 +131,7 @@ extern "C" int st_cuda_gemm_supported(int t) {
 #undef X
     return 0;
 }
-extern "C" int st_cuda_mmq_supported(int t) {
-#define X(T) if (t == T) return 1;
-    GEMM_FOR_QTYPES(X)
-#undef X
-    return 0;
-}
+extern "C" int st_cuda_mmq_supported(int t) { return st_gemm_mmq_type(t); }
 
 // Elements per block as the kernels see it (32 for the float types: one "item").
 static int gemm_block_elems(int t) {
@@ -362,7 +353,7 @@ __global__ void __launch_bounds__(256) k_quant_rows_cpu(const float *__restrict_
 // Shared rows are padded to 272 bytes so the fragment loads (row g, word tig) hit 32 different banks.
 
 #define MMQ_BM 64
-#define MMQ_BK 256
+#define MMQ_BK ST_GEMM_BK
 #define MMQ_LDS (MMQ_BK + 16)
 #define MMQ_THREADS 256
 
@@ -626,18 +617,11 @@ static int gemm_check(const char *fn, int type, int64_t ne0, int64_t n_out, int6
 }
 
 static int pick_engine(int engine, int type, int64_t ne0, int64_t n_tok) {
-    const int mmq_ok = st_cuda_mmq_supported(type) && ne0 % MMQ_BK == 0;
-    if (engine == ST_GEMM_AUTO) return mmq_ok && n_tok < 256 ? ST_GEMM_MMQ : ST_GEMM_CUBLAS;
-    return engine;
+    return st_gemm_pick(engine, type, ne0, n_tok);
 }
 
 extern "C" size_t st_cuda_gemm_scratch_bytes(int engine, int type, int64_t ne0, int64_t n_out, int64_t n_tok) {
-    engine = pick_engine(engine, type, ne0, n_tok);
-    if (engine == ST_GEMM_TC) return align_up((size_t)n_tok * ne0 * 2);
-    if (engine == ST_GEMM_MMQ)
-        return align_up((size_t)n_tok * ne0) + align_up((size_t)n_tok * (ne0 / 32) * 4) +
-               align_up((size_t)n_tok * (ne0 / 16) * 4);
-    return (type == ST_TYPE_F16 ? 0 : align_up((size_t)n_out * ne0 * 2)) + align_up((size_t)n_tok * ne0 * 2);
+    return st_gemm_scratch_size(engine, type, ne0, n_out, n_tok);
 }
 
 static int cublas_gemm_f16(st_gemm_ctx *g, const __half *Wh, const __half *Xh, int64_t ne0, int64_t n_out,
@@ -889,35 +873,30 @@ static moe_bufs moe_layout(void *base, int engine, int64_t n_embd, int64_t n_ff,
     moe_bufs b;
     memset(&b, 0, sizeof b);
     carve c = {(uint8_t *)base, 0, 0};
-    const size_t np = (size_t)n_tok * n_used;
-    const size_t max_tiles = np / 32 + n_expert + 1;  // bn >= 32 for every engine
-    b.counts = (int32_t *)c.take(n_expert * 4);
-    b.offsets = (int32_t *)c.take((n_expert + 1) * 4);
-    b.perm = (int32_t *)c.take(np * 4);
-    b.inv = (int32_t *)c.take(np * 4);
-    b.tile_e = (int32_t *)c.take(max_tiles * 4);
-    b.tile_r0 = (int32_t *)c.take(max_tiles * 4);
-    b.tile_n = (int32_t *)c.take(max_tiles * 4);
-    b.n_tiles = (int32_t *)c.take(4);
-    if (engine != ST_MOE_TC) b.gu = (float *)c.take(np * 2 * n_ff * 4);  // tc: SwiGLU fused into gate/up
-    b.d = (float *)c.take(np * n_embd * 4);
-    if (engine == ST_MOE_TC) {
-        b.xh = (__half *)c.take(np * n_embd * 2);
-        b.hh = (__half *)c.take(np * n_ff * 2);
-    } else if (engine == ST_MOE_MMQ) {
-        b.xq = (int8_t *)c.take(np * n_embd);
-        b.xd = (float *)c.take(np * (n_embd / 32) * 4);
-        b.xs = (float *)c.take(np * (n_embd / 16) * 4);
-        b.hq = (int8_t *)c.take(np * n_ff);
-        b.hd = (float *)c.take(np * (n_ff / 32) * 4);
-        b.hs = (float *)c.take(np * (n_ff / 16) * 4);
-    } else {
-        b.xh = (__half *)c.take(np * n_embd * 2);
-        b.hh = (__half *)c.take(np * n_ff * 2);
-        // All experts dequantized at once: gate+up interleaved [e][2 n_ff][n_embd], later down [e][n_embd][n_ff].
-        b.wh = (__half *)c.take((size_t)n_expert * 2 * n_ff * n_embd * 2);
-        b.ptrs = (void **)c.take((size_t)6 * n_expert * sizeof(void *));
-    }
+    // The parts and their order: cuda/gemm_sizes.h (the planner reserves the same bytes); 0 bytes: none.
+    const st_moe_scratch_parts p = st_moe_scratch_parts_of(engine, n_embd, n_ff, n_expert, n_tok, n_used);
+#define TAKE(field, T) b.field = p.field ? (T)c.take(p.field) : NULL
+    TAKE(counts, int32_t *);
+    TAKE(offsets, int32_t *);
+    TAKE(perm, int32_t *);
+    TAKE(inv, int32_t *);
+    TAKE(tile_e, int32_t *);
+    TAKE(tile_r0, int32_t *);
+    TAKE(tile_n, int32_t *);
+    TAKE(n_tiles, int32_t *);
+    TAKE(gu, float *);
+    TAKE(d, float *);
+    TAKE(xh, __half *);
+    TAKE(hh, __half *);
+    TAKE(xq, int8_t *);
+    TAKE(xd, float *);
+    TAKE(xs, float *);
+    TAKE(hq, int8_t *);
+    TAKE(hd, float *);
+    TAKE(hs, float *);
+    TAKE(wh, __half *);
+    TAKE(ptrs, void **);
+#undef TAKE
     b.total = c.used;
     return b;
 }

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/gemm_sizes.h"
 #include "cuda/runtime.h"
 
 #ifdef __cplusplus
@@ -38,13 +39,7 @@ typedef struct st_gemm_ctx st_gemm_ctx;
 st_gemm_ctx *st_cuda_gemm_create(st_cuda_ctx *ctx);
 void st_cuda_gemm_destroy(st_gemm_ctx *g);
 
-typedef enum st_gemm_engine {
-    ST_GEMM_AUTO = 0,     // mmq where supported and n_tok is small per weight tile, else cuBLAS
-    ST_GEMM_CUBLAS = 1,   // dequantize to f16 + cublasGemmEx
-    ST_GEMM_MMQ = 2,      // int8 tensor cores on unpacked tiles (error if the type is not supported)
-    ST_GEMM_TC = 3,       // f16 tensor cores on tiles dequantized in shared memory (st_cuda_tc_supported types,
-                          // ne0 % 256 == 0); X is converted to f16 in the scratch
-} st_gemm_engine;
+// st_gemm_engine, st_moe_engine: cuda/gemm_sizes.h (with the type lists and the scratch sizes).
 
 // 1 if the cuBLAS engine handles the type: every type with a qblock.h unpacker plus F32, F16, BF16.
 int st_cuda_gemm_supported(int weight_type);
@@ -91,13 +86,6 @@ int st_cuda_gemm_f16x(st_gemm_ctx *g, int weight_type, const void *W_dev, int64_
 // Steps: counting sort of pairs by expert (counts, offsets, permutation and its inverse), gather of X rows into
 // expert order (quantized to int8 for mmq, half for cuBLAS), one grouped GEMM for gate+up over the active experts,
 // SwiGLU, one grouped GEMM for down, and a weighted sum back to token order.
-typedef enum st_moe_engine {
-    ST_MOE_MMQ = 0,           // int8 grouped kernel, device-side counts (no host sync)
-    ST_MOE_CUBLAS_GROUPED = 1,  // dequantize all experts to f16 + cublasGemmGroupedBatchedEx per projection
-    ST_MOE_CUBLAS_LOOP = 2,   // dequantize + one cublasGemmEx per active expert
-    ST_MOE_TC = 3,            // f16 mma on weights dequantized in shared memory, gate+up+SwiGLU in one kernel,
-                              // device-side counts (no host sync); st_cuda_tc_supported types, sizes % 256 == 0
-} st_moe_engine;
 
 size_t st_cuda_moe_scratch_bytes(int engine, int type_gu, int type_down, int64_t n_embd, int64_t n_ff,
                                  int n_expert, int n_tok, int n_used);

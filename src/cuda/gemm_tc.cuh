@@ -28,7 +28,7 @@
 
 #define TC_BM 64
 #define TC_BN 64
-#define TC_BK 256
+#define TC_BK ST_GEMM_BK
 #define TC_THREADS 128
 #define TC_XS (TC_BK + 8)  // halves per staged activation row: 528 bytes = 33 x 16, ldmatrix rows hit distinct banks
 #define TC_WS (64 + 8)     // halves per slab row: 144 bytes = 9 x 16, same reason
@@ -220,9 +220,9 @@ __global__ void __launch_bounds__(TC_THREADS, 2) k_gemm_tc(const tc_args a) {
 }
 
 // 1 if the tc engine handles the type: every quantized type st_qb_unpack knows (per-8 offsets included).
-static int tc_supported(int t) { return st_cuda_mmq_supported(t) || t == ST_TYPE_IQ1_M; }
+static int tc_supported(int t) { return st_gemm_tc_type(t); }
 
-#define GEMM_FOR_TCTYPES(X) GEMM_FOR_QTYPES(X) X(ST_TYPE_IQ1_M)
+#define GEMM_FOR_TCTYPES(X) ST_GEMM_TC_TYPES(X)
 
 template <int TYPE, int MODE>
 static int tc_launch_t(st_cuda_ctx *ctx, const tc_args &a, dim3 grid, cudaStream_t stream) {

@@ -354,13 +354,13 @@ void st_gpu_model_free(st_gpu_model *g) {
 // STRATA_MOE_ENGINE=mmq|tc|cublas forces one (for A/B timing); a forced engine that cannot run falls back.
 static int moe_engine(const glayer *L) {
     const int gt = L->gate_exps.type, dt = L->down_exps.type;
-    const int sizes = L->gate_exps.ne[0] % 256 == 0 && L->down_exps.ne[0] % 256 == 0;  // both engines' K tile
-    const int tc = sizes && st_cuda_tc_supported(gt) && st_cuda_tc_supported(dt);
-    const int mmq = sizes && st_cuda_mmq_supported(gt) && st_cuda_mmq_supported(dt);
+    const int e = st_moe_pick(gt, dt, L->gate_exps.ne[0], L->down_exps.ne[0]);  // (cuda/gemm_sizes.h)
     const char *env = getenv("STRATA_MOE_ENGINE");
     if (env && !strcmp(env, "cublas")) return ST_MOE_CUBLAS_LOOP;
-    if (env && !strcmp(env, "mmq") && mmq) return ST_MOE_MMQ;
-    return tc ? ST_MOE_TC : mmq ? ST_MOE_MMQ : ST_MOE_CUBLAS_LOOP;
+    if (env && !strcmp(env, "mmq") && (e == ST_MOE_TC || e == ST_MOE_MMQ) && st_cuda_mmq_supported(gt) &&
+        st_cuda_mmq_supported(dt))
+        return ST_MOE_MMQ;
+    return e;
 }
 
 // The prefill MoE engine of a layer of g: hybrid placement needs one that takes a slot map (st_cuda_moe_ffn_slots:
@@ -368,11 +368,8 @@ static int moe_engine(const glayer *L) {
 static int prefill_moe_engine(const st_gpu_model *g, const glayer *L) {
     const int e = moe_engine(L);
     if (!g->hy || e == ST_MOE_TC || e == ST_MOE_MMQ) return e;
-    const int gt = L->gate_exps.type, dt = L->down_exps.type;
-    const int sizes = L->gate_exps.ne[0] % 256 == 0 && L->down_exps.ne[0] % 256 == 0;
-    if (sizes && st_cuda_tc_supported(gt) && st_cuda_tc_supported(dt)) return ST_MOE_TC;
-    if (sizes && st_cuda_mmq_supported(gt) && st_cuda_mmq_supported(dt)) return ST_MOE_MMQ;
-    return -1;
+    const int d = st_moe_pick(L->gate_exps.type, L->down_exps.type, L->gate_exps.ne[0], L->down_exps.ne[0]);
+    return d == ST_MOE_TC || d == ST_MOE_MMQ ? d : -1;
 }
 
 // The largest scratch any prefill GEMM or MoE call of a g->prefill_chunk-token chunk needs (the LM head's at most

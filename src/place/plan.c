@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/gemm_sizes.h"  // the GEMM engines' scratch, as the engine sizes it
 #include "model/mix.h"
 #include "quant/quant.h"
 #include "util/err.h"
@@ -126,42 +127,6 @@ void st_place_desc_free(st_place_desc *d) {
 // ---- CUDA engine sizes, re-derived on the host -----------------------------------------------------------------
 
 // gemm.cu: types the int8 tensor-core engine (mmq) handles.
-static int mmq_supported(int t) {
-    switch (t) {
-        case ST_TYPE_Q4_0: case ST_TYPE_Q4_1: case ST_TYPE_Q5_0: case ST_TYPE_Q5_1: case ST_TYPE_Q8_0:
-        case ST_TYPE_Q2_K: case ST_TYPE_Q3_K: case ST_TYPE_Q4_K: case ST_TYPE_Q5_K: case ST_TYPE_Q6_K:
-        case ST_TYPE_IQ2_XXS: case ST_TYPE_IQ2_XS: case ST_TYPE_IQ2_S: case ST_TYPE_IQ3_XXS: case ST_TYPE_IQ3_S:
-        case ST_TYPE_IQ1_S: case ST_TYPE_IQ4_NL: case ST_TYPE_IQ4_XS: case ST_TYPE_MXFP4: return 1;
-        default: return 0;
-    }
-}
-
-// gemm.cu st_cuda_gemm_scratch_bytes with ST_GEMM_AUTO: mmq below 256 tokens where the type allows, else cuBLAS
-// with the weight dequantized to f16 (the dominant term: the LM head at n_vocab x n_embd x 2 bytes).
-static uint64_t gemm_scratch(int type, int64_t ne0, int64_t n_out, int64_t n_tok) {
-    const uint64_t A = ST_PLAN_ALIGN;
-    if (mmq_supported(type) && ne0 % 256 == 0 && n_tok < 256)
-        return align_up((uint64_t)n_tok * ne0, A) + align_up((uint64_t)n_tok * (ne0 / 32) * 4, A) +
-               align_up((uint64_t)n_tok * (ne0 / 16) * 4, A);
-    return (type == ST_TYPE_F16 ? 0 : align_up((uint64_t)n_out * ne0 * 2, A)) + align_up((uint64_t)n_tok * ne0 * 2, A);
-}
-
-// gemm.cu moe_layout().total for the engine gpu.c picks (mmq when both stack types allow it, else the cuBLAS loop,
-// which dequantizes every expert of the layer to f16).
-static uint64_t moe_scratch(int mmq, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_tok, int64_t n_used) {
-    const uint64_t A = ST_PLAN_ALIGN, np = (uint64_t)n_tok * n_used, max_tiles = np / 32 + n_expert + 1;
-    uint64_t t = align_up(n_expert * 4, A) + align_up((n_expert + 1) * 4, A) + 2 * align_up(np * 4, A) +
-                 3 * align_up(max_tiles * 4, A) + align_up(4, A) + align_up(np * 2 * n_ff * 4, A) +
-                 align_up(np * n_embd * 4, A);
-    if (mmq)
-        t += align_up(np * n_embd, A) + align_up(np * (n_embd / 32) * 4, A) + align_up(np * (n_embd / 16) * 4, A) +
-             align_up(np * n_ff, A) + align_up(np * (n_ff / 32) * 4, A) + align_up(np * (n_ff / 16) * 4, A);
-    else
-        t += align_up(np * n_embd * 2, A) + align_up(np * n_ff * 2, A) +
-             align_up((uint64_t)n_expert * 2 * n_ff * n_embd * 2, A) + align_up(6 * (uint64_t)n_expert * 8, A);
-    return t;
-}
-
 // cuda/qblock.h st_q8_1_row_bytes: 40 bytes per 32 elements, rows padded to 128.
 static uint64_t q8_1_row_bytes(uint64_t ne0) { return align_up(ne0 / 32 * 40, 128); }
 
@@ -181,24 +146,23 @@ uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
                  align_up(4 * P * (hp->n_expert ? hp->n_expert : 1), A) + 2 * align_up(4 * P * K, A) +
                  align_up(4 * B * K, A) + align_up(q8_1_row_bytes(widest) * B * K, A) +
                  align_up(4 * B * hp->n_vocab, A);
-    // gemm_scratch_need: the largest GEMM / MoE scratch of one chunk.
+    // gpu.c gemm_scratch_need: the largest GEMM / MoE scratch of one chunk (cuda/gemm_sizes.h).
     uint64_t need = 0;
-    int moe_gu = -1, moe_down = -1;
+    int moe_gu = -1;
     for (int i = 0; i < d->n_tensors; i++) {
         const st_place_tensor *t = &d->t[i];
         switch (t->spec.role) {
             case ST_T_ATTN_Q: case ST_T_ATTN_K: case ST_T_ATTN_V: case ST_T_ATTN_OUT: case ST_T_FFN_GATE:
             case ST_T_FFN_UP: case ST_T_FFN_DOWN: case ST_T_OUTPUT: {
                 const uint64_t rows = t->spec.role == ST_T_OUTPUT && P > ST_PLAN_LOGITS_ROWS ? ST_PLAN_LOGITS_ROWS : P;
-                uint64_t b = gemm_scratch(t->type, t->spec.ne[0], t->spec.ne[1], (int64_t)rows);
+                uint64_t b = st_gemm_scratch_size(ST_GEMM_AUTO, t->type, t->spec.ne[0], t->spec.ne[1], (int64_t)rows);
                 if (b > need) need = b;
                 break;
             }
             case ST_T_FFN_GATE_EXPS: moe_gu = t->type; break;
             case ST_T_FFN_DOWN_EXPS: {
-                moe_down = t->type;
-                int mmq = mmq_supported(moe_gu) && mmq_supported(moe_down);
-                uint64_t b = moe_scratch(mmq, hp->n_embd, hp->n_ff_exp, hp->n_expert, (int64_t)P, (int64_t)K);
+                const int eng = st_moe_pick(moe_gu, t->type, hp->n_embd, hp->n_ff_exp);
+                uint64_t b = st_moe_scratch_size(eng, hp->n_embd, hp->n_ff_exp, (int)hp->n_expert, (int)P, (int)K);
                 if (b > need) need = b;
                 break;
             }
@@ -208,7 +172,8 @@ uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
     if (hp->tied_output) {  // the LM head is token_embd: gemm_scratch_need still sizes a GEMM for it
         for (int i = 0; i < d->n_tensors; i++)
             if (d->t[i].spec.role == ST_T_TOKEN_EMBD) {
-                uint64_t b = gemm_scratch(d->t[i].type, d->t[i].spec.ne[0], d->t[i].spec.ne[1], (int64_t)P);
+                uint64_t b = st_gemm_scratch_size(ST_GEMM_AUTO, d->t[i].type, d->t[i].spec.ne[0], d->t[i].spec.ne[1],
+                                                  (int64_t)P);
                 if (b > need) need = b;
             }
     }

@@ -38,7 +38,7 @@ with tempfile.TemporaryDirectory() as d:
     # Plans: unlimited, hybrid, too small, mmap without / with a pack, a preset without a file, dense.
     rc, out, err = run("info", "-m", moe, "--plan")
     check(rc == 0 and "all experts in VRAM" in out, "unlimited plan", out + err)
-    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "-ub", "512", "--json")
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.02", "--reserve", "0", "-c", "512", "-ub", "512", "--json")
     j = json.loads(out) if rc == 0 else {}
     check(rc == 0 and not j.get("all_in_vram") and 0 < j.get("n_slots", 0) < 64 and j.get("arena_mode") == "anonymous"
           and sum(j.get("resident_per_layer", [])) == j.get("n_slots") and j.get("prefill_chunk") == 512, "hybrid plan json",
@@ -48,10 +48,10 @@ with tempfile.TemporaryDirectory() as d:
     check(rc == 0 and j.get("prefill_chunk") == 4096, "default hybrid prefill chunk", out + err)
     rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.001", "--reserve", "0")
     check(rc == 1 and "too small" in err and "at least" in err and "dense weights" in err, "too small", err)
-    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "-ub", "512",
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.02", "--reserve", "0", "-c", "512", "-ub", "512",
                        env={"STRATA_ARENA_MMAP": "1"})
     check(rc != 0 and "strata pack" in err, "mmap arena without a pack", err)
-    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "-ub", "512",
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.02", "--reserve", "0", "-c", "512", "-ub", "512",
                        "--arena-mmap", "--pack", pack)
     check(rc == 0 and "mapped read-only" in out and "resident/layer" in out, "mmap plan", out + err)
     rc, out, err = run("info", "--plan", "--preset", "qwen3-30b-a3b", "--type", "Q4_K_M", "--gpu-mem", "12",
@@ -81,14 +81,14 @@ with tempfile.TemporaryDirectory() as d:
     ok = rc == 0 and pj.get("format") == "strata-profile" and len(pj.get("counts", [])) == 4
     ok = ok and all(sum(row) == pj["n_tokens"] * pj["n_expert_used"] for row in pj["counts"])
     check(ok, "profile", out + err)
-    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "-ub", "512",
+    rc, out, err = run("info", "-m", moe, "--plan", "--gpu-mem", "0.02", "--reserve", "0", "-c", "512", "-ub", "512",
                        "--profile", prof)
     check(rc == 0 and "hottest first" in out, "plan from a profile", out + err)
     other = f"{d}/other.gguf"
     run("make-model", "--preset", "tiny-qwen3moe", "--type", "Q4_K_M", "--seed", "7", "-o", other, "-q", "-t", "2")
-    rc, out, err = run("info", "-m", other, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "-ub", "512", "--profile", prof)
+    rc, out, err = run("info", "-m", other, "--plan", "--gpu-mem", "0.02", "--reserve", "0", "-c", "512", "-ub", "512", "--profile", prof)
     check(rc == 1 and "different model" in err, "profile of another model", err)
-    rc, out, err = run("info", "-m", other, "--plan", "--gpu-mem", "0.025", "--reserve", "0", "-c", "512", "-ub", "512", "--arena-mmap",
+    rc, out, err = run("info", "-m", other, "--plan", "--gpu-mem", "0.02", "--reserve", "0", "-c", "512", "-ub", "512", "--arena-mmap",
                        "--pack", pack)
     check(rc == 1 and "fingerprint" in err, "pack of another model", err)
 
