@@ -72,6 +72,7 @@ struct st_gpu_session {
     cudaStream_t stream;
     int64_t n_ctx;
     int kv_f16;
+    uint64_t dev_bytes;         // device memory this session allocated at creation (dalloc): checked against the plan
     void **k_cache, **v_cache;  // [n_layer] -> device [n_ctx][n_head_kv * head_dim] half or float
     int32_t *tokens;            // host [n_ctx]
     int64_t n_past;
@@ -436,6 +437,7 @@ static void *dalloc(st_gpu_session *s, size_t bytes, const char *what, int *fail
     if (*fail) return NULL;
     void *p = st_cuda_alloc(&s->g->ctx, bytes ? bytes : 16, what);
     if (!p) *fail = 1;
+    s->dev_bytes += (bytes + 255) / 256 * 256;
     return p;
 }
 
@@ -584,6 +586,24 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         if (st_cuda_memcpy_h2d(&g->ctx, s->d_xrow, xrow, sizeof(int32_t) * n, NULL)) fail = 1;
     }
     if (!fail && g->hy && hybrid_session_check(s)) fail = 1;
+    if (!fail && g->hy) {
+        // --gpu-mem holds only if the session stays within what the plan set aside for it (KV cache and scratch
+        // as place/plan.c estimates them); a larger context than planned, or an estimate that drifted from these
+        // allocations, would exceed the budget: say so with the numbers.
+        int64_t plan_ctx = 0;
+        const uint64_t planned = st_hybrid_session_budget(g->hy, &plan_ctx);
+        char a[32], b2[32];
+        st_fmt_bytes(a, sizeof a, (double)s->dev_bytes);
+        st_fmt_bytes(b2, sizeof b2, (double)planned);
+        if (s->dev_bytes <= planned + (64u << 20)) {
+            st_info("hybrid session: %s of VRAM for context %lld (the plan set aside %s for context %lld)", a,
+                    (long long)n_ctx, b2, (long long)plan_ctx);
+        } else {
+            st_warn("--gpu-mem: this session (context %lld) allocated %s of VRAM where the plan (context %lld) set "
+                    "aside %s for KV cache and scratch: the budget may be exceeded by the difference; plan for this "
+                    "context (-c)", (long long)n_ctx, a, (long long)plan_ctx, b2);
+        }
+    }
     if (fail) {
         char a[32];
         st_err_prefix("session of %lld positions (KV cache %s): ", (long long)n_ctx,

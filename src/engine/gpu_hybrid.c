@@ -1245,6 +1245,10 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 
 int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
 int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_chunk; }
+uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
+    if (n_ctx) *n_ctx = h->plan.n_ctx;
+    return h->plan.kv_bytes + h->plan.scratch_bytes;
+}
 
 // Fills the own-slot prefetch sets at load: set s (layer s's, n_sets == L in own mode; a set shared by several
 // layers takes its first layer's) gets copies of P of the layer's non-resident experts, the most used first by the
