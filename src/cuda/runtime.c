@@ -90,7 +90,8 @@ int st_cuda_init(st_cuda_ctx *ctx, int device, int n_streams, size_t workspace_b
                             : !strcmp(sched, "block") ? cudaDeviceScheduleBlockingSync
                                                       : cudaDeviceScheduleAuto;
         if (cudaSetDeviceFlags(fl) != cudaSuccess)
-            st_warn("STRATA_CUDA_SCHED=%s: cudaSetDeviceFlags failed: %s", sched, cudaGetErrorString(cudaGetLastError()));
+            st_warn("STRATA_CUDA_SCHED=%s: cudaSetDeviceFlags failed: %s", sched,
+                    cudaGetErrorString(cudaGetLastError()));
     }
     struct cudaDeviceProp p;
     ST_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
