@@ -654,7 +654,8 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->rope_cs, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b,
                     s->ffn_out, s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids};
+                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids, s->l2_logits, s->l2_w,
+                    s->l2_ids, s->l2_cnt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -663,9 +664,6 @@ void st_gpu_session_free(st_gpu_session *s) {
         for (int i = 0; i < GEN_RING; i++) cudaEventDestroy(s->gen_ev[i]);
     }
     if (s->sample_ws) st_cuda_free(c, s->sample_ws);
-    void *l2bufs[] = {s->l2_logits, s->l2_w, s->l2_ids, s->l2_cnt};
-    for (size_t i = 0; i < sizeof l2bufs / sizeof l2bufs[0]; i++)
-        if (l2bufs[i]) st_cuda_free(c, l2bufs[i]);
     if (s->l2_fork) cudaEventDestroy(s->l2_fork);
     if (s->l2_join) cudaEventDestroy(s->l2_join);
     if (s->l2_side) cudaStreamDestroy(s->l2_side);
