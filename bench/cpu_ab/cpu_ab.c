@@ -1,7 +1,8 @@
 // A/B of two versions of the x86 CPU dot kernels (src/cpu/dot_x86.inc), compiled alike into one binary
 // (bench/cpu_ab.sh): for each type, the results must be bitwise equal (random rows, the 1-token dot and the tiled
 // dot with 1-4 tokens), then both are timed on a ROWS x N matrix, alternating which runs first rep by rep (the
-// order alone moves a kernel by 10-40% on a busy machine). Prints old / new ms and the speedup per type.
+// order alone moves a kernel by 10-40% on a busy machine). Prints old / new ms and the speedup per type, best of
+// the reps (interference only adds time) and the means.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,13 +86,18 @@ int main(int argc, char **argv) {
         rc |= bad != 0;
         for (int nt = 1; nt <= 4; nt += 3) {
             if (nt > 1 && !(ko.tdot[t] && kn.tdot[t])) break;
-            double to = 0, tn = 0;
+            double to = 0, tn = 0, bo = 1e30, bn = 1e30;  // sums and bests (a busy machine only ever adds time)
             for (int rep = 0; rep < REPS; rep++) {
-                if (rep % 2) to += run(&ko, t, nt, w, rowb, q, qb), tn += run(&kn, t, nt, w, rowb, q, qb);
-                else tn += run(&kn, t, nt, w, rowb, q, qb), to += run(&ko, t, nt, w, rowb, q, qb);
+                double a, b;
+                if (rep % 2) a = run(&ko, t, nt, w, rowb, q, qb), b = run(&kn, t, nt, w, rowb, q, qb);
+                else b = run(&kn, t, nt, w, rowb, q, qb), a = run(&ko, t, nt, w, rowb, q, qb);
+                to += a, tn += b;
+                if (a < bo) bo = a;
+                if (b < bn) bn = b;
             }
-            printf("%-8s %d token(s), %d x %d: old %.3f ms, new %.3f ms, %.2fx\n", argv[ai], nt, ROWS, N,
-                   to / REPS * 1e3, tn / REPS * 1e3, to / tn);
+            printf("%-8s %d token(s), %d x %d: old %.3f ms, new %.3f ms, %.2fx (best of %d; means %.3f / %.3f ms, "
+                   "%.2fx)\n", argv[ai], nt, ROWS, N, bo * 1e3, bn * 1e3, bo / bn, REPS, to / REPS * 1e3,
+                   tn / REPS * 1e3, to / tn);
         }
         free(w), free(q), free(x);
     }
