@@ -600,7 +600,7 @@ static int mmq_launch(st_cuda_ctx *ctx, int type, int bn, const mmq_args &a, dim
 
 #include "cuda/gemm_tc.cuh"
 
-extern "C" int st_cuda_tc_supported(int t) { return tc_supported(t); }
+extern "C" int st_cuda_tc_supported(int t) { return st_gemm_tc_type(t); }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Dense entry points.
@@ -614,10 +614,6 @@ static int gemm_check(const char *fn, int type, int64_t ne0, int64_t n_out, int6
         return st_err("%s: bad sizes: ne0 %lld (multiple of %d for %s), n_out %lld, n_tok %lld", fn, (long long)ne0,
                       bs, st_type_name(type), (long long)n_out, (long long)n_tok);
     return 0;
-}
-
-static int pick_engine(int engine, int type, int64_t ne0, int64_t n_tok) {
-    return st_gemm_pick(engine, type, ne0, n_tok);
 }
 
 extern "C" size_t st_cuda_gemm_scratch_bytes(int engine, int type, int64_t ne0, int64_t n_out, int64_t n_tok) {
@@ -671,10 +667,10 @@ extern "C" int st_cuda_gemm(st_gemm_ctx *g, int engine, int type, const void *W,
     if (((uintptr_t)W & 15) || ((uintptr_t)scratch & 15))
         return st_err("st_cuda_gemm: W_dev and scratch must be 16-byte aligned");
     if (st_cuda_set_device(g->ctx)) return -1;
-    engine = pick_engine(engine, type, ne0, n_tok);
+    engine = st_gemm_pick(engine, type, ne0, n_tok);
     if (engine == ST_GEMM_CUBLAS) return gemm_cublas(g, type, W, ne0, n_out, X, NULL, n_tok, Y, scratch, scratch_bytes, stream);
     if (engine == ST_GEMM_TC) {
-        if (!tc_supported(type) || ne0 % TC_BK)
+        if (!st_gemm_tc_type(type) || ne0 % TC_BK)
             return st_err("st_cuda_gemm: the f16 tensor-core engine does not handle %s with ne0 %lld (needs a "
                           "multiple of %d)", st_type_name(type), (long long)ne0, TC_BK);
         const size_t need = align_up((size_t)n_tok * ne0 * 2);
@@ -1023,7 +1019,7 @@ static int moe_ffn_impl(st_gemm_ctx *g, int engine, int type_gu, const void *Wga
                           (long long)n_ff);
     }
     if (engine == ST_MOE_TC) {
-        if (!tc_supported(type_gu) || !tc_supported(type_down) || n_embd % TC_BK || n_ff % TC_BK)
+        if (!st_gemm_tc_type(type_gu) || !st_gemm_tc_type(type_down) || n_embd % TC_BK || n_ff % TC_BK)
             return st_err("%s: the f16 tensor-core engine needs quantized types and sizes that are multiples of %d "
                           "(got %s/%s, n_embd %lld, n_ff %lld)",
                           fn, TC_BK, st_type_name(type_gu), st_type_name(type_down), (long long)n_embd,

@@ -219,9 +219,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) k_gemm_tc(const tc_args a) {
     }
 }
 
-// 1 if the tc engine handles the type: every quantized type st_qb_unpack knows (per-8 offsets included).
-static int tc_supported(int t) { return st_gemm_tc_type(t); }
-
+// The tc engine's types: st_gemm_tc_type (cuda/gemm_sizes.h), every quantized type st_qb_unpack knows.
 #define GEMM_FOR_TCTYPES(X) ST_GEMM_TC_TYPES(X)
 
 template <int TYPE, int MODE>
