@@ -598,15 +598,15 @@ static int hy_cpu_init(st_hybrid *h) {
         // one sample of six rounds read 735 us/expert where the next process read 35 (2026-12-01f, 12 GiB; auto
         // then sent 85% of the misses over PCIe: 247.9 tok/s against 303.1 at F 0). Whatever slowed it (other
         // load-time work on the cores) did not last; a slow sample must not decide the split for the whole run.
-        double t_pcie = 0, t_host = 0, t_cpu = st_hy_cpu_time_expert(h->cpu, 6);
-        if (t_cpu < 0 || hy_time_pcie(h, h->ctx->streams[0], 8, &t_pcie))
-            return st_err_prefix("%s: --pcie-frac auto: ", h->m->path);
-        const double t_cpu2 = st_hy_cpu_time_expert(h->cpu, 6);
-        if (t_cpu2 < 0 || hy_time_host_node(h, 20, &t_host)) return st_err_prefix("%s: --pcie-frac auto: ", h->m->path);
-        const double t_cpu3 = st_hy_cpu_time_expert(h->cpu, 6);
-        if (t_cpu3 < 0) return st_err_prefix("%s: --pcie-frac auto: ", h->m->path);
-        const double t_cpu_worst = fmax(t_cpu, fmax(t_cpu2, t_cpu3));
-        t_cpu = fmin(t_cpu, fmin(t_cpu2, t_cpu3));
+        double t_pcie = 0, t_host = 0, t_cpu = INFINITY, t_cpu_worst = 0;
+        for (int k = 0; k < 3; k++) {  // CPU sample k, then the PCIe timing (k 0) or the host node's (k 1)
+            const double t = st_hy_cpu_time_expert(h->cpu, 6);
+            if (t < 0 || (k == 0 && hy_time_pcie(h, h->ctx->streams[0], 8, &t_pcie)) ||
+                (k == 1 && hy_time_host_node(h, 20, &t_host)))
+                return st_err_prefix("%s: --pcie-frac auto: ", h->m->path);
+            t_cpu = fmin(t_cpu, t);
+            t_cpu_worst = fmax(t_cpu_worst, t);
+        }
         const double share = (double)h->lay.n_cache / ((double)h->L * h->E);
         const double m = h->K * (1.0 - share);  // misses per layer and token, uniform routing
         // A split layer's fixed cost: the CPU's round trip (the host node's, as the doorbell's stand-in) plus the
