@@ -721,30 +721,6 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
                               &join, 0);
 }
 
-// grid (n_ids, 3): block (r, k) prefetches part k of expert ids[r] in chunks of L2PF_CHUNK bytes, one per thread.
-#define L2PF_CHUNK (16 << 10)
-__global__ void __launch_bounds__(DEC_THREADS)
-    k_l2_prefetch_experts(const uint8_t *const *__restrict__ tbl, int E, const int32_t *__restrict__ ids,
-                          unsigned long long b0, unsigned long long b1, unsigned long long b2) {
-    const int k = blockIdx.y;
-    const size_t bytes = k == 0 ? b0 : k == 1 ? b1 : b2;
-    const int e = __ldcg(ids + blockIdx.x);
-    if (!bytes || e < 0 || e >= E) return;
-    const uint8_t *base = st_tbl_entry(tbl, 3 * (size_t)e + k);
-    for (size_t off = (size_t)threadIdx.x * L2PF_CHUNK; off < bytes; off += (size_t)blockDim.x * L2PF_CHUNK)
-        st_prefetch_l2_range(base + off, bytes - off < L2PF_CHUNK ? bytes - off : L2PF_CHUNK);
-}
-
-extern "C" int st_cuda_l2_prefetch_experts(const void *const *table, int n_expert, const int32_t *ids, int n_ids,
-                                           const size_t part_bytes[3], cudaStream_t stream) {
-    if (!table || !ids || !part_bytes || n_ids <= 0 || n_ids > 65535 || n_expert <= 0)
-        return st_err("st_cuda_l2_prefetch_experts: %d ids of %d experts, table and ids non-NULL", n_ids, n_expert);
-    k_l2_prefetch_experts<<<dim3((unsigned)n_ids, 3), DEC_THREADS, 0, stream>>>(
-        (const uint8_t *const *)table, n_expert, ids, (unsigned long long)part_bytes[0],
-        (unsigned long long)part_bytes[1], (unsigned long long)part_bytes[2]);
-    return launch_check("l2_prefetch_experts");
-}
-
 // STRATA_DOWN_PF=0|1: the down kernel's L2 prefetch of its rows before the dependency wait (A/B; default 1). The
 // down blocks become resident as the GLU's blocks leave, so the prefetch fills the GLU's tail (its last blocks and
 // chunk quantization) with the down weights' DRAM reads. Measured 2026-12-01f (bench/ab.sh, Qwen3-30B-A3B Q4_K_M):

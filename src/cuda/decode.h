@@ -110,12 +110,6 @@ int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
                             float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
 
-// L2 prefetch of the n_ids experts ids[] (device, from a predictor: any value; out-of-range ids are skipped) of an
-// expert address table (decode.h tables: entries 3e, 3e+1, 3e+2 = gate, up, down rows), part k of each being
-// part_bytes[k] contiguous bytes (0: not prefetched). A hint for a later kernel: no output, nothing written.
-int st_cuda_l2_prefetch_experts(const void *const *table, int n_expert, const int32_t *ids, int n_ids,
-                                const size_t part_bytes[3], cudaStream_t stream);
-
 // Down projection of the selected experts, the weighted sum in rank order and the residual add, per token t:
 //   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each
 //   product and sum IEEE-rounded, the CPU's order), then out[t][j] = (add ? add[t][j] : 0) + o[j].

@@ -58,7 +58,34 @@ template <int TYPE> __device__ __forceinline__ void dec_stage_tables() {
 
 // Item j of block x of weight type TYPE (the row dots' st_qb_unpack); SMEM: the codebooks from the block's copy
 // (the per-type kernel instances under DEC_SMEM_TABLES, which stage it; the runtime-type functions never).
+// DEC_UNPACK_PROBE (timing experiment, wrong results): Q4_K / Q6_K items 1: with their loads but no unpack
+// arithmetic (the speed with a free unpack), 2: with neither (no weight reads: the speed without weight bytes).
+#ifdef DEC_UNPACK_PROBE
+template <int TYPE> __device__ __forceinline__ void dec_probe_unpack(const uint8_t *x, int j, st_qb_w *w) {
+#if DEC_UNPACK_PROBE == 1
+    uint32_t q[8], h[8];
+    if constexpr (TYPE == ST_TYPE_Q4_K) {
+        st_qb_ldw(x, h, 4, 16);
+        st_qb_ldw(x + 16 + 32 * (j >> 1), q, 8, 16);
+        h[4] = h[5] = h[6] = h[7] = 0;
+    } else {
+        st_qb_ldw(x + 64 * (j >> 2) + 32 * (j & 1), q, 8, 2);
+        st_qb_ldw(x + 128 + 32 * (j >> 2), h, 8, 2);
+    }
+    ST_QB_UNROLL
+    for (int k = 0; k < 8; k++) w->v[k] = (int32_t)(q[k] ^ h[k & 3] ^ h[4 + (k & 3)]);
+#else
+    ST_QB_UNROLL
+    for (int k = 0; k < 8; k++) w->v[k] = (int32_t)(0x01010101u * (unsigned)(j + k));
+#endif
+    st_qb_set_ab(w, 1e-3f, 1e-3f, 0.0f, 0.0f);
+}
+#endif
+
 template <int TYPE, bool SMEM> __device__ __forceinline__ void dec_unpack(const uint8_t *x, int j, st_qb_w *w) {
+#ifdef DEC_UNPACK_PROBE
+    if constexpr (TYPE == ST_TYPE_Q4_K || TYPE == ST_TYPE_Q6_K) return dec_probe_unpack<TYPE>(x, j, w);
+#endif
 #if DEC_SMEM_TABLES
     if constexpr (!SMEM) {
     } else if constexpr (TYPE == ST_TYPE_IQ2_XXS) return st_qb_unpack_iq2_xxs_t(x, j, w, dec_s_iq2xxs);

@@ -117,17 +117,6 @@ struct st_gpu_session {
     size_t gemm_scratch_bytes;
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
-    // Predicted-expert L2 prefetch (all in VRAM, one token; opt-in STRATA_DEC_L2PRED=P, A/B): after layer l's FFN
-    // norm a side branch runs layer l+1's router on that input, takes its top P and prefetches those experts'
-    // gate/up rows (STRATA_DEC_L2PRED_DOWN=1: and down rows) into L2 while layer l's MoE and layer l+1's attention
-    // run. Nothing consumes its results: a wrong prediction costs bandwidth only.
-    int l2pred_P;               // 0: off
-    int l2pred_down;
-    cudaStream_t l2_side;       // the branch's stream
-    cudaEvent_t l2_fork, l2_join;
-    int l2_forked;              // a branch was forked in this step (joined before the LM head)
-    float *l2_logits, *l2_w;    // device [n_expert], [32]: the predictor's logits and (unused) weights
-    int32_t *l2_ids, *l2_cnt;   // device [32] picks, [1] the router kernel's completion counter (zeroed once)
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
@@ -532,25 +521,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
         s->moe_ffn_ws = dalloc(s, wsb, "decode counters", &fail);
         if (!fail && st_cuda_memset(&g->ctx, s->moe_ffn_ws, 0, wsb, NULL)) fail = 1;
     }
-    const char *l2p = getenv("STRATA_DEC_L2PRED");
-    if (hp->n_expert && !g->hy && l2p && atoi(l2p) > 0) {
-        s->l2pred_P = atoi(l2p) > 32 ? 32 : atoi(l2p);
-        if (s->l2pred_P > (int)hp->n_expert) s->l2pred_P = (int)hp->n_expert;
-        s->l2pred_down = getenv("STRATA_DEC_L2PRED_DOWN") != NULL;
-        s->l2_logits = dalloc(s, sizeof(float) * hp->n_expert, "predictor logits", &fail);
-        s->l2_w = dalloc(s, sizeof(float) * 32, "predictor weights", &fail);
-        s->l2_ids = dalloc(s, sizeof(int32_t) * 32, "predictor picks", &fail);
-        s->l2_cnt = dalloc(s, sizeof(int32_t), "predictor counter", &fail);
-        if (!fail && st_cuda_memset(&g->ctx, s->l2_cnt, 0, sizeof(int32_t), NULL)) fail = 1;
-        if (!fail && (cudaStreamCreateWithFlags(&s->l2_side, cudaStreamNonBlocking) != cudaSuccess ||
-                      cudaEventCreateWithFlags(&s->l2_fork, cudaEventDisableTiming) != cudaSuccess ||
-                      cudaEventCreateWithFlags(&s->l2_join, cudaEventDisableTiming) != cudaSuccess)) {
-            st_err("STRATA_DEC_L2PRED: cannot create the predictor's stream and events");
-            fail = 1;
-        }
-        if (!fail) st_info("STRATA_DEC_L2PRED=%d: layer l+1's likely experts prefetched into L2 (%s)", s->l2pred_P,
-                           s->l2pred_down ? "gate, up and down rows" : "gate and up rows");
-    }
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     const char *skip = getenv("STRATA_DEC_SKIP");
     if (skip) {
@@ -654,8 +624,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->rope_cs, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b,
                     s->ffn_out, s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids, s->l2_logits, s->l2_w,
-                    s->l2_ids, s->l2_cnt};
+                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -664,9 +633,6 @@ void st_gpu_session_free(st_gpu_session *s) {
         for (int i = 0; i < GEN_RING; i++) cudaEventDestroy(s->gen_ev[i]);
     }
     if (s->sample_ws) st_cuda_free(c, s->sample_ws);
-    if (s->l2_fork) cudaEventDestroy(s->l2_fork);
-    if (s->l2_join) cudaEventDestroy(s->l2_join);
-    if (s->l2_side) cudaStreamDestroy(s->l2_side);
     st_actdump_close(s->actdump);
     free(s->h_dump);
     free(s->k_cache);
@@ -804,27 +770,6 @@ static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
     return st_hybrid_prefetch(g->hy, l, N->router.type, N->router.d, s->xn, st);
 }
 
-// STRATA_DEC_L2PRED (all in VRAM, one token): after layer l's FFN norm, a side branch predicts layer l+1's experts
-// from s->xn (layer l+1's float router) and prefetches their rows into L2. xn is the main chain's buffer: a late
-// branch may read the next norm's output, which changes only the prediction.
-static int l2_predict_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
-    const st_gpu_model *g = s->g;
-    const st_hparams *hp = &g->m->hp;
-    if (!s->l2pred_P || l + 1 >= hp->n_layer) return 0;
-    const glayer *N = &g->layers[l + 1];
-    if (!N->experts || !st_cuda_matvec_float_supported(N->router.type)) return 0;
-    if (cudaEventRecord(s->l2_fork, st) != cudaSuccess || cudaStreamWaitEvent(s->l2_side, s->l2_fork, 0) != cudaSuccess)
-        return st_err("STRATA_DEC_L2PRED: fork failed: %s", cudaGetErrorString(cudaGetLastError()));
-    s->l2_forked = 1;
-    const int64_t d = hp->n_embd, F = hp->n_ff_exp;
-    const size_t gu = (size_t)F * st_row_size(N->gate_exps.type, d);
-    const size_t parts[3] = {gu, gu, s->l2pred_down ? (size_t)d * st_row_size(N->down_exps.type, F) : 0};
-    return st_cuda_router_topk(N->router.type, N->router.d, d, (int)hp->n_expert, s->xn, 1, s->l2pred_P, 0,
-                               s->l2_logits, s->l2_ids, s->l2_w, s->l2_cnt, s->l2_side) ||
-           st_cuda_l2_prefetch_experts((const void *const *)N->experts, (int)hp->n_expert, s->l2_ids, s->l2pred_P,
-                                       parts, s->l2_side);
-}
-
 // STRATA_DUMP_ACT (engine/actdump.h): the residual stream of n tokens after layer l's attention ('a') or FFN ('f')
 // into the dump file. Synchronizes the stream: only ever called outside graph capture (no graphs while dumping).
 static int dump_act(st_gpu_session *s, uint32_t l, char point, int n) {
@@ -862,7 +807,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
 // instance's cost against the knockout's full share tells the launch's fixed cost from its work); nonzero on error.
 #define RUN(bit, call) (SKIPPED(bit) ? 0 : ((call) || ((dup & (bit)) && (call))))
     if (embed_tokens(s, n) || (n == 1 && g->hy && st_hybrid_step_begin(g->hy, st))) return -1;
-    s->l2_forked = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (l > 0 && dump_act(s, l - 1, 'f', n)) return -1;  // (the FFN paths below end in `continue`)
@@ -937,7 +881,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             } else if (RUN(DEC_SKIP_FFN_NORM, st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm,
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
-                       (n == 1 && l2_predict_next(s, l, st)) ||
                        (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
@@ -1027,11 +970,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
 #undef RUN
 #undef SKIPPED
     if (n == 1 && g->hy && st_hybrid_step_end(g->hy, st)) return -1;
-    if (s->l2_forked) {  // join the predictor's branch (graph capture needs every fork joined)
-        if (cudaEventRecord(s->l2_join, s->l2_side) != cudaSuccess || cudaStreamWaitEvent(st, s->l2_join, 0) != cudaSuccess)
-            return st_err("STRATA_DEC_L2PRED: join failed: %s", cudaGetErrorString(cudaGetLastError()));
-        s->l2_forked = 0;
-    }
     if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
         if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
                             st) ||

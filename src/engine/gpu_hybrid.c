@@ -270,7 +270,7 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
         pp.profile = &h->prof;
     }
     if (st_plan_compute(&h->desc, &pp, &h->plan)) goto fail;
-    char b[4][32];
+    char b[5][32];
     if (h->plan.all_in_vram) {
         st_info("--gpu-mem %.2f GiB holds the whole model (%s of %s planned): every weight in VRAM", o->gpu_mem_gib,
                 st_fmt_bytes(b[0], 32, (double)h->plan.used_bytes), st_fmt_bytes(b[1], 32, (double)h->plan.budget));
@@ -283,12 +283,13 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
     }
     char rb[32];
     st_info("hybrid placement: --gpu-mem %.2f GiB < %s for every weight; dense %s + KV %s + scratch %s (%lld-token "
-            "prefill chunks%s) + reserve %s in VRAM, experts in a host arena with a VRAM cache",
+            "prefill chunks%s) + reserve %s + host arena page tables %s in VRAM, experts in a host arena with a VRAM "
+            "cache",
             o->gpu_mem_gib, st_fmt_bytes(b[0], 32, (double)(h->plan.min_bytes + h->plan.experts_vram_bytes)),
             st_fmt_bytes(b[1], 32, (double)h->plan.dense_bytes), st_fmt_bytes(b[2], 32, (double)h->plan.kv_bytes),
             st_fmt_bytes(b[3], 32, (double)h->plan.scratch_bytes), (long long)h->plan.prefill_chunk,
             h->plan.prefill_chunk_lowered ? ", fewer than the default to fit the budget; -ub sets it" : "",
-            st_fmt_bytes(rb, 32, (double)h->plan.reserve_bytes));
+            st_fmt_bytes(rb, 32, (double)h->plan.reserve_bytes), st_fmt_bytes(b[4], 32, (double)h->plan.host_map_bytes));
     *out = h;
     return 0;
 fail:
@@ -1002,17 +1003,19 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     if (h->opts.cpu_misses)  // CPU-miss buffers and the --pcie-frac auto measurement's scratch (hy_cpu_init)
         tables += (uint64_t)hp->n_expert_used * (hp->n_embd + 2) * sizeof(float) + 16ull * h->L + (1ull << 20);
     // The plan's reserve stands for the CUDA context, library workspaces and graphs (ST_PLAN_RESERVE_DEFAULT, sized
-    // from nvidia-smi peaks on an H200), so that `strata info --plan` and the engine agree on the slot count.
-    const uint64_t held = dense_bytes + h->plan.reserve_bytes;
+    // from nvidia-smi peaks on an H200), its host map for the GPU's page tables of the registered arena, so that
+    // `strata info --plan` and the engine agree on the slot count.
+    const uint64_t held = dense_bytes + h->plan.reserve_bytes + h->plan.host_map_bytes;
     const uint64_t fixed = held + tables + h->plan.kv_bytes + h->plan.scratch_bytes;
     if (h->plan.budget <= fixed + h->stride * h->E)
         return st_err("%s: --gpu-mem %.2f GiB leaves no room for expert slots: dense weights %s (uploaded) + KV %s + "
-                      "scratch %s + reserve %s, and prefill staging needs at least %u slots of %s: raise --gpu-mem to "
-                      "%.2f GiB or more",
+                      "scratch %s + reserve %s + host arena page tables %s, and prefill staging needs at least %u "
+                      "slots of %s: raise --gpu-mem to %.2f GiB or more",
                       h->m->path, h->opts.gpu_mem_gib, st_fmt_bytes(b[0], 32, (double)dense_bytes),
                       st_fmt_bytes(b[1], 32, (double)h->plan.kv_bytes),
                       st_fmt_bytes(b[2], 32, (double)h->plan.scratch_bytes),
-                      st_fmt_bytes(b[3], 32, (double)h->plan.reserve_bytes), h->E,
+                      st_fmt_bytes(b[3], 32, (double)h->plan.reserve_bytes),
+                      st_fmt_bytes(b[5], 32, (double)h->plan.host_map_bytes), h->E,
                       st_fmt_bytes(b[4], 32, (double)h->stride),
                       (double)(fixed + h->stride * h->E) / (double)(1ull << 30) + 0.01);
     uint64_t n_total = (h->plan.budget - fixed) / h->stride;

@@ -297,8 +297,11 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         // expert of a layer, and the misses of a layer are staged together).
         out->n_staging = pp->staging_slots >= 0 ? (uint64_t)pp->staging_slots : (uint64_t)hp->n_expert;
         out->staging_bytes = out->n_staging * out->slot_bytes;
+        out->host_map_bytes = align_up((out->arena_bytes >> 20) * (ST_PLAN_HOST_MAP_PER_GIB >> 10), ST_PLAN_ALIGN);
     }
-    out->min_bytes = base + (out->moe ? out->staging_bytes : 0);
+    // Besides the base, a hybrid session holds the prefill staging and the arena's page tables.
+    const uint64_t hy_fixed = out->staging_bytes + out->host_map_bytes;
+    out->min_bytes = base + hy_fixed;
     if (pp->profile && out->moe &&
         (pp->profile->n_layer != hp->n_layer || pp->profile->n_expert != hp->n_expert))
         return st_err("%s: the routing profile has %u layers x %u experts, the model %u x %u", d->name,
@@ -310,6 +313,7 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         out->staging_bytes = 0;
         out->n_staging = 0;
         out->arena_bytes = 0;
+        out->host_map_bytes = 0;
         out->n_slots = out->n_experts_total;
         out->used_bytes = base + out->experts_vram_bytes;
         return 0;
@@ -322,14 +326,14 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         const uint64_t s2 = st_plan_scratch_bytes(d, out->prefill_chunk);
         base = base - out->scratch_bytes + s2;
         out->scratch_bytes = s2;
-        out->min_bytes = base + out->staging_bytes;
+        out->min_bytes = base + hy_fixed;
     }
     if (out->budget < out->min_bytes) {
-        char b[7][32], what[160] = "";
+        char b[7][32], what[224] = "";
         if (out->moe)
-            snprintf(what, sizeof what, " + prefill staging %s (%" PRIu64 " expert slots of %s)",
-                     st_fmt_bytes(b[5], 32, (double)out->staging_bytes), out->n_staging,
-                     st_fmt_bytes(b[6], 32, (double)out->slot_bytes));
+            snprintf(what, sizeof what, " + prefill staging %s (%" PRIu64 " expert slots of %s) + host arena page "
+                     "tables %s", st_fmt_bytes(b[5], 32, (double)out->staging_bytes), out->n_staging,
+                     st_fmt_bytes(b[6], 32, (double)out->slot_bytes), st_fmt_bytes(b[4], 32, (double)out->host_map_bytes));
         return st_err("%s: a VRAM budget of %.2f GiB is too small: at least %.2f GiB (%" PRIu64 " bytes) is needed = "
                       "dense weights %s + KV cache %s (%" PRId64 " positions, %s) + compute scratch %s + CUDA runtime "
                       "reserve %s%s%s",

@@ -39,6 +39,11 @@ extern "C" {
 // CUDA context, cuBLAS handle + workspace, graphs, allocator slack: ~700 MiB measured on an H200 (nvidia-smi peak
 // minus the planned bytes, bench/results/2026-11-30-h200-hybrid-q30b-q4km.md); the engine also measures it at load.
 #define ST_PLAN_RESERVE_DEFAULT (704ull << 20)
+// GPU page tables of the host arena where it is registered for zero-copy reads (cudaHostRegister, mapped): device
+// memory outside every allocation, so outside the reserve's measurement too, and proportional to the arena: 8 bytes
+// per 4 KiB page. Measured by tests/gpu/bench_gpu_hostreg (H200, driver 580): see bench/results/2026-12-01g-h200.md.
+// (The Qwen3-235B-A22B IQ1_M arena, 47 GiB, put the 8 and 12 GiB peaks 61-65 MiB over their budgets without it.)
+#define ST_PLAN_HOST_MAP_PER_GIB (2ull << 20)
 // The hybrid decode's lookahead prefetch (engine/gpu_hybrid.c): predictions per layer, each layer with a set of that
 // many slots of its own (taken from the expert cache's share) unless STRATA_HY_PF_OWN=0 puts the sets in the prefill
 // staging slots. STRATA_HY_PREFETCH=P overrides (0: off).
@@ -148,7 +153,9 @@ typedef struct st_plan {
     bool prefill_chunk_lowered;  // the default chunk was halved to fit the budget (ST_PLAN_PREFILL_CHUNK_MIN)
     uint64_t reserve_bytes;    // CUDA context and library workspaces
     uint64_t staging_bytes;    // n_staging slots for streaming prefill (hybrid mode only)
-    uint64_t min_bytes;        // dense + kv + scratch + reserve + staging: the least budget that runs
+    uint64_t host_map_bytes;   // GPU page tables of the registered host arena (hybrid; ST_PLAN_HOST_MAP_PER_GIB)
+    uint64_t min_bytes;        // dense + kv + scratch + reserve (+ staging + host map, hybrid): the least budget
+                               // that runs
     uint64_t experts_vram_bytes;  // all-in-VRAM mode: the expert stacks as uploaded
     uint64_t slot_bytes;       // one expert slot: the largest st_xlayer.slot_bytes over layers
     uint64_t n_staging;

@@ -78,7 +78,8 @@ p = json.load(sys.stdin)
 share = float(sys.argv[1])
 n_all = p["n_experts"]
 E = int(sys.argv[2])
-fixed = p["dense_bytes"] + p["kv_bytes"] + p["scratch_bytes"] + p["reserve_bytes"] + n_all * (3 * 8 + 8) + 4096
+fixed = (p["dense_bytes"] + p["kv_bytes"] + p["scratch_bytes"] + p["reserve_bytes"] + p["host_map_bytes"] +
+         n_all * (3 * 8 + 8) + 4096)
 per_layer = int(share * E)
 slots = int(share * n_all) + 2 * (E - per_layer) + 1
 b = fixed + slots * p["slot_bytes"] + p["slot_bytes"] // 2

@@ -550,19 +550,6 @@ static void test_moe_case(int gu_type, int down_type, int E, int K, int d, int F
     }
     if (badq) printf("  %s: %lld blocks of the down input differ from the CPU quantizer\n", what, (long long)badq), g_fail_cur++;
 
-    // The predicted-expert L2 prefetch (a hint: it must neither fault nor change the results checked below), on
-    // the route's ids and on out-of-range ones, every part of the tables.
-    {
-        const int32_t odd[3] = {-1, E + 3, E - 1};
-        int32_t *dodd = dup_h2d(odd, sizeof odd);
-        const size_t parts[3] = {(size_t)F * st_row_size(gu_type, d), (size_t)F * st_row_size(gu_type, d),
-                                 (size_t)d * st_row_size(down_type, F)};
-        CKL(st_cuda_l2_prefetch_experts((const void *const *)dtbl, E, dids, n_pairs < 32 ? n_pairs : 32, parts, 0));
-        CKL(st_cuda_l2_prefetch_experts((const void *const *)dtbl, E, dodd, 3, parts, 0));
-        CK(cudaDeviceSynchronize());
-        CK(cudaFree(dodd));
-    }
-
     // Down + weighted sum + residual, in place (x += moe) and into a separate output.
     float *dx = dup_h2d(xres, sizeof(float) * n_tok * d), *dout = dalloc(sizeof(float) * n_tok * d);
     for (int rep = 0; rep < 2; rep++) {

@@ -119,13 +119,19 @@ static void test_planner(const st_model *m) {
     CHECK(st_plan_compute(&d, &pp, &p) == 0 && !p.all_in_vram && p.n_slots < p.n_experts_total && p.arena_bytes > 0,
           "budget all-1 should be hybrid");
     uint64_t min = p.min_bytes, slot = p.slot_bytes;
-    CHECK(min == base + p.staging_bytes && p.n_staging == m->hp.n_expert, "min = base + staging");
     uint64_t max_slot = 0, arena = 0;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         if (d.xl[l].slot_bytes > max_slot) max_slot = d.xl[l].slot_bytes;
         arena += (d.xl[l].slot_bytes + 4095) / 4096 * 4096 * m->hp.n_expert;
     }
     CHECK(slot == max_slot && p.arena_bytes == arena, "slot %" PRIu64 " / arena %" PRIu64, slot, p.arena_bytes);
+    // The GPU's page tables of the registered arena: ST_PLAN_HOST_MAP_PER_GIB per GiB, at least that (aligned up).
+    const double map_want = (double)arena / (double)(1ull << 30) * (double)ST_PLAN_HOST_MAP_PER_GIB;
+    CHECK(p.host_map_bytes >= map_want - ST_PLAN_HOST_MAP_PER_GIB / 1024.0 &&
+              p.host_map_bytes <= map_want + ST_PLAN_ALIGN, "host map %" PRIu64 " for an arena of %" PRIu64,
+          p.host_map_bytes, arena);
+    CHECK(min == base + p.staging_bytes + p.host_map_bytes && p.n_staging == m->hp.n_expert,
+          "min = base + staging + host map");
     st_plan_free(&p);
     // Exact fit: min + k slots gives k; one byte less gives k - 1; the minimum gives 0 slots.
     for (uint64_t k = 0; k < 20; k += 7) {
