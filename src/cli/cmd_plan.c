@@ -242,8 +242,9 @@ int cmd_info_plan(int argc, char **argv) {
            fb(plan.host_map_bytes), fb(plan.arena_bytes));
     if (plan.n_prefetch && plan.prefetch_per_layer < (uint32_t)pp.prefetch_per_layer)
         printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer (of %d: fewer, so "
-               "that its own slots fit)\n",
-               fb(plan.prefetch_bytes), plan.n_prefetch, plan.prefetch_per_layer, pp.prefetch_per_layer);
+               "that its own slots fit%s)\n",
+               fb(plan.prefetch_bytes), plan.n_prefetch, plan.prefetch_per_layer, pp.prefetch_per_layer,
+               plan.prefetch_single_staging ? " beside a single prefill staging buffer" : "");
     else if (plan.n_prefetch)
         printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer\n",
                fb(plan.prefetch_bytes), plan.n_prefetch, plan.prefetch_per_layer);

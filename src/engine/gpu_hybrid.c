@@ -1028,7 +1028,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
                 100.0 * (double)h->plan.n_slots / (double)h->plan.n_experts_total, 100.0 * ST_PLAN_PREFETCH_MAX_SHARE);
     // The plan's own sets, fewer per layer where the slots left after this engine's tables hold fewer (plan.h)
     const uint32_t own_p =
-        h->plan.n_prefetch ? st_plan_prefetch_own_fit(n_total, 2ull * h->E, h->L, (uint32_t)h->pf_P) : 0;
+        h->plan.n_prefetch ? st_plan_prefetch_own_fit(n_total, 2ull * h->E, h->E, h->L, (uint32_t)h->pf_P, NULL) : 0;
     h->pf_own = (uint64_t)h->L * own_p;
     if (own_p) h->pf_P = (int)own_p;
     n_total -= h->pf_own;

@@ -186,10 +186,19 @@ uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
 
 // ---- the plan ---------------------------------------------------------------------------------------------------
 
-uint32_t st_plan_prefetch_own_fit(uint64_t slots, uint64_t keep, uint32_t n_layer, uint32_t p) {
+static uint32_t own_fit(uint64_t slots, uint64_t keep, uint32_t n_layer, uint32_t p) {
     if (!n_layer || slots <= keep) return 0;
     const uint64_t fit = (slots - keep) / n_layer;
     return fit >= p ? p : fit >= ST_PLAN_PREFETCH_MIN_OWN ? (uint32_t)fit : 0;
+}
+
+uint32_t st_plan_prefetch_own_fit(uint64_t slots, uint64_t keep, uint64_t keep_single, uint32_t n_layer, uint32_t p,
+                                  bool *single) {
+    const uint32_t two = own_fit(slots, keep, n_layer, p);
+    const uint32_t below = p < ST_PLAN_PREFETCH_SINGLE_BELOW ? p : ST_PLAN_PREFETCH_SINGLE_BELOW;
+    const uint32_t one = two < below && keep_single < keep ? own_fit(slots, keep_single, n_layer, p) : 0;
+    if (single) *single = one > two;
+    return one > two ? one : two;
 }
 
 void st_plan_params_default(st_plan_params *p) {
@@ -348,8 +357,9 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     uint64_t rest = out->budget - out->min_bytes;
     out->n_slots = rest / out->slot_bytes;
     if (out->n_slots >= out->n_experts_total) out->n_slots = out->n_experts_total - 1;  // unreachable in practice
-    // The lookahead prefetch: its own n_layer x P slots come out of the cache's share when that leaves at least one
-    // layer's worth of cache (the engine's rule), with P lowered until they fit (down to ST_PLAN_PREFETCH_MIN_OWN),
+    // The lookahead prefetch: its own n_layer x P slots come out of the cache's share when that leaves one layer's
+    // worth of slots for the second prefill staging buffer, with P lowered until they fit (down to
+    // ST_PLAN_PREFETCH_MIN_OWN), or beside a single staging buffer where that fits more (st_plan_prefetch_own_fit),
     // else its sets go into the staging slots; none where the cache alone holds prefetch_max_share of the experts.
     // (All or nothing was a cliff: Qwen3-235B-A22B IQ1_M at 16 GiB, where the own sets hold nearly every slot, ran
     // tg128 at 44.4 tok/s with them and at 8.5 with the ~70 MiB of KV cache that a 640-token context adds, which
@@ -359,8 +369,9 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
     out->prefetch_share_off = pp->prefetch_per_layer > 0 && !pf_worth;
     if (pp->prefetch_per_layer > 0 && hp->n_layer >= 2 && routers_float(d) && pf_worth) {
         out->prefetch_per_layer = (uint32_t)pp->prefetch_per_layer;
-        const uint32_t own_p = pp->prefetch_own ? st_plan_prefetch_own_fit(out->n_slots, hp->n_expert, hp->n_layer,
-                                                                          out->prefetch_per_layer)
+        const uint32_t own_p = pp->prefetch_own ? st_plan_prefetch_own_fit(out->n_slots, hp->n_expert, 0, hp->n_layer,
+                                                                          out->prefetch_per_layer,
+                                                                          &out->prefetch_single_staging)
                                                 : 0;
         if (own_p) {
             const uint64_t own = (uint64_t)hp->n_layer * own_p;

@@ -53,8 +53,13 @@ extern "C" {
 // 18.2 GiB (88.4%) 382.7 / 403.9; 16 GiB (74.7%) 356.8 / 251.8.
 #define ST_PLAN_PREFETCH_MAX_SHARE 0.83
 // ST_PLAN_PREFETCH_MIN_OWN: the fewest predictions per layer the prefetch's own sets are lowered to where the default
-// does not fit (below it they go into the staging). Half the 8 experts a token uses in Qwen3-MoE: unmeasured.
-#define ST_PLAN_PREFETCH_MIN_OWN 4
+// does not fit (below it they go into the staging). H200, Qwen3-235B-A22B IQ1_M at 8 GiB, tg128 (2026-12-01g): own
+// sets of 4 / 3 / 2 per layer 10.30 / 8.66 / 7.69 tok/s, the sets in the staging 7.4 (94 layers share its slots).
+#define ST_PLAN_PREFETCH_MIN_OWN 2
+// ST_PLAN_PREFETCH_SINGLE_BELOW: own sets beside a single prefill staging buffer only where the double-buffered one
+// leaves fewer predictions per layer than this (the measurements above: 4 -> 3 lost 16%; prefill with one buffer
+// copies and computes in turn).
+#define ST_PLAN_PREFETCH_SINGLE_BELOW 4
 #define ST_PLAN_PREFETCH_DEFAULT 16  // 2026-11-30h: 16 / 12 / 8 GiB 294.2 / 215.0 / 164.2 vs 285.1 / 211.5 / 153.2 (P 12); P 20-24 no better, 32 loses
 
 // One tensor of the model as the planner sees it: its spec (name, role, layer, shape) and stored type.
@@ -124,10 +129,15 @@ typedef struct st_plan_params {
 
 void st_plan_params_default(st_plan_params *p);
 
-// Predictions per layer whose own prefetch sets (n_layer x that many slots) fit in `slots` while leaving `keep`:
-// p itself, else as many as fit down to ST_PLAN_PREFETCH_MIN_OWN, else 0 (the sets go into the staging). The
-// planner's rule (keep: one layer's worth of cache) and the engine's for its own slot count (keep: the staging).
-uint32_t st_plan_prefetch_own_fit(uint64_t slots, uint64_t keep, uint32_t n_layer, uint32_t p);
+// Predictions per layer whose own prefetch sets (n_layer x that many slots) fit in `slots` beside `keep` (the prefill
+// staging, double-buffered): p itself, else as many as fit down to ST_PLAN_PREFETCH_MIN_OWN; where that is below p
+// and below ST_PLAN_PREFETCH_SINGLE_BELOW, beside `keep_single` instead (one staging buffer: the cache layout falls back to it, and prefill copies and
+// computes in turn) if that fits more, and *single (may be NULL) says so; 0: none (the sets go into the staging).
+// The planner's rule (keep: one layer's worth of slots beside its minimum, which holds the other; keep_single 0) and
+// the engine's for its own slot count (keep: both buffers; keep_single: one). A set of its own per layer is worth
+// more than a double-buffered prefill where the cache is small (ST_PLAN_PREFETCH_MIN_OWN's measurements).
+uint32_t st_plan_prefetch_own_fit(uint64_t slots, uint64_t keep, uint64_t keep_single, uint32_t n_layer, uint32_t p,
+                                  bool *single);
 
 // One expert-cache slot's initial occupant.
 typedef struct st_plan_slot {
@@ -162,6 +172,7 @@ typedef struct st_plan {
     uint32_t prefetch_per_layer;  // lookahead prefetch predictions per layer in use (hybrid; 0: off): the engine
                                // runs it where every router after the first layer is F32/F16/BF16
     uint64_t n_prefetch;       // the prefetch's own slots, n_layer x prefetch_per_layer (0: sets in the staging)
+    bool prefetch_single_staging;  // its own sets fit only beside a single prefill staging buffer (st_plan_prefetch_own_fit)
     bool prefetch_share_off;   // asked for, but off: the cache alone holds >= prefetch_max_share of the experts
     uint64_t prefetch_bytes;   // n_prefetch * slot_bytes
     uint64_t n_slots;          // expert-cache slots (hybrid), or every expert (all in VRAM)

@@ -147,8 +147,9 @@ static void test_planner(const st_model *m) {
         }
     }
     // The lookahead prefetch's own slots: n_layer x P out of the cache's share when that leaves a layer's worth of
-    // cache (n_slots >= own + n_expert), P lowered to fit down to ST_PLAN_PREFETCH_MIN_OWN, else none (its sets then
-    // go into the staging); off with P = 0.
+    // cache (n_slots >= own + n_expert), P lowered to fit down to ST_PLAN_PREFETCH_MIN_OWN, or beside a single staging
+    // buffer where that fits more (below ST_PLAN_PREFETCH_SINGLE_BELOW), else none (its sets then go into the
+    // staging); off with P = 0.
     {
         const uint64_t own = (uint64_t)m->hp.n_layer, E = m->hp.n_expert;
         st_plan_params q = pp;
@@ -161,10 +162,18 @@ static void test_planner(const st_model *m) {
                   p.used_bytes == min + (own + E) * slot,
               "prefetch own slots: %u per layer, %" PRIu64 " own, %" PRIu64 " cache slots", p.prefetch_per_layer,
               p.n_prefetch, p.n_slots);
+        CHECK(!p.prefetch_single_staging, "own sets beside both staging buffers");
         st_plan_free(&p);
+        // One slot short of that: beside a single staging buffer (fewer than ST_PLAN_PREFETCH_SINGLE_BELOW fit).
         q.gpu_budget = min + (own + E) * slot - 1;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 1 && p.n_prefetch == own &&
+                  p.prefetch_single_staging && p.n_slots == E - 1,
+              "prefetch beside one staging buffer: %" PRIu64 " own, %" PRIu64 " cache slots", p.n_prefetch, p.n_slots);
+        st_plan_free(&p);
+        // Fewer slots than one set per layer: none of its own.
+        q.gpu_budget = min + (own - 1) * slot;
         CHECK(st_plan_compute(&d, &q, &p) == 0 && p.prefetch_per_layer == 1 && p.n_prefetch == 0 &&
-                  p.n_slots == own + E - 1,
+                  !p.prefetch_single_staging && p.n_slots == own - 1,
               "prefetch without room: %" PRIu64 " own, %" PRIu64 " cache slots", p.n_prefetch, p.n_slots);
         st_plan_free(&p);
         // P lowered until its own sets fit (down to ST_PLAN_PREFETCH_MIN_OWN), not all or nothing
@@ -175,11 +184,20 @@ static void test_planner(const st_model *m) {
               "prefetch lowered to fit: %u per layer, %" PRIu64 " own, %" PRIu64 " cache slots",
               p.prefetch_per_layer, p.n_prefetch, p.n_slots);
         st_plan_free(&p);
-        q.gpu_budget = min + ((ST_PLAN_PREFETCH_MIN_OWN - 1) * own + E) * slot;
-        CHECK(st_plan_compute(&d, &q, &p) == 0 && !p.all_in_vram && p.prefetch_per_layer == 8 && p.n_prefetch == 0 &&
-                  p.n_slots == (ST_PLAN_PREFETCH_MIN_OWN - 1) * own + E,
-              "prefetch below its minimum: %u per layer, %" PRIu64 " own (sets in the staging)", p.prefetch_per_layer,
+        // Below the minimum beside both staging buffers: as many as fit beside one (up to the 8 asked for).
+        const uint64_t s1 = (ST_PLAN_PREFETCH_MIN_OWN - 1) * own + E, p1 = s1 / own < 8 ? s1 / own : 8;
+        q.gpu_budget = min + s1 * slot;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && !p.all_in_vram && p.prefetch_single_staging &&
+                  p.prefetch_per_layer == p1 && p.n_prefetch == p1 * own && p.n_slots == s1 - p1 * own,
+              "prefetch below its minimum: %u per layer (want %" PRIu64 "), %" PRIu64 " own", p.prefetch_per_layer, p1,
               p.n_prefetch);
+        st_plan_free(&p);
+        // Below the minimum beside one buffer too: the sets go into the staging.
+        q.gpu_budget = min + (ST_PLAN_PREFETCH_MIN_OWN * own - 1) * slot;
+        CHECK(st_plan_compute(&d, &q, &p) == 0 && !p.all_in_vram && p.prefetch_per_layer == 8 && p.n_prefetch == 0 &&
+                  p.n_slots == ST_PLAN_PREFETCH_MIN_OWN * own - 1,
+              "prefetch below its minimum beside one buffer: %u per layer, %" PRIu64 " own (sets in the staging)",
+              p.prefetch_per_layer, p.n_prefetch);
         st_plan_free(&p);
         q.prefetch_per_layer = 1;
         q.gpu_budget = min + (own + E) * slot;
