@@ -196,7 +196,7 @@ uint32_t st_plan_prefetch_own_fit(uint64_t slots, uint64_t keep, uint64_t keep_s
                                   bool *single) {
     const uint32_t two = own_fit(slots, keep, n_layer, p);
     const uint32_t below = p < ST_PLAN_PREFETCH_SINGLE_BELOW ? p : ST_PLAN_PREFETCH_SINGLE_BELOW;
-    const uint32_t one = two < below && keep_single < keep ? own_fit(slots, keep_single, n_layer, p) : 0;
+    const uint32_t one = two < below && keep_single < keep ? own_fit(slots, keep_single, n_layer, below) : 0;
     if (single) *single = one > two;
     return one > two ? one : two;
 }

@@ -57,8 +57,9 @@ extern "C" {
 // sets of 4 / 3 / 2 per layer 10.30 / 8.66 / 7.69 tok/s, the sets in the staging 7.4 (94 layers share its slots).
 #define ST_PLAN_PREFETCH_MIN_OWN 2
 // ST_PLAN_PREFETCH_SINGLE_BELOW: own sets beside a single prefill staging buffer only where the double-buffered one
-// leaves fewer predictions per layer than this (the measurements above: 4 -> 3 lost 16%; prefill with one buffer
-// copies and computes in turn).
+// leaves fewer predictions per layer than this, and then at most this many (the rest stays cache). Same shape and
+// budget, pp512 + tg128 (context 513): one buffer with 4 own + 122 cache slots tg128 10.80, pp512 494.7; with 5 own
+// + 27 cache 8.16 (hit rate 57.8% against 50.7%, yet slower: one run each); two buffers with 3 own 8.66 (tg only).
 #define ST_PLAN_PREFETCH_SINGLE_BELOW 4
 #define ST_PLAN_PREFETCH_DEFAULT 16  // 2026-11-30h: 16 / 12 / 8 GiB 294.2 / 215.0 / 164.2 vs 285.1 / 211.5 / 153.2 (P 12); P 20-24 no better, 32 loses
 
@@ -131,7 +132,7 @@ void st_plan_params_default(st_plan_params *p);
 
 // Predictions per layer whose own prefetch sets (n_layer x that many slots) fit in `slots` beside `keep` (the prefill
 // staging, double-buffered): p itself, else as many as fit down to ST_PLAN_PREFETCH_MIN_OWN; where that is below p
-// and below ST_PLAN_PREFETCH_SINGLE_BELOW, beside `keep_single` instead (one staging buffer: the cache layout falls back to it, and prefill copies and
+// and below ST_PLAN_PREFETCH_SINGLE_BELOW, up to that many beside `keep_single` instead (one staging buffer: the cache layout falls back to it, and prefill copies and
 // computes in turn) if that fits more, and *single (may be NULL) says so; 0: none (the sets go into the staging).
 // The planner's rule (keep: one layer's worth of slots beside its minimum, which holds the other; keep_single 0) and
 // the engine's for its own slot count (keep: both buffers; keep_single: one). A set of its own per layer is worth
