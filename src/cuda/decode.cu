@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
     float v;
-    if constexpr (TYPE == 0) v = row_dot_any(type, wr, a.xq, a.nitems, lane);
-    else v = row_dot<TYPE, DEC_TAB>(wr, a.xq, a.nitems, lane);
+    if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
+    else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = v;
 }
 
@@ -503,8 +503,9 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
                 row_dot2_any(type, gate + off, up + off, x, nitems, lane, &a[j], &b[j]);
             }
         } else if constexpr (R == 1) {
-            row_dot2<TYPE, DEC_TAB>(gate + (size_t)r * (size_t)row_bytes, up + (size_t)r * (size_t)row_bytes, x, nitems, lane,
-                           a[0], b[0]);
+            row_dot2<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_GLU)>(gate + (size_t)r * (size_t)row_bytes,
+                                                            up + (size_t)r * (size_t)row_bytes, x, nitems, lane, a[0],
+                                                            b[0]);
         } else {
             const uint8_t *rows[2 * R];
             float o[2 * R];
@@ -513,7 +514,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
                 const size_t off = (size_t)(r + j * DEC_GROUPS) * (size_t)row_bytes;
                 rows[2 * j] = gate + off, rows[2 * j + 1] = up + off;
             }
-            rows_dot_x<TYPE, 2 * R, DEC_TAB>(rows, x, nitems, lane, o);
+            rows_dot_x<TYPE, 2 * R, DEC_TAB | DEC_PROBE(DEC_PK_GLU)>(rows, x, nitems, lane, o);
 #pragma unroll
             for (int j = 0; j < R; j++) a[j] = o[2 * j], b[j] = o[2 * j + 1];
         }
@@ -656,7 +657,8 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                 }
             }
             float v[DOWN_N];
-            row_dotN<TYPE, DOWN_N, DEC_TAB>(rows, xqs, nitems, lane, v);  // NaN for a skipped row, as below
+            // (NaN for a skipped row, as below)
+            row_dotN<TYPE, DOWN_N, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(rows, xqs, nitems, lane, v);
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng;
@@ -672,8 +674,8 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         if (r < d && e >= 0 && e < E) {
             const uint8_t *row = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
             const uint8_t *xr = actq + (size_t)p * (size_t)aq_stride;
-            if constexpr (TYPE == 0) v = row_dot_any(type, row, xr, nitems, lane);
-            else v = row_dot<TYPE, DEC_TAB>(row, xr, nitems, lane);
+            if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_DOWN)>(type, row, xr, nitems, lane);
+            else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(row, xr, nitems, lane);
         }
         if (lane == 0) ys[k][rr] = v;
     }

@@ -25,7 +25,7 @@
 // i-quant codebooks from a block's copy in shared memory, staged by dec_stage_tables<TYPE>() at the start of each
 // kernel (before its PDL wait: the tables are no kernel's output), instead of the device copy through L1: a warp's
 // random lookups there touch up to 32 lines (one L1 wavefront each) per instruction; in shared memory they cost bank
-// conflicts only. The row dots take it as their SMEM argument (DEC_TAB at the kernels' call sites); the runtime-type
+// conflicts only. The row dots take it in their MODE argument (DEC_TAB at the kernels' call sites); the runtime-type
 // functions (instance 0) keep the device copy. Same values, so the same results. Measured 2026-12-01f (bench/ab.sh,
 // Qwen3-30B-A3B shape): IQ1_M tg128 456.6 vs 429.3 (+6.4%; the probe that makes every lookup nearly free,
 // -DST_QB_PROBE_MASK=7, 472.9), Q4_K_M 490.86 vs 490.86 (no codebook: unchanged). The IQ1 codebook as 8 KiB of
@@ -33,7 +33,24 @@
 #ifndef DEC_SMEM_TABLES
 #define DEC_SMEM_TABLES 1
 #endif
-#define DEC_TAB (DEC_SMEM_TABLES != 0)
+// The row dots' MODE template argument: DEC_MODE_SMEM (the codebooks from shared memory) and DEC_MODE_PROBE
+// (DEC_UNPACK_PROBE's timing items where the kernel is one of DEC_PROBE_KERNELS).
+#define DEC_MODE_SMEM 1
+#define DEC_MODE_PROBE 2
+#define DEC_TAB (DEC_SMEM_TABLES != 0 ? DEC_MODE_SMEM : 0)
+// DEC_PROBE_KERNELS (with DEC_UNPACK_PROBE): the kernels whose items the probe replaces, bits DEC_PK_*: one kernel's
+// weight bytes against the others' (default: all four).
+#define DEC_PK_MULTI 1  // k_mmvq_multi: Q/K/V and O
+#define DEC_PK_GLU 2    // k_moe_glu: gate/up
+#define DEC_PK_DOWN 4   // k_moe_down
+#ifndef DEC_PROBE_KERNELS
+#define DEC_PROBE_KERNELS 7
+#endif
+#ifdef DEC_UNPACK_PROBE
+#define DEC_PROBE(bit) ((DEC_PROBE_KERNELS & (bit)) ? DEC_MODE_PROBE : 0)
+#else
+#define DEC_PROBE(bit) 0
+#endif
 #if DEC_SMEM_TABLES
 static __shared__ uint64_t dec_s_iq2xxs[256], dec_s_iq2xs[512], dec_s_iq2s[1024], dec_s_iq1s[2048];
 static __shared__ uint32_t dec_s_iq3xxs[256], dec_s_iq3s[512];
@@ -56,10 +73,11 @@ template <int TYPE> __device__ __forceinline__ void dec_stage_tables() {
 #endif
 }
 
-// Item j of block x of weight type TYPE (the row dots' st_qb_unpack); SMEM: the codebooks from the block's copy
-// (the per-type kernel instances under DEC_SMEM_TABLES, which stage it; the runtime-type functions never).
-// DEC_UNPACK_PROBE (timing experiment, wrong results): Q4_K / Q6_K items 1: with their loads but no unpack
-// arithmetic (the speed with a free unpack), 2: with neither (no weight reads: the speed without weight bytes).
+// Item j of block x of weight type TYPE (the row dots' st_qb_unpack); MODE & DEC_MODE_SMEM: the codebooks from the
+// block's copy (the per-type kernel instances under DEC_SMEM_TABLES, which stage it; the runtime-type functions never).
+// DEC_UNPACK_PROBE (timing experiment, wrong results): Q4_K / Q6_K items of the DEC_PROBE_KERNELS kernels 1: with
+// their loads but no unpack arithmetic (the speed with a free unpack), 2: with neither (no weight reads: the speed
+// without weight bytes). 2026-12-01g, all four kernels: tg128 498.2 (1) and 616.2 (2) against 490.5.
 #ifdef DEC_UNPACK_PROBE
 template <int TYPE> __device__ __forceinline__ void dec_probe_unpack(const uint8_t *x, int j, st_qb_w *w) {
 #if DEC_UNPACK_PROBE == 1
@@ -82,12 +100,13 @@ template <int TYPE> __device__ __forceinline__ void dec_probe_unpack(const uint8
 }
 #endif
 
-template <int TYPE, bool SMEM> __device__ __forceinline__ void dec_unpack(const uint8_t *x, int j, st_qb_w *w) {
+template <int TYPE, int MODE> __device__ __forceinline__ void dec_unpack(const uint8_t *x, int j, st_qb_w *w) {
 #ifdef DEC_UNPACK_PROBE
-    if constexpr (TYPE == ST_TYPE_Q4_K || TYPE == ST_TYPE_Q6_K) return dec_probe_unpack<TYPE>(x, j, w);
+    if constexpr ((MODE & DEC_MODE_PROBE) && (TYPE == ST_TYPE_Q4_K || TYPE == ST_TYPE_Q6_K))
+        return dec_probe_unpack<TYPE>(x, j, w);
 #endif
 #if DEC_SMEM_TABLES
-    if constexpr (!SMEM) {
+    if constexpr (!(MODE & DEC_MODE_SMEM)) {
     } else if constexpr (TYPE == ST_TYPE_IQ2_XXS) return st_qb_unpack_iq2_xxs_t(x, j, w, dec_s_iq2xxs);
     else if constexpr (TYPE == ST_TYPE_IQ2_XS) return st_qb_unpack_iq2_xs_t(x, j, w, dec_s_iq2xs);
     else if constexpr (TYPE == ST_TYPE_IQ2_S) return st_qb_unpack_iq2_s_t(x, j, w, dec_s_iq2s);
@@ -121,7 +140,7 @@ static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t
 }
 
 // dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
-template <int TYPE, bool SMEM = false>
+template <int TYPE, int MODE = 0>
 __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
     const uint8_t *xds = xq + (size_t)nitems * 32;
@@ -132,14 +151,14 @@ __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, 
         float2 ds;
         load_act(xq, xds, it, q, ds);
         st_qb_w w;
-        dec_unpack<TYPE, SMEM>(row + (size_t)(it / IPB) * TS, it % IPB, &w);
+        dec_unpack<TYPE, MODE>(row + (size_t)(it / IPB) * TS, it % IPB, &w);
         acc += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
     }
     return g32_sum_f(acc);
 }
 
 // Two rows (gate, up) against the same activations in one pass.
-template <int TYPE, bool SMEM = false>
+template <int TYPE, int MODE = 0>
 __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems, int lane,
                                          float &a, float &b) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -152,9 +171,9 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
         load_act(xq, xds, it, q, ds);
         const size_t off = (size_t)(it / IPB) * TS;
         st_qb_w w;
-        dec_unpack<TYPE, SMEM>(ra + off, it % IPB, &w);
+        dec_unpack<TYPE, MODE>(ra + off, it % IPB, &w);
         acc_a += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
-        dec_unpack<TYPE, SMEM>(rb + off, it % IPB, &w);
+        dec_unpack<TYPE, MODE>(rb + off, it % IPB, &w);
         acc_b += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
     }
     a = g32_sum_f(acc_a);
@@ -162,9 +181,10 @@ __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, c
 }
 
 // Runtime type dispatch (uniform per group).
+template <int MODE = 0>  // (DEC_MODE_PROBE only: these never read shared-memory codebooks)
 static __device__ __noinline__ float row_dot_any(int type, const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
 #define RD1(T) \
-    case T: return row_dot<T>(row, xq, nitems, lane);
+    case T: return row_dot<T, MODE>(row, xq, nitems, lane);
     DEC_TYPE_SWITCH(type, RD1, return f_nan())
 #undef RD1
 }
@@ -331,7 +351,7 @@ __device__ __forceinline__ bool rows_or_first(const uint8_t *const *rows, const 
 
 // N rows against N activation rows in one pass (rows[n] NULL: out[n] NaN); same per-row arithmetic and order as
 // row_dot.
-template <int TYPE, int N, bool SMEM = false>
+template <int TYPE, int N, int MODE = 0>
 __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8_t *const *xqs, int nitems, int lane,
                                          float *out) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -350,7 +370,7 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
             float2 ds;
             load_act(xs[n], xs[n] + (size_t)nitems * 32, it, q, ds);
             st_qb_w w;
-            dec_unpack<TYPE, SMEM>(r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            dec_unpack<TYPE, MODE>(r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
         }
     }
@@ -370,7 +390,7 @@ static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const 
 
 // N rows against one activation row (the MoE GLU's gate and up rows of several outputs): the activation block is
 // loaded once per item; per-row arithmetic and order as row_dot (rows[n] NULL: out[n] NaN; branch-free as row_dotN).
-template <int TYPE, int N, bool SMEM = false>
+template <int TYPE, int N, int MODE = 0>
 __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uint8_t *xq, int nitems, int lane,
                                            float *out) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -391,7 +411,7 @@ __device__ __forceinline__ void rows_dot_x(const uint8_t *const *rows, const uin
         for (int n = 0; n < N; n++) {
             if (!ST_ROWS_BRANCHFREE && !rows[n]) continue;
             st_qb_w w;
-            dec_unpack<TYPE, SMEM>(r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
+            dec_unpack<TYPE, MODE>(r[n] + (size_t)(it / IPB) * TS, it % IPB, &w);
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
         }
     }
