@@ -99,6 +99,12 @@ static void test_layout(st_rng *r) {
     printf("48 layers x 128 experts, 2014 slots: %" PRIu64 " cache + %u x %u staging\n", o.n_cache, o.n_stage_bufs,
            o.stage_per_buf);
     st_hycache_layout_free(&o);
+    // Fewer slots than two staging buffers (the 235B IQ1_M at 8 GiB after the prefetch's 4 own sets per layer,
+    // place/plan.h ST_PLAN_PREFETCH_SINGLE_BELOW): one buffer, the rest cache (measured there: 122 + 1 x 127).
+    CHECK(st_hycache_layout_compute(94, 128, 249, NULL, &o) == 0, "94x128: %s", st_errmsg());
+    CHECK(o.n_stage_bufs == 1 && o.stage_per_buf == 127 && o.n_cache == 122, "94x128 / 249: cache %" PRIu64
+          ", %u x %u staging", o.n_cache, o.n_stage_bufs, o.stage_per_buf);
+    st_hycache_layout_free(&o);
 }
 
 static void test_decay(st_rng *r) {
