@@ -289,7 +289,8 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
             st_fmt_bytes(b[1], 32, (double)h->plan.dense_bytes), st_fmt_bytes(b[2], 32, (double)h->plan.kv_bytes),
             st_fmt_bytes(b[3], 32, (double)h->plan.scratch_bytes), (long long)h->plan.prefill_chunk,
             h->plan.prefill_chunk_lowered ? ", fewer than the default to fit the budget; -ub sets it" : "",
-            st_fmt_bytes(rb, 32, (double)h->plan.reserve_bytes), st_fmt_bytes(b[4], 32, (double)h->plan.host_map_bytes));
+            st_fmt_bytes(rb, 32, (double)h->plan.reserve_bytes),
+            st_fmt_bytes(b[4], 32, (double)h->plan.host_map_bytes));
     *out = h;
     return 0;
 fail:

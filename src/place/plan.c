@@ -342,7 +342,8 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         if (out->moe)
             snprintf(what, sizeof what, " + prefill staging %s (%" PRIu64 " expert slots of %s) + host arena page "
                      "tables %s", st_fmt_bytes(b[5], 32, (double)out->staging_bytes), out->n_staging,
-                     st_fmt_bytes(b[6], 32, (double)out->slot_bytes), st_fmt_bytes(b[4], 32, (double)out->host_map_bytes));
+                     st_fmt_bytes(b[6], 32, (double)out->slot_bytes),
+                     st_fmt_bytes(b[4], 32, (double)out->host_map_bytes));
         return st_err("%s: a VRAM budget of %.2f GiB is too small: at least %.2f GiB (%" PRIu64 " bytes) is needed = "
                       "dense weights %s + KV cache %s (%" PRId64 " positions, %s) + compute scratch %s + CUDA runtime "
                       "reserve %s%s%s",

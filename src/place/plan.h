@@ -132,8 +132,9 @@ void st_plan_params_default(st_plan_params *p);
 
 // Predictions per layer whose own prefetch sets (n_layer x that many slots) fit in `slots` beside `keep` (the prefill
 // staging, double-buffered): p itself, else as many as fit down to ST_PLAN_PREFETCH_MIN_OWN; where that is below p
-// and below ST_PLAN_PREFETCH_SINGLE_BELOW, up to that many beside `keep_single` instead (one staging buffer: the cache layout falls back to it, and prefill copies and
-// computes in turn) if that fits more, and *single (may be NULL) says so; 0: none (the sets go into the staging).
+// and below ST_PLAN_PREFETCH_SINGLE_BELOW, up to that many beside `keep_single` instead (one staging buffer: the
+// cache layout falls back to it, and prefill copies and computes in turn) if that fits more, and *single (may be
+// NULL) says so; 0: none (the sets go into the staging).
 // The planner's rule (keep: one layer's worth of slots beside its minimum, which holds the other; keep_single 0) and
 // the engine's for its own slot count (keep: both buffers; keep_single: one). A set of its own per layer is worth
 // more than a double-buffered prefill where the cache is small (ST_PLAN_PREFETCH_MIN_OWN's measurements).
@@ -173,7 +174,8 @@ typedef struct st_plan {
     uint32_t prefetch_per_layer;  // lookahead prefetch predictions per layer in use (hybrid; 0: off): the engine
                                // runs it where every router after the first layer is F32/F16/BF16
     uint64_t n_prefetch;       // the prefetch's own slots, n_layer x prefetch_per_layer (0: sets in the staging)
-    bool prefetch_single_staging;  // its own sets fit only beside a single prefill staging buffer (st_plan_prefetch_own_fit)
+    bool prefetch_single_staging;  // its own sets fit only beside a single prefill staging buffer
+                                   // (st_plan_prefetch_own_fit)
     bool prefetch_share_off;   // asked for, but off: the cache alone holds >= prefetch_max_share of the experts
     uint64_t prefetch_bytes;   // n_prefetch * slot_bytes
     uint64_t n_slots;          // expert-cache slots (hybrid), or every expert (all in VRAM)

@@ -68,7 +68,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpu_hostreg: no CUDA device\n");
         return 1;
     }
-    printf("| registered GiB | range MiB | THP | device MiB taken | MiB per GiB |\n| ---: | ---: | --- | ---: | ---: |\n");
+    printf("| registered GiB | range MiB | THP | device MiB taken | MiB per GiB |\n");
+    printf("| ---: | ---: | --- | ---: | ---: |\n");
     for (int i = 0; i < nsz; i++) {
         const double d = measure(sizes[i], range, huge);
         if (d < 0) return 1;

@@ -184,7 +184,8 @@ static void test_planner(const st_model *m) {
               "prefetch lowered to fit: %u per layer, %" PRIu64 " own, %" PRIu64 " cache slots",
               p.prefetch_per_layer, p.n_prefetch, p.n_slots);
         st_plan_free(&p);
-        // Below the minimum beside both staging buffers: as many as fit beside one, up to ST_PLAN_PREFETCH_SINGLE_BELOW.
+        // Below the minimum beside both staging buffers: as many as fit beside one, up to
+        // ST_PLAN_PREFETCH_SINGLE_BELOW.
         const uint64_t s1 = (ST_PLAN_PREFETCH_MIN_OWN - 1) * own + E;
         const uint64_t p1 = s1 / own < ST_PLAN_PREFETCH_SINGLE_BELOW ? s1 / own : ST_PLAN_PREFETCH_SINGLE_BELOW;
         q.gpu_budget = min + s1 * slot;
