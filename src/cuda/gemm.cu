@@ -18,7 +18,6 @@
 
 // cuBLAS workspace set once at create time: without it cuBLAS may allocate during graph capture.
 #define GEMM_CUBLAS_WS (32u << 20)
-#define GEMM_ALIGN ST_GEMM_ALIGN
 
 struct st_gemm_ctx {
     st_cuda_ctx *ctx;
@@ -52,15 +51,13 @@ static const char *cublas_name(cublasStatus_t s) {
             return st_err("%s:%d: %s: %s (%d)", __FILE__, __LINE__, #call, cublas_name(st_cb_s_), (int)st_cb_s_); \
     } while (0)
 
-static size_t align_up(size_t x) { return st_gemm_align(x); }
-
 // Carves consecutive 256-byte aligned pieces out of a scratch buffer.
 struct carve {
     uint8_t *p;
     size_t used, cap;
     void *take(size_t bytes) {
         void *r = p ? p + used : NULL;
-        used += align_up(bytes);
+        used += st_gemm_align(bytes);
         return r;
     }
 };
@@ -673,7 +670,7 @@ extern "C" int st_cuda_gemm(st_gemm_ctx *g, int engine, int type, const void *W,
         if (!st_gemm_tc_type(type) || ne0 % TC_BK)
             return st_err("st_cuda_gemm: the f16 tensor-core engine does not handle %s with ne0 %lld (needs a "
                           "multiple of %d)", st_type_name(type), (long long)ne0, TC_BK);
-        const size_t need = align_up((size_t)n_tok * ne0 * 2);
+        const size_t need = st_gemm_scratch_size(ST_GEMM_TC, type, ne0, n_out, n_tok);
         if (need > scratch_bytes)
             return st_err("st_cuda_gemm: scratch of %zu bytes is too small (%zu needed)", scratch_bytes, need);
         if (st_cuda_f32_to_f16(g->ctx, X, scratch, n_tok * ne0, stream)) return -1;
@@ -1026,7 +1023,8 @@ static int moe_ffn_impl(st_gemm_ctx *g, int engine, int type_gu, const void *Wga
                           (long long)n_ff);
     }
     if (n_tok == 0) return 0;
-    if ((uintptr_t)scratch & (GEMM_ALIGN - 1)) return st_err("%s: scratch must be %d-byte aligned", fn, GEMM_ALIGN);
+    if ((uintptr_t)scratch & (ST_GEMM_ALIGN - 1))
+        return st_err("%s: scratch must be %d-byte aligned", fn, ST_GEMM_ALIGN);
     moe_bufs b = moe_layout(scratch, engine, n_embd, n_ff, n_expert, n_tok, n_used);
     if (b.total > scratch_bytes)
         return st_err("%s: scratch of %zu bytes is too small (%zu needed for %d tokens x %d experts)", fn,

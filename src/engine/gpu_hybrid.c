@@ -1016,8 +1016,8 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
                       st_fmt_bytes(b[1], 32, (double)h->plan.kv_bytes),
                       st_fmt_bytes(b[2], 32, (double)h->plan.scratch_bytes),
                       st_fmt_bytes(b[3], 32, (double)h->plan.reserve_bytes),
-                      st_fmt_bytes(b[5], 32, (double)h->plan.host_map_bytes), h->E,
-                      st_fmt_bytes(b[4], 32, (double)h->stride),
+                      st_fmt_bytes(b[4], 32, (double)h->plan.host_map_bytes), h->E,
+                      st_fmt_bytes(b[5], 32, (double)h->stride),
                       (double)(fixed + h->stride * h->E) / (double)(1ull << 30) + 0.01);
     uint64_t n_total = (h->plan.budget - fixed) / h->stride;
     // The lookahead prefetch (hy_pf_init) as planned (place/plan.h): P predictions per layer, by default in L x P

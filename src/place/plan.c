@@ -126,7 +126,6 @@ void st_place_desc_free(st_place_desc *d) {
 
 // ---- CUDA engine sizes, re-derived on the host -----------------------------------------------------------------
 
-// gemm.cu: types the int8 tensor-core engine (mmq) handles.
 // cuda/qblock.h st_q8_1_row_bytes: 40 bytes per 32 elements, rows padded to 128.
 static uint64_t q8_1_row_bytes(uint64_t ne0) { return align_up(ne0 / 32 * 40, 128); }
 
