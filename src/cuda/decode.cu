@@ -36,6 +36,12 @@
 #ifndef ST_DOWN_ROWS4
 #define ST_DOWN_ROWS4 1
 #endif
+// DOWN_GUESS (default 1; -DDOWN_GUESS=0 for an A/B build): the down kernel reads each rank's expert id and down-matrix
+// base before its dependency wait and, after it, takes the base from that guess when the id read again matches:
+// the row addresses wait for one L2 round trip (ids) instead of two (ids, then the table). Written 2026-12-01h.
+#ifndef DOWN_GUESS
+#define DOWN_GUESS 1
+#endif
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
@@ -110,13 +116,17 @@ __global__ void __launch_bounds__(DEC_THREADS)
                   const float *__restrict__ res, const float *__restrict__ w, int n, float eps, long long qstride) {
     extern __shared__ float sv[];  // [n]: the row after the residual add, then normalised
     const int64_t r = blockIdx.x;
-    if (w)  // the norm weights are no kernel's output: into L2 while the previous kernel finishes
-        for (int i = threadIdx.x * 32; i < n; i += blockDim.x * 32) st_prefetch_l2(w + i);
+    // The norm weights are no kernel's output: the first batch into registers, the rest into L2, while the previous
+    // kernel finishes.
+    float wpre[NORM_U];
+    norm_weights_pre(w, n, wpre);
+    if (w)
+        for (int i = NORM_U * blockDim.x + threadIdx.x * 32; i < n; i += blockDim.x * 32) st_prefetch_l2(w + i);
     st_pdl_wait();
     st_pdl_trigger();
     double ss = norm_load_sumsq(sv, x + r * n, res ? res + r * n : NULL, n, true);
     const float scale = norm_rms_scale(ss, n, eps);
-    norm_scale(sv, w, scale, y ? y + r * n : NULL, n);
+    norm_scale(sv, w, scale, y ? y + r * n : NULL, n, wpre);
     if (!yq) return;  // uniform across the block
     __syncthreads();
     block_quant<false>(fmt, sv, yq + r * qstride, n / 32, 0, n / 32);
@@ -259,14 +269,15 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
+    if constexpr (SPLIT) {
+        // One token, routed by warp 0, which classifies it with the count inside (lane k reads back the ids[k] it
+        // wrote itself: no barrier before the classify).
+        hy_classify_block(*split, ids, K, &cnt);
+        return;
+    }
     if (!cnt.counts) return;
     __syncthreads();  // the ids of every token
     hy_count_pairs(ids, n_tok * K, cnt, threadIdx.x, blockDim.x);
-    if constexpr (SPLIT) {
-        __threadfence();  // the count's progress word before the classify's table reads (hybrid.h, prefetch rule 1)
-        __syncthreads();
-        hy_classify_block(*split, ids, K);
-    }
 }
 
 template <typename T>
@@ -392,6 +403,9 @@ extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0,
         !split->x || !split->hx || split->n_embd != (int)ne0 || !split->seq != !split->bell)
         return st_err("%s: the split does not match the layer (%d experts, %lld inputs)", fn, n_expert,
                       (long long)ne0);
+    if (count->table != split->table || count->vram_lo != split->vram_lo || count->vram_hi != split->vram_hi)
+        return st_err("%s: the count and the split must name the same table and VRAM cache (the classify's table "
+                      "reads serve both)", fn);
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15)) return st_err("%s: W and x must be 16-byte aligned", fn);
     const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
 #define RS_GO(T)                                                                                                   \
@@ -630,15 +644,30 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
-    if (!JOIN && pf && threadIdx.x < K && r0 < d) {
-        // Before the wait, while the GLU finishes: the block's DOWN_R rows of each selected expert (contiguous)
-        // into L2. The ids may still be an earlier layer's (the GLU writes them; nothing orders that before this
-        // read): a wasted prefetch then, never a wrong result (the row dots read ids again after the wait).
+#if ST_DOWN_ROWS4 && DOWN_GUESS
+    // The guess (below the wait's rows): expert id and down-matrix base of each rank, read before the wait.
+    __shared__ int32_t s_ge[DOWN_MAX_USED];
+    __shared__ const uint8_t *s_gb[DOWN_MAX_USED];
+#endif
+    if (threadIdx.x < K) {
+        // Before the wait, while the GLU finishes: each rank's expert and its down rows' base, and (pf) the block's
+        // DOWN_R rows of it (contiguous) into L2. The ids may still be an earlier layer's (the GLU writes them; nothing
+        // orders that before this read): a wasted prefetch and a guess the row dots find wrong after the wait, never
+        // a wrong result. (The table entries of a layer's experts hold valid bytes whenever the layer's routing
+        // count has run, hybrid.h rule 1, and the router that runs it finished before this block started.)
         const int e = __ldcg(ids + (size_t)t * K + threadIdx.x);
-        if (e >= 0 && e < E)
-            st_prefetch_l2_range(st_tbl_entry(tbl, 3 * e + 2) + (size_t)r0 * (size_t)row_bytes,
+        const uint8_t *base = e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2) : NULL;
+        if (!JOIN && pf && base && r0 < d)
+            st_prefetch_l2_range(base + (size_t)r0 * (size_t)row_bytes,
                                  (size_t)min(DOWN_R, d - r0) * (size_t)row_bytes);
+#if ST_DOWN_ROWS4 && DOWN_GUESS
+        s_ge[threadIdx.x] = base ? e : -1;
+        s_gb[threadIdx.x] = base;
+#endif
     }
+#if ST_DOWN_ROWS4 && DOWN_GUESS
+    __syncthreads();  // (before the wait: costs the chain nothing)
+#endif
     st_pdl_wait();
     st_pdl_trigger();
 #if ST_DOWN_ROWS4
@@ -652,7 +681,14 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                 xqs[n] = actq;
                 if (task < K * DOWN_R && r < d) {
                     const int e = ids[p];
-                    if (e >= 0 && e < E) rows[n] = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
+#if DOWN_GUESS
+                    // Right guess (the common case): the base without the table's round trip.
+                    const uint8_t *base = e == s_ge[k] ? s_gb[k] : e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2)
+                                                                                    : NULL;
+#else
+                    const uint8_t *base = e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2) : NULL;
+#endif
+                    if (base) rows[n] = base + (size_t)r * (size_t)row_bytes;
                     xqs[n] = actq + (size_t)p * (size_t)aq_stride;
                 }
             }

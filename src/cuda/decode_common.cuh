@@ -187,14 +187,26 @@ static __device__ __forceinline__ float norm_rms_scale(double ss, int n, float e
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
-// sv[i] = sv[i] * scale (* w[i] when w), also to y[i] when y; each thread touches only its own elements.
-static __device__ void norm_scale(float *sv, const float *w, float scale, float *y, int n) {
+// The thread's first batch of norm weights (w[threadIdx.x + u blockDim.x], 1 past n) into registers: weights are no
+// kernel's output, so a kernel loads them before its dependency wait and norm_scale skips that round trip.
+static __device__ __forceinline__ void norm_weights_pre(const float *w, int n, float (&wpre)[NORM_U]) {
+#pragma unroll
+    for (int u = 0; u < NORM_U; u++) {
+        const int i = threadIdx.x + u * (int)blockDim.x;
+        wpre[u] = w && i < n ? w[i] : 1.0f;
+    }
+}
+
+// sv[i] = sv[i] * scale (* w[i] when w), also to y[i] when y; each thread touches only its own elements. wpre:
+// norm_weights_pre's registers for the first batch, or NULL.
+static __device__ void norm_scale(float *sv, const float *w, float scale, float *y, int n,
+                                  const float *wpre = nullptr) {
     for (int i0 = threadIdx.x; i0 < n; i0 += blockDim.x * NORM_U) {
         float wv[NORM_U];
 #pragma unroll
         for (int u = 0; u < NORM_U; u++) {
             const int i = i0 + u * (int)blockDim.x;
-            wv[u] = w && i < n ? w[i] : 1.0f;
+            wv[u] = wpre && i0 == (int)threadIdx.x ? wpre[u] : w && i < n ? w[i] : 1.0f;
         }
 #pragma unroll
         for (int u = 0; u < NORM_U; u++) {

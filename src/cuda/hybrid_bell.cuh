@@ -33,33 +33,35 @@ __device__ __forceinline__ float hy_join_row(const int32_t *ids_gpu, const float
     return o;
 }
 
-// Lane k of one warp (k < K <= 32): bit k set when expert ids[k]'s gate address in `table` lies outside the VRAM
-// cache [lo, hi), a miss. An id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild
-// read). Every lane of the warp calls it.
-__device__ __forceinline__ uint32_t hy_miss_ballot(const void *const *table, const int32_t *ids, int K, int n_expert,
-                                                   const void *vram_lo, const void *vram_hi, int lane) {
-    const uint8_t *lo = (const uint8_t *)vram_lo, *hi = (const uint8_t *)vram_hi;
-    bool miss = false;
-    if (lane < K) {
-        const int e = ids[lane];
-        const uint8_t *w = (e >= 0 && e < n_expert) ? st_tbl_entry(table, 3 * (size_t)e) : lo;
-        miss = w < lo || w >= hi;
-    }
-    return __ballot_sync(0xffffffffu, miss);
-}
-
 // Classifies ids [K] (K <= 32, visible to the block) by a's rules and exports the CPU's work (hybrid.h
 // st_cuda_hy_classify); with a doorbell, rings it once the exports are fenced. Every thread of the block calls it.
 // Warp 0 classifies, one rank per lane: the K table reads and the carry's read are in flight together (one thread
 // walked the ranks, waiting for each table read in turn: 385.6 -> 389.0 tok/s at 18.9 GiB F 0, 2026-12-01c). The
 // CPU's ranks are st_hy_cpu_mask's (hybrid_split.h, the host rule's too): the last n_cpu misses in rank order.
-__device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_t *ids, int K) {
+// An id out of range stays on the GPU, whose kernels turn it into NaN (visible, never a wild read).
+// cnt (the router launch's tail, one token): the routing count rides in warp 0 too, from the same table reads
+// (hy_count_pairs' rules): the progress word first, fenced by its one writer before the warp's table reads (prefetch
+// rule 1, hybrid.h), the counts' and statistics' atomics after the classify, unfenced (order-independent integers
+// nobody reads in this step). It replaced a block barrier, the count's own ids -> table reads and a fence of every
+// thread between the route and the classify.
+__device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_t *ids, int K,
+                                         const st_hy_count_args *cnt = nullptr) {
     __shared__ int s_ncpu;
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
+        if (cnt && cnt->pf.progress) {
+            if (lane == 0) {
+                atomicExch(cnt->pf.progress, cnt->pf.layer);  // before any MoE kernel of the layer
+                __threadfence();
+            }
+            __syncwarp();
+        }
         const uint32_t carry_in = lane == 0 ? *a.carry : 0u;
         const int e = lane < K ? ids[lane] : -1;
-        const uint32_t miss_mask = hy_miss_ballot(a.table, ids, K, a.n_expert, a.vram_lo, a.vram_hi, lane);
+        const bool valid = e >= 0 && e < a.n_expert;
+        const uint8_t *lo = (const uint8_t *)a.vram_lo, *hi = (const uint8_t *)a.vram_hi;
+        const uint8_t *w = valid ? st_tbl_entry(a.table, 3 * (size_t)e) : lo;
+        const uint32_t miss_mask = __ballot_sync(0xffffffffu, lane < K && (w < lo || w >= hi));
         const int n_miss = __popc(miss_mask);
         int n_cpu = 0;
         if (lane == 0) {
@@ -81,6 +83,16 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
             a.meta[0] = n_cpu;
             if (a.cpu_count && n_cpu) *a.cpu_count += (uint32_t)n_cpu;
             s_ncpu = n_cpu;
+        }
+        if (cnt) {
+            if (lane < K && valid) atomicAdd(&cnt->counts[e], 1u);
+            const uint8_t *plo = (const uint8_t *)cnt->pf.lo, *phi = (const uint8_t *)cnt->pf.hi;
+            const int pf_hits = __popc(__ballot_sync(0xffffffffu, lane < K && valid && w >= plo && w < phi));
+            if (cnt->sel_miss && lane == 0) {
+                atomicAdd(&cnt->sel_miss[0], (unsigned)K);
+                if (n_miss) atomicAdd(&cnt->sel_miss[1], (unsigned)n_miss);
+                if (pf_hits && cnt->pf.hits) atomicAdd(cnt->pf.hits, (unsigned long long)pf_hits);
+            }
         }
     }
     __syncthreads();
