@@ -229,6 +229,77 @@ static __device__ void block_rmsnorm_smem(float *sv, const float *x, const float
     __syncthreads();
 }
 
+// ---- QK-norm + RoPE of one head vector ---------------------------------------------------------------------------
+//
+// By one warp; shared by ops.cu's k_qk_norm_rope_kv (a warp per head) and the Q/K/V launch's per-head tail
+// (decode.cu). Pairs per lane: at most QK_ROPE_PAIRS (n_rot / 2 <= QK_ROPE_PAIRS x warp size, and as many unrotated
+// dims).
+#define QK_ROPE_PAIRS 8
+
+// The warp's rotation entries for position pos (rope_cs [pos][n_rot / 2] (cos, sin) pairs), apart from the rest
+// so that a kernel can load them before its dependency wait (the table is no kernel's output).
+__device__ __forceinline__ void qk_rope_cs(const float *rope_cs, int64_t pos, int n_rot, float (&rc)[QK_ROPE_PAIRS],
+                                           float (&rs)[QK_ROPE_PAIRS]) {
+    const int lane = threadIdx.x % ST_WARP_SIZE;
+    const float2 *cs = (const float2 *)(rope_cs + pos * n_rot);
+    int m = 0;
+    for (int i = lane; i < n_rot / 2 && m < QK_ROPE_PAIRS; i += ST_WARP_SIZE, m++) {
+        const float2 v = cs[i];
+        rc[m] = v.x, rs[m] = v.y;
+    }
+}
+
+// RMSNorm with gain (when gain) and RoPE of the head vector src [hd], read through L2 (other blocks may have written
+// it), to dst [hd] (f32; may be src) or, when dst is NULL, to the cache row kc [hd] (f16 when kv_f16, else f32): the
+// CPU's st_rmsnorm and st_rope_apply rounding steps, fma for fma. neox: pairs (i, i + n_rot / 2), else (2i, 2i + 1).
+// Not inlined: its arrays would cost the Q/K/V kernel's row dots registers (48 there; inlined, 228 bytes of spills).
+static __device__ __noinline__ void qk_norm_rope_head(const float *src, float *dst, void *kc, int kv_f16,
+                                                      const float *gain, int hd, int n_rot, float eps, int neox,
+                                                      const float (&rc)[QK_ROPE_PAIRS],
+                                                      const float (&rs)[QK_ROPE_PAIRS]) {
+    const int lane = threadIdx.x % ST_WARP_SIZE, half = n_rot / 2;
+    float scale = 1.0f;
+    if (gain) {
+        double ss = 0;
+        for (int e = lane; e < hd; e += ST_WARP_SIZE) {
+            const float v = __ldcg(src + e);
+            ss += (double)__fmul_rn(v, v);
+        }
+        ss = warp_sum(ss);
+        scale = norm_rms_scale(ss, hd, eps);
+    }
+    auto val = [&](int e) {
+        const float v = __ldcg(src + e);
+        return gain ? __fmul_rn(__fmul_rn(v, scale), gain[e]) : v;
+    };
+    auto put = [&](int e, float x) {
+        if (dst) dst[e] = x;
+        else if (kv_f16) ((__half *)kc)[e] = __float2half_rn(x);
+        else ((float *)kc)[e] = x;
+    };
+    // Gather this lane's values first (its pairs and unrotated dims), then write: dst may be src, pairs cross lanes.
+    float a_[QK_ROPE_PAIRS], b_[QK_ROPE_PAIRS], c_[QK_ROPE_PAIRS];
+    int n_mine = 0;
+    for (int i = lane; i < half && n_mine < QK_ROPE_PAIRS; i += ST_WARP_SIZE, n_mine++) {
+        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+        a_[n_mine] = val(ea);
+        b_[n_mine] = val(eb);
+    }
+    int n_tail = 0;
+    for (int e = n_rot + lane; e < hd && n_tail < QK_ROPE_PAIRS; e += ST_WARP_SIZE, n_tail++) c_[n_tail] = val(e);
+    __syncwarp(ST_WARP_MASK);
+    int m = 0;
+    for (int i = lane; i < half && m < QK_ROPE_PAIRS; i += ST_WARP_SIZE, m++) {
+        const float c = rc[m], s = rs[m];
+        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+        const float x0 = a_[m], x1 = b_[m];
+        put(ea, fmaf(x0, c, -__fmul_rn(x1, s)));
+        put(eb, fmaf(x0, s, __fmul_rn(x1, c)));
+    }
+    m = 0;
+    for (int e = n_rot + lane; e < hd && m < QK_ROPE_PAIRS; e += ST_WARP_SIZE, m++) put(e, c_[m]);
+}
+
 // ---- grid-wide barrier -------------------------------------------------------------------------------------------
 //
 // For kernels whose blocks are all resident at once (grid no larger than the occupancy allows, launched cooperatively
