@@ -168,13 +168,9 @@ struct multi_args {
     int n_mat;
     int nitems;
     const uint8_t *xq;
-    st_cuda_rope_tail rope;  // ROPE instances: Q, K, V = matrices 0, 1, 2
 };
 
-// ROPE: the launch also does st_cuda_qk_norm_rope_kv's work (decode.h st_cuda_mmvq_multi_rope): a block's rows lie
-// in one head (hd % DEC_GROUPS == 0, no partial block), the last block of a Q / K head to finish norms and rotates
-// it, V rows go to the cache as they come.
-template <int TYPE, bool ROPE = false>
+template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES; before any group leaves)
     const int lane = threadIdx.x % G32;
@@ -188,62 +184,28 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
     const uint8_t *W = a.W[0];
     float *y = a.y[0];
     long long rb = a.row_bytes[0];
-    int type = a.type[0], r = grow, mi = 0;
+    int type = a.type[0], r = grow;
 #pragma unroll
     for (int i = 1; i < ST_DEC_MAX_MATS; i++)
         if (i < a.n_mat && grow >= a.row_end[i - 1]) {
             W = a.W[i], y = a.y[i], rb = a.row_bytes[i], type = a.type[i];
-            r = grow - a.row_end[i - 1], mi = i;
+            r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
     for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
-    int64_t pos = 0;
-    if constexpr (ROPE) {
-        // The position and the rotation table are no kernel's output: the table's row into L2 now (in registers
-        // across the row dot it would cost every thread 16 of them; only the head's last block reads it).
-        pos = *a.rope.d_pos;
-        if (mi < 2)
-            for (int i = threadIdx.x * 32; i < a.rope.n_rot; i += blockDim.x * 32)
-                st_prefetch_l2(a.rope.rope_cs + pos * a.rope.n_rot + i);
-    }
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
     float v;
     if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
     else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = v;
-    if constexpr (ROPE) {
-        const st_cuda_rope_tail &rt = a.rope;
-        const int hd = rt.head_dim;
-        const int64_t kv_row = (int64_t)rt.n_head_kv * hd;
-        if (mi == 2) {  // V (uniform in the block): the cache row at pos
-            if (lane == 0) {
-                if (rt.kv_f16) ((__half *)rt.v_cache)[pos * kv_row + r] = __float2half_rn(v);
-                else ((float *)rt.v_cache)[pos * kv_row + r] = v;
-            }
-            return;
-        }
-        const int h = r / hd;  // (the block's head)
-        __shared__ int s_last;
-        if (!st_block_arrive_last(rt.counters + (mi ? rt.n_head : 0) + h, hd / DEC_GROUPS, s_last)) return;
-        if (threadIdx.x >= ST_WARP_SIZE) return;
-        float rc[QK_ROPE_PAIRS], rs[QK_ROPE_PAIRS];
-        qk_rope_cs(rt.rope_cs, pos, rt.n_rot, rc, rs);
-        float *src = y + (size_t)h * hd;
-        if (mi == 0) qk_norm_rope_head(src, src, NULL, rt.kv_f16, rt.q_norm, hd, rt.n_rot, rt.eps, rt.neox, rc, rs);
-        else
-            qk_norm_rope_head(src, NULL, (uint8_t *)rt.k_cache + (size_t)(pos * kv_row + (int64_t)h * hd) *
-                                                                   (rt.kv_f16 ? 2 : 4),
-                              rt.kv_f16, rt.k_norm, hd, rt.n_rot, rt.eps, rt.neox, rc, rs);
-    }
 }
 
-static int mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
-                      const st_cuda_rope_tail *rt, cudaStream_t stream) {
-    const char *name = rt ? "st_cuda_mmvq_multi_rope" : "st_cuda_mmvq_multi";
-    if (n_mat < 1 || n_mat > ST_DEC_MAX_MATS) return st_err("%s: %d matrices (1..%d)", name, n_mat, ST_DEC_MAX_MATS);
-    if (ne0 <= 0 || ne0 % 32) return st_err("%s: ne0 %lld", name, (long long)ne0);
-    if (!xq || ((uintptr_t)xq & 15)) return st_err("%s: xq must be a 16-byte aligned device pointer", name);
+extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
+                                  cudaStream_t stream) {
+    if (n_mat < 1 || n_mat > ST_DEC_MAX_MATS) return st_err("st_cuda_mmvq_multi: %d matrices (1..%d)", n_mat, ST_DEC_MAX_MATS);
+    if (ne0 <= 0 || ne0 % 32) return st_err("st_cuda_mmvq_multi: ne0 %lld", (long long)ne0);
+    if (!xq || ((uintptr_t)xq & 15)) return st_err("st_cuda_mmvq_multi: xq must be a 16-byte aligned device pointer");
     multi_args a;
     memset(&a, 0, sizeof a);
     int64_t rows = 0;
@@ -251,12 +213,12 @@ static int mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const
         const st_cuda_dec_mat *m = &mats[i];
         const st_type_info *ti = st_type_get(m->type);
         if (!ti || !st_cuda_dec_supported(m->type) || ne0 % ti->block_size)
-            return st_err("%s: matrix %d: type %s with rows of %lld is not supported", name, i, st_type_name(m->type),
-                          (long long)ne0);
+            return st_err("st_cuda_mmvq_multi: matrix %d: type %s with rows of %lld is not supported", i,
+                          st_type_name(m->type), (long long)ne0);
         if (!m->W || !m->y || ((uintptr_t)m->W & 15) || ((uintptr_t)m->y & 3) || m->n_out <= 0)
-            return st_err("%s: matrix %d: bad pointer or n_out %lld", name, i, (long long)m->n_out);
+            return st_err("st_cuda_mmvq_multi: matrix %d: bad pointer or n_out %lld", i, (long long)m->n_out);
         rows += m->n_out;
-        if (rows > INT32_MAX / 2) return st_err("%s: %lld rows in all", name, (long long)rows);
+        if (rows > INT32_MAX / 2) return st_err("st_cuda_mmvq_multi: %lld rows in all", (long long)rows);
         a.W[i] = (const uint8_t *)m->W;
         a.y[i] = m->y;
         a.row_bytes[i] = (long long)st_row_size(m->type, ne0);
@@ -270,43 +232,9 @@ static int mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const
     int same = 1;
     for (int i = 1; i < n_mat; i++) same &= mats[i].type == mats[0].type;
     void (*fn)(const multi_args) = k_mmvq_multi<0>;
-    if (rt) {
-        const int hd = rt->head_dim, n_pairs = rt->n_rot / 2;
-        if (n_mat != 3 || hd <= 0 || hd % per_block || mats[0].n_out != (int64_t)rt->n_head * hd ||
-            mats[1].n_out != (int64_t)rt->n_head_kv * hd || mats[2].n_out != (int64_t)rt->n_head_kv * hd ||
-            rt->n_rot % 2 || rt->n_rot > hd || n_pairs > QK_ROPE_PAIRS * ST_WARP_SIZE ||
-            hd - rt->n_rot > QK_ROPE_PAIRS * ST_WARP_SIZE)
-            return st_err("%s: Q/K/V of %lld / %lld / %lld rows for %d / %d heads of %d (n_rot %d): need whole heads "
-                          "of a multiple of %d, n_rot even and at most %d pairs per lane", name,
-                          (long long)mats[0].n_out, (long long)mats[1].n_out, (long long)mats[2].n_out, rt->n_head,
-                          rt->n_head_kv, hd, rt->n_rot, per_block, QK_ROPE_PAIRS);
-        if (!rt->k_cache || !rt->v_cache || !rt->d_pos || !rt->rope_cs || !rt->counters)
-            return st_err("%s: caches, position, rotation table and counters must be given", name);
-        a.rope = *rt;
-        fn = k_mmvq_multi<0, true>;
-        if (same && !dec_switch_forced()) switch (mats[0].type) {
-#define DEC_PICK_CASE_ROPE(T) \
-    case T: fn = k_mmvq_multi<T, true>; break;
-                DEC_TYPES(DEC_PICK_CASE_ROPE)
-#undef DEC_PICK_CASE_ROPE
-                default: break;
-                }
-    } else if (same) {
-        DEC_PICK(fn, k_mmvq_multi, mats[0].type);
-    }
+    if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
     st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
-    return launch_check(name);
-}
-
-extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
-                                  cudaStream_t stream) {
-    return mmvq_multi(mats, n_mat, ne0, xq, NULL, stream);
-}
-
-extern "C" int st_cuda_mmvq_multi_rope(const st_cuda_dec_mat *mats, int64_t ne0, const void *xq,
-                                       const st_cuda_rope_tail *rt, cudaStream_t stream) {
-    if (!rt) return st_err("st_cuda_mmvq_multi_rope: no rope tail given");
-    return mmvq_multi(mats, 3, ne0, xq, rt, stream);
+    return launch_check("mmvq_multi");
 }
 
 // ---- router: float matvec + softmax + top-k ---------------------------------------------------------------------

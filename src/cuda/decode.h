@@ -57,24 +57,6 @@ typedef struct st_cuda_dec_mat {
 } st_cuda_dec_mat;
 int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, cudaStream_t stream);
 
-// Q, K and V (mats[0..2], one token) with st_cuda_qk_norm_rope_kv's work as the launch's tail, bit for bit those two
-// launches: the last block of each Q / K head (a per-head counter) norms and rotates it (Q in place in mats[0].y, K
-// into the cache row at *d_pos), every V row goes straight to the V cache (and mats[2].y). One launch less per layer
-// on the decode chain. Needs mats[0].n_out = n_head hd, mats[1/2].n_out = n_head_kv hd, hd % 8 == 0, the pair
-// limits of st_cuda_qk_norm_rope_kv.
-typedef struct st_cuda_rope_tail {
-    const float *q_norm, *k_norm;  // [hd] gains, or NULL (no QK-norm)
-    void *k_cache, *v_cache;       // [n_ctx][n_head_kv hd], f16 when kv_f16, else f32
-    int kv_f16;
-    const int32_t *d_pos;          // device: the token's position
-    const float *rope_cs;          // [n_ctx][n_rot / 2] (cos, sin)
-    int n_head, n_head_kv, head_dim, n_rot, neox;
-    float eps;
-    int32_t *counters;             // device [n_head + n_head_kv], zeroed once (each launch leaves them zero)
-} st_cuda_rope_tail;
-int st_cuda_mmvq_multi_rope(const st_cuda_dec_mat *mats, int64_t ne0, const void *xq, const st_cuda_rope_tail *rt,
-                            cudaStream_t stream);
-
 // MoE router of n_tok tokens in one launch: logits = W . x (float weights, float activations), then per token the
 // CPU's route (engine/session.c): softmax (double sum), the top n_used by probability (ties to the lower id),
 // renormalised when norm (sum in double, floored at 2^-14).

@@ -177,10 +177,18 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     const int t = (int)(wid / per_tok), j = (int)(wid % per_tok);
     const int64_t pos = (int64_t)*d_pos + t;  // (the position is no kernel's output: readable before the wait)
     const int64_t kv_row = (int64_t)n_head_kv * hd;
+    const int half = n_rot / 2;
     // The rotation of this lane's pairs before the dependency wait (PDL): the table is no kernel's output, so its
     // load overlaps the Q/K/V kernel's tail.
-    float rc[QK_ROPE_PAIRS], rs[QK_ROPE_PAIRS];
-    if (j < n_head + n_head_kv) qk_rope_cs(rope_cs, pos, n_rot, rc, rs);
+    float rc[8], rs[8];
+    if (j < n_head + n_head_kv) {
+        const float2 *cs = (const float2 *)(rope_cs + pos * n_rot);
+        int m = 0;
+        for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
+            const float2 v = cs[i];
+            rc[m] = v.x, rs[m] = v.y;
+        }
+    }
     st_pdl_wait();  // q, k, v: the previous kernel's output
     st_pdl_trigger();
 
@@ -194,15 +202,46 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
         }
         return;
     }
-    if (j < n_head) {  // Q, in place
-        float *qh = q + ((int64_t)t * n_head + j) * hd;
-        qk_norm_rope_head(qh, qh, NULL, kv_f16, q_norm, hd, n_rot, eps, neox, rc, rs);
-    } else {
-        const int h = j - n_head;
-        const size_t at = (size_t)(pos * kv_row + (int64_t)h * hd) * (kv_f16 ? 2 : 4);
-        qk_norm_rope_head(k + t * kv_row + (int64_t)h * hd, NULL, (uint8_t *)k_cache + at, kv_f16, k_norm, hd, n_rot,
-                          eps, neox, rc, rs);
+    const bool is_q = j < n_head;
+    const int h = is_q ? j : j - n_head;
+    const float *src = is_q ? q + ((int64_t)t * n_head + h) * hd : k + t * kv_row + (int64_t)h * hd;
+    const float *gain = is_q ? q_norm : k_norm;
+    float scale = 1.0f;
+    if (gain) {  // the CPU's st_rmsnorm rounding steps (see k_rmsnorm)
+        double ss = 0;
+        for (int e = lane; e < hd; e += ST_WARP_SIZE) ss += (double)__fmul_rn(src[e], src[e]);
+        ss = warp_sum(ss);
+        scale = norm_rms_scale(ss, hd, eps);
     }
+    // Reads of the whole vector happen before any write (q is rotated in place, pairs cross lanes).
+    __syncwarp(ST_WARP_MASK);
+    auto val = [&](int e) { return gain ? __fmul_rn(__fmul_rn(src[e], scale), gain[e]) : src[e]; };
+    auto put = [&](int e, float x) {
+        if (is_q) q[((int64_t)t * n_head + h) * hd + e] = x;
+        else if (kv_f16) ((uint16_t *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = f2h(x);
+        else ((float *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = x;
+    };
+    // Gather this lane's values first (at most hd/32 pairs + tail per lane), then write: in place for Q.
+    float a_[8], b_[8], c_[8];
+    int n_mine = 0;
+    for (int i = lane; i < half && n_mine < 8; i += ST_WARP_SIZE, n_mine++) {
+        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+        a_[n_mine] = val(ea);
+        b_[n_mine] = val(eb);
+    }
+    int n_tail = 0;
+    for (int e = n_rot + lane; e < hd && n_tail < 8; e += ST_WARP_SIZE, n_tail++) c_[n_tail] = val(e);
+    __syncwarp(ST_WARP_MASK);
+    int m = 0;
+    for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
+        const float c = rc[m], s = rs[m];
+        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+        const float x0 = a_[m], x1 = b_[m];
+        put(ea, fmaf(x0, c, -__fmul_rn(x1, s)));  // the CPU's st_rope_apply, fma for fma (not the compiler's choice)
+        put(eb, fmaf(x0, s, __fmul_rn(x1, c)));
+    }
+    m = 0;
+    for (int e = n_rot + lane; e < hd && m < 8; e += ST_WARP_SIZE, m++) put(e, c_[m]);
 }
 
 extern "C" int st_cuda_qk_norm_rope_kv(float *q, const float *k, const float *v, const float *q_norm,

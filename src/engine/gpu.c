@@ -93,8 +93,6 @@ struct st_gpu_session {
     void *xq;                   // [B * n_expert_used] planar q8_1 rows of the widest input
     void *xq2;                  // [B * n_expert_used] planar q8_1 rows of n_ff_exp: the fused MoE's down input
     int32_t *dec_counters;      // zeroed counters of the fused decode kernels [st_cuda_dec_counters_bytes]
-    int32_t *rope_counters;     // [n_head + n_head_kv] zeroed: the Q/K/V launch's per-head RoPE tail (NULL: the
-                                // separate QK-norm + RoPE launch; STRATA_QKV_ROPE=0 for an A/B)
     int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
     int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
@@ -510,12 +508,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->dec_counters = dalloc(s, cnt_bytes, "decode counters", &fail);
     if (!fail && st_cuda_memset(&g->ctx, s->dec_counters, 0, cnt_bytes, NULL)) fail = 1;
     s->fused = getenv("STRATA_NO_FUSED") == NULL;
-    const char *qr = getenv("STRATA_QKV_ROPE");
-    if (!(qr && *qr == '0')) {
-        const size_t rb = sizeof(int32_t) * (hp->n_head + hp->n_head_kv);
-        s->rope_counters = dalloc(s, rb, "decode counters", &fail);
-        if (!fail && st_cuda_memset(&g->ctx, s->rope_counters, 0, rb, NULL)) fail = 1;
-    }
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
     s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
@@ -632,7 +624,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->rope_cs, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b,
                     s->ffn_out, s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters, s->rope_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids};
+                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -728,14 +720,6 @@ static int norm_act_ok(int64_t n, int type) {
     return fmt >= 0 && n % 32 == 0 && n <= 12288 && (fmt != ST_TYPE_Q8_K || n % 256 == 0);
 }
 
-// Whether the fused Q/K/V launch of one token also does the QK-norm + RoPE + K/V store (st_cuda_mmvq_multi_rope):
-// heads of a whole number of the launch's row blocks, V rows as wide as K's.
-static int qkv_rope_tail(const st_gpu_session *s, int n) {
-    const st_hparams *hp = &s->g->m->hp;
-    return n == 1 && s->rope_counters && hp->head_dim_k % 8 == 0 && hp->head_dim_v == hp->head_dim_k &&
-           hp->n_rot <= hp->head_dim_k;
-}
-
 // Whether layer L's attention input takes the fused path: RMSNorm + quantization in one kernel, then Q, K and V in
 // one launch from the shared quantized input (one token).
 static int fused_qkv(const st_gpu_session *s, const glayer *L, int n) {
@@ -826,31 +810,21 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (l > 0 && dump_act(s, l - 1, 'f', n)) return -1;  // (the FFN paths below end in `continue`)
-        int roped = 0;  // the Q/K/V launch did the QK-norm + RoPE + K/V store
         if (fused_qkv(s, L, n)) {
             const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q},
                                           {L->wk.type, L->wk.d, L->wk.ne[1], s->k},
                                           {L->wv.type, L->wv.d, L->wv.ne[1], s->v}};
             if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL,
-                                                            L->attn_norm, n, d, hp->rms_eps, st)))
+                                                            L->attn_norm, n, d, hp->rms_eps, st)) ||
+                RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
                 return -1;
-            if (qkv_rope_tail(s, n)) {  // the QK-norm + RoPE + K/V store in the Q/K/V launch's tail
-                const st_cuda_rope_tail rt = {L->q_norm, L->k_norm, s->k_cache[l], s->v_cache[l], s->kv_f16,
-                                              s->d_pos, s->rope_cs, (int)hp->n_head, (int)hp->n_head_kv, hd,
-                                              (int)hp->n_rot, hp->rope_type == ST_ROPE_NEOX, hp->rms_eps,
-                                              s->rope_counters};
-                if (RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi_rope(m, d, s->xq, &rt, st))) return -1;
-                roped = 1;
-            } else if (RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st))) {
-                return -1;
-            }
         } else {
             if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
             if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||
                 mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
                 return -1;
         }
-        if (!roped && RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
+        if (RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
         if (fused_attn(s, L, n)) {
             // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
             const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], s->ffn_out};

@@ -965,14 +965,13 @@ typedef struct {
     int D;
     float *x, *xn, *q, *k, *v, *attn, *ffn_out, *act, *logits, *wts, *an, *fn, *qn, *kn, *router;
     float *rope_cs;  // [PC_CTX][PC_HD] RoPE table
-    int32_t *ids, *cnt, *dpos, *rcnt;  // rcnt: the rope tail's per-head counters
+    int32_t *ids, *cnt, *dpos;
     uint8_t *xq, *wq, *wk, *wv, *wo, *gate, *up, *down;
     void *kc, *vc, *ws, *tbl, *aq, *ffn_ws;
     int n_split;
 } pchain;
 
-// one_ffn: the FFN by st_cuda_dec_moe; rope: the QK-norm + RoPE + K/V store as the Q/K/V launch's tail.
-static void pc_layer(pchain *c, cudaStream_t st, int sync, int one_ffn, int rope) {
+static void pc_layer(pchain *c, cudaStream_t st, int sync, int one_ffn) {
     const int D = c->D, f = ST_TYPE_Q8_K;
     const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, c->wq, PC_NH * PC_HD, c->q}, {ST_TYPE_Q4_K, c->wk, PC_NKV * PC_HD, c->k},
                                   {ST_TYPE_Q6_K, c->wv, PC_NKV * PC_HD, c->v}};
@@ -983,15 +982,9 @@ static void pc_layer(pchain *c, cudaStream_t st, int sync, int one_ffn, int rope
         if (sync) CK(cudaStreamSynchronize(st));                                                                   \
     } while (0)
     PCK(st_cuda_rmsnorm_act(NULL, c->xq, f, c->x, NULL, c->an, 1, D, 1e-6f, st));
-    if (rope) {
-        const st_cuda_rope_tail rt = {c->qn, c->kn, c->kc, c->vc, 1, c->dpos, c->rope_cs, PC_NH, PC_NKV, PC_HD,
-                                      PC_HD, 1, 1e-6f, c->rcnt};
-        PCK(st_cuda_mmvq_multi_rope(m, D, c->xq, &rt, st));
-    } else {
-        PCK(st_cuda_mmvq_multi(m, 3, D, c->xq, st));
-        PCK(st_cuda_qk_norm_rope_kv(c->q, c->k, c->v, c->qn, c->kn, c->kc, c->vc, 1, c->dpos, 1, PC_NH, PC_NKV, PC_HD,
-                                    PC_HD, 1e-6f, c->rope_cs, 1, st));
-    }
+    PCK(st_cuda_mmvq_multi(m, 3, D, c->xq, st));
+    PCK(st_cuda_qk_norm_rope_kv(c->q, c->k, c->v, c->qn, c->kn, c->kc, c->vc, 1, c->dpos, 1, PC_NH, PC_NKV, PC_HD,
+                                PC_HD, 1e-6f, c->rope_cs, 1, st));
     PCK(st_cuda_attn_dec(c->attn, c->xq, f, c->q, c->kc, c->vc, 1, c->dpos, PC_NH, PC_NKV, PC_HD, 0.0883883f,
                          c->n_split, c->ws, st));
     PCK(st_cuda_mmvq_multi(&mo, 1, PC_NH * PC_HD, c->xq, st));
@@ -1033,8 +1026,6 @@ static void test_pdl_chain(void) {
     h = rand_f32((int64_t)PC_E * D, 0.05f);
     c.router = dup_h2d(h, sizeof(float) * PC_E * D);
     free(h);
-    c.rcnt = dalloc(sizeof(int32_t) * (PC_NH + PC_NKV));
-    CK(cudaMemset(c.rcnt, 0, sizeof(int32_t) * (PC_NH + PC_NKV)));
     c.cnt = dalloc(st_cuda_dec_counters_bytes(PC_F, PC_K, 1));
     CK(cudaMemset(c.cnt, 0, st_cuda_dec_counters_bytes(PC_F, PC_K, 1)));
     const int32_t pos = 200;
@@ -1074,29 +1065,19 @@ static void test_pdl_chain(void) {
 
     // Reference: no PDL, synchronised after every launch.
     st_cuda_dec_set_pdl(0);
-    for (int l = 0; l < layers; l++) pc_layer(&c, st, 1, 0, 0);
+    for (int l = 0; l < layers; l++) pc_layer(&c, st, 1, 0);
     float *ref = xmalloc(sizeof(float) * D), *got = xmalloc(sizeof(float) * D);
     d2h(ref, c.x, sizeof(float) * D);
-    // The rope tail, eager and synchronised, against the separate launches (the caches' row at pos is rewritten).
-    CK(cudaMemcpy(c.x, x0, sizeof(float) * D, cudaMemcpyHostToDevice));
-    for (int l = 0; l < layers; l++) pc_layer(&c, st, 1, 0, 1);
-    d2h(got, c.x, sizeof(float) * D);
-    if (memcmp(got, ref, sizeof(float) * D)) {
-        printf("  pdl chain: the Q/K/V launch's rope tail differs from the separate QK-norm + RoPE launch\n");
-        g_fail_cur++;
-    }
-    CK(cudaMemcpy(c.x, x0, sizeof(float) * D, cudaMemcpyHostToDevice));
     // PDL launches in a captured graph, replayed three times from the same start; the FFN by the four launches,
     // then by st_cuda_dec_moe.
     st_cuda_dec_set_pdl(1);
     printf("  pdl chain: PDL %s on this device\n", st_cuda_dec_pdl() ? "used" : "NOT used (below sm_90)");
-    for (int mode = 0; mode <= 2; mode++) {
-        const int one = mode == 1, rope = mode == 2;
-        const char *how = one ? "moe_ffn" : rope ? "rope tail, four-launch FFN" : "four-launch FFN";
+    for (int one = 0; one <= 1; one++) {
+        const char *how = one ? "moe_ffn" : "four-launch FFN";
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0, one, rope);
+        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0, one);
         CK(cudaStreamEndCapture(st, &graph));
         CK(cudaGraphInstantiate(&exec, graph, 0));
         for (int rep = 0; rep < 3; rep++) {
@@ -1114,7 +1095,7 @@ static void test_pdl_chain(void) {
         }
         // And eager PDL launches without synchronisation.
         CK(cudaMemcpyAsync(c.x, x0, sizeof(float) * D, cudaMemcpyHostToDevice, st));
-        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0, one, rope);
+        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0, one);
         CK(cudaStreamSynchronize(st));
         d2h(got, c.x, sizeof(float) * D);
         if (memcmp(got, ref, sizeof(float) * D)) {
@@ -1128,10 +1109,9 @@ static void test_pdl_chain(void) {
     free(x0), free(kc0), free(vc0), free(ref), free(got);
     void *bufs[] = {c.x, c.xn, c.q, c.k, c.v, c.attn, c.ffn_out, c.act, c.logits, c.wts, c.an, c.fn, c.qn, c.kn,
                     c.router, c.ids, c.cnt, c.dpos, c.xq, c.wq, c.wk, c.wv, c.wo, c.gate, c.up, c.down, c.kc, c.vc,
-                    c.ws, c.tbl, c.aq, c.ffn_ws, c.rope_cs, c.rcnt};
+                    c.ws, c.tbl, c.aq, c.ffn_ws, c.rope_cs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
-    report("pdl chain (fused layer x3 in a CUDA graph with PDL launches == synchronised eager run, bit for bit; the "
-           "Q/K/V launch's rope tail == the separate QK-norm + RoPE launch)");
+    report("pdl chain (fused layer x3 in a CUDA graph with PDL launches == synchronised eager run, bit for bit)");
 }
 
 int main(int argc, char **argv) {
