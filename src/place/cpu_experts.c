@@ -480,7 +480,8 @@ double st_hy_pick_pcie_frac(double t_pcie, double t_cpu, double t_fixed, double 
     if (!(t_pcie > 0) || !(t_cpu > 0) || !(misses_per_layer > 0) || !isfinite(t_pcie) || !isfinite(t_cpu) ||
         !isfinite(misses_per_layer) || !(t_fixed >= 0) || !isfinite(t_fixed))
         return 1.0;
-    double f = t_cpu <= t_pcie ? 0.0 : (t_fixed / misses_per_layer + t_cpu) / (t_pcie + t_cpu);
+    double f = t_cpu * ST_HY_SPLIT_PCIE_PER_CPU <= t_pcie ? 0.0
+                                                         : (t_fixed / misses_per_layer + t_cpu) / (t_pcie + t_cpu);
     if (f < 0) f = 0;
     if (f > 0.95) f = 1.0;
     // The split must save more PCIe time than its fixed cost, or every miss over PCIe is faster.

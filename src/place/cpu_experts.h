@@ -59,15 +59,19 @@ double st_hy_cpu_time_tokens(st_hy_cpu *c, uint32_t layer, int K, int tok, int n
 // run on the same H200 host, 2026-12-01b.)
 double st_hy_cpu_time_expert(st_hy_cpu *c, int reps);
 
-// The PCIe share F of a layer's misses. A CPU that computes an expert in no more time than the GPU's demand read of
-// it (t_cpu <= t_pcie) takes every miss: F = 0 (a layer's misses on the CPU cost one job's latency, a fixed part
-// plus a little per expert, while each PCIe miss stalls the GPU for its whole read; measured on an H200 host,
-// engine/gpu_hybrid.c). A slower CPU shares: per layer with m misses (m > 0) the GPU reads F * m of them at t_pcie
-// seconds each (on top of the hits it computes anyway), the CPU computes (1 - F) * m at t_cpu each after a fixed
-// t_fixed (round trip, waking the pool), and both finish together:
+// The PCIe share F of a layer's misses. Misses move whole experts: one PCIe miss stalls the GPU for its whole read,
+// so it pays only in a layer whose CPU share it shortens by more, i.e. with more than t_pcie / t_cpu misses. A CPU
+// that computes ST_HY_SPLIT_PCIE_PER_CPU experts in no more time than the GPU's demand read of one takes every miss:
+// F = 0 (the misses a layer really has are fewer than the cache share implies, the lookahead prefetch serving most:
+// 0.15-0.66 per layer on the 30B-A3B shape at 16-8 GiB, where t_pcie / t_cpu is 3.3-3.8 and F 0.25 lost 0-4%;
+// engine/gpu_hybrid.c). Otherwise the two share: per layer with m misses (m > 0) the GPU reads F * m of them at
+// t_pcie seconds each (on top of the hits it computes anyway), the CPU computes (1 - F) * m at t_cpu each after a
+// fixed t_fixed (round trip, waking the pool), and both finish together (the 235B-A22B shape in IQ1_M at 8 GiB,
+// 3.9 misses per layer, t_pcie / t_cpu 1.2: F 0 8.54 tok/s, 0.3 10.63, 0.5 13.61; 2026-12-01h):
 //   F = (t_fixed / m + t_cpu) / (t_pcie + t_cpu), clamped to [0, 1];
 // above 0.95, or when the PCIe time the CPU's share saves ((1 - F) * m * t_pcie) does not exceed t_fixed, the split
 // is not worth it and the result is 1 (every miss over PCIe). Non-positive or non-finite inputs give 1.
+#define ST_HY_SPLIT_PCIE_PER_CPU 2.0
 double st_hy_pick_pcie_frac(double t_pcie, double t_cpu, double t_fixed, double misses_per_layer);
 
 #ifdef __cplusplus
