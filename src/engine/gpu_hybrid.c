@@ -225,8 +225,10 @@ static int env_int(const char *name, int def, int lo, int hi) {
 //   all misses on the CPU (F 0): 16 GiB 342.6 vs F 0.25 334.6 vs F 1 317.6; 12 GiB 279.5 vs 278.2 (0.25) vs 263.2
 //   (0.5); 8 GiB 252.3 vs 241.9 vs 209.5. A miss over PCIe stalls the GPU for its whole read beside the copies,
 //   while a layer's CPU misses cost one job (~70 us of waiting at 16 GiB for 1.5 experts): st_hy_pick_pcie_frac
-//   gives F 0 whenever the CPU's time per expert is under the shared PCIe figure. (Until then F was 1 at cache
-//   shares >= 50%: 16 GiB F 1 323.4 vs 0.25 311.0 with sleeping workers.)
+//   gives F 0 whenever the CPU computes two experts in the shared PCIe figure (one, until 2026-12-01h: the 235B
+//   IQ1_M file at 8 GiB, 184 us on the CPU against 218 over PCIe and ~4 misses per layer, stayed on F 0 at 8.54
+//   tok/s where F 0.5 gives 13.61). (Until 2026-12-01b F was 1 at cache shares >= 50%: 16 GiB F 1 323.4 vs 0.25
+//   311.0 with sleeping workers.)
 //   HY_SPLIT_MAX_SHARE: with the skewed routing and the prefetch the real misses are far fewer than the uniform
 //   estimate, and at a high enough cache share the split's per-layer launches cost more than the misses it moves:
 //   18.9 GiB (78% cached; 1.3 misses per token) F 0 385.6 vs F 1 407.8; 16 GiB (62%) F 0 342.6 vs F 1 317.6.
