@@ -7,6 +7,7 @@
 #include "cuda/common.cuh"         // st_tbl_entry
 #include "cuda/decode_common.cuh"  // st_globaltimer_ns
 #include "cuda/hybrid.h"
+#include "cuda/hybrid_count.cuh"  // the count's statistics (hy_pf_hit, hy_count_stats)
 #include "cuda/hybrid_split.h"
 
 // A rank of ids_gpu [K] is the CPU's (-1): only then has the layer an answer to wait for and CPU rows to sum.
@@ -86,12 +87,9 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
         }
         if (cnt) {
             if (lane < K && valid) atomicAdd(&cnt->counts[e], 1u);
-            const uint8_t *plo = (const uint8_t *)cnt->pf.lo, *phi = (const uint8_t *)cnt->pf.hi;
-            const int pf_hits = __popc(__ballot_sync(0xffffffffu, lane < K && valid && w >= plo && w < phi));
-            if (cnt->sel_miss && lane == 0) {
-                atomicAdd(&cnt->sel_miss[0], (unsigned)K);
-                if (n_miss) atomicAdd(&cnt->sel_miss[1], (unsigned)n_miss);
-                if (pf_hits && cnt->pf.hits) atomicAdd(cnt->pf.hits, (unsigned long long)pf_hits);
+            if (cnt->sel_miss) {  // (uniform in the warp)
+                const int pf_hits = __popc(__ballot_sync(0xffffffffu, lane < K && valid && hy_pf_hit(*cnt, w)));
+                if (lane == 0) hy_count_stats(*cnt, (unsigned)K, (unsigned)n_miss, (unsigned)pf_hits);
             }
         }
     }

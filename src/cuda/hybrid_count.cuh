@@ -6,6 +6,20 @@
 #include "cuda/common.cuh"  // st_tbl_entry
 #include "cuda/hybrid.h"
 
+// Whether a routed pair whose gate address is w was served from the lookahead prefetch's slots.
+__device__ __forceinline__ bool hy_pf_hit(const st_hy_count_args &a, const uint8_t *w) {
+    return w >= (const uint8_t *)a.pf.lo && w < (const uint8_t *)a.pf.hi;
+}
+
+// The decode statistics' atomics (a.sel_miss set): n_pairs selections, of which misses PCIe misses and pf_hits
+// served by the prefetch; integer sums, so any thread may add any part.
+__device__ __forceinline__ void hy_count_stats(const st_hy_count_args &a, unsigned n_pairs, unsigned misses,
+                                               unsigned pf_hits) {
+    if (n_pairs) atomicAdd(&a.sel_miss[0], n_pairs);
+    if (misses) atomicAdd(&a.sel_miss[1], misses);
+    if (pf_hits && a.pf.hits) atomicAdd(a.pf.hits, (unsigned long long)pf_hits);
+}
+
 // Threads tid < nthreads of one block; ids [n_pairs] written before (and visible to) them.
 __device__ inline void hy_count_pairs(const int32_t *ids, int n_pairs, const st_hy_count_args &a, int tid,
                                       int nthreads) {
@@ -19,14 +33,10 @@ __device__ inline void hy_count_pairs(const int32_t *ids, int n_pairs, const st_
         if (a.sel_miss) {
             const uint8_t *w = st_tbl_entry(a.table, 3 * (size_t)e);
             misses += (w < lo || w >= hi) ? 1u : 0u;
-            pf_hits += (w >= (const uint8_t *)a.pf.lo && w < (const uint8_t *)a.pf.hi) ? 1u : 0u;
+            pf_hits += hy_pf_hit(a, w) ? 1u : 0u;
         }
     }
-    if (a.sel_miss) {
-        if (misses) atomicAdd(&a.sel_miss[1], misses);
-        if (tid == 0) atomicAdd(&a.sel_miss[0], (unsigned)n_pairs);
-        if (pf_hits && a.pf.hits) atomicAdd(a.pf.hits, (unsigned long long)pf_hits);
-    }
+    if (a.sel_miss) hy_count_stats(a, tid == 0 ? (unsigned)n_pairs : 0u, misses, pf_hits);
 }
 
 #endif
