@@ -271,6 +271,13 @@ __device__ __forceinline__ unsigned long long st_globaltimer_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+// Nanoseconds since *t0 by st_globaltimer_ns, never "negative": where the clock stepped back (the driver may set it
+// again), *t0 moves back with it, so an unsigned now - t0 cannot read as ~2^64 ns and end a timeout at once.
+__device__ __forceinline__ unsigned long long st_elapsed_ns(unsigned long long *t0) {
+    const unsigned long long now = st_globaltimer_ns();
+    if (now < *t0) *t0 = now;
+    return now - *t0;
+}
 __device__ __forceinline__ void st_grid_sync(unsigned int *bar) {
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -117,12 +117,12 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
 // once per round (the leader's, else block 0's).
 __device__ inline bool hy_wait_answer(const st_hy_join_args &j) {
     const uint32_t s = *(volatile const uint32_t *)j.seq;
-    const unsigned long long t0 = st_globaltimer_ns();
+    unsigned long long t0 = st_globaltimer_ns();
     const bool poll_host = !j.leader || atomicExch(&j.leader[0], s) != s;  // the round's first claim
     if (!poll_host) {
         const volatile uint32_t *vl = j.leader;
         while (vl[1] != s) {
-            if (st_globaltimer_ns() - t0 > 2 * ST_HY_BELL_TIMEOUT_NS) return false;  // (the leader gives up first)
+            if (st_elapsed_ns(&t0) > 2 * ST_HY_BELL_TIMEOUT_NS) return false;  // (the leader gives up first)
 #if __CUDA_ARCH__ >= 700
             __nanosleep(128);
 #endif
@@ -133,7 +133,7 @@ __device__ inline bool hy_wait_answer(const st_hy_join_args &j) {
     const volatile uint32_t *vb = j.bell;
     bool ok = true;
     while (vb[1] != s) {
-        if (st_globaltimer_ns() - t0 > ST_HY_BELL_TIMEOUT_NS) {
+        if (st_elapsed_ns(&t0) > ST_HY_BELL_TIMEOUT_NS) {
             ok = false;
             ((volatile uint32_t *)j.bell)[3] = 1;
             break;
@@ -143,7 +143,7 @@ __device__ inline bool hy_wait_answer(const st_hy_join_args &j) {
 #endif
     }
     __threadfence_system();
-    if (j.wait_ns && (j.leader || blockIdx.x == 0)) atomicAdd(j.wait_ns, st_globaltimer_ns() - t0);
+    if (j.wait_ns && (j.leader || blockIdx.x == 0)) atomicAdd(j.wait_ns, st_elapsed_ns(&t0));
     if (j.leader) {
         ((volatile uint32_t *)j.leader)[2] = ok ? 1u : 0u;
         __threadfence();

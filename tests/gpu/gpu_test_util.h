@@ -2,6 +2,7 @@
 #ifndef STRATA_TESTS_GPU_TEST_UTIL_H
 #define STRATA_TESTS_GPU_TEST_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,5 +28,8 @@ static inline uint64_t gpu_test_seed(int clock_shift) {
     const char *env = getenv("STRATA_SEED");
     return env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << clock_shift);
 }
+
+// The larger of m and d where a NaN in either sticks (`if (!(d <= m)) m = d` drops a NaN at the next finite d).
+static inline double gpu_max_nan(double m, double d) { return isnan(m) || isnan(d) ? NAN : d > m ? d : m; }
 
 #endif

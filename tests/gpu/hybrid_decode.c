@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu_test_util.h"
 #include "strata.h"
 #include "util/rng.h"
 
@@ -60,7 +61,7 @@ static int64_t compare(const float *a, const float *b, int64_t n, double *maxd) 
         if (memcmp(&a[i], &b[i], sizeof(float))) {
             if (first < 0) first = i;
             double d = fabs((double)a[i] - (double)b[i]);
-            if (!(d <= *maxd)) *maxd = d;  // NaN-safe
+            *maxd = gpu_max_nan(*maxd, d);
         }
     return first;
 }
