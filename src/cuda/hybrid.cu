@@ -268,8 +268,8 @@ extern "C" int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaS
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_copy<<<>>>", __FILE__, __LINE__);
 }
 
-__global__ void k_hy_pf_reset(const st_hy_pf pf) {
-    for (int j = threadIdx.x; j < pf.n_sets * pf.per_set; j += blockDim.x) {
+__global__ void k_hy_pf_reset(const st_hy_pf pf, int n_slots) {
+    for (int j = threadIdx.x; j < n_slots; j += blockDim.x) {
         const int o = pf.owner[j];
         if (o >= 0)
             for (int k = 0; k < 3; k++) pf.table[3 * (size_t)o + k] = pf.home[3 * (size_t)o + k];
@@ -277,9 +277,12 @@ __global__ void k_hy_pf_reset(const st_hy_pf pf) {
     }
 }
 
-extern "C" int st_cuda_hy_pf_reset(const st_hy_pf *pf, cudaStream_t stream) {
+extern "C" int st_cuda_hy_pf_reset(const st_hy_pf *pf, int n_slots, cudaStream_t stream) {
     if (!pf) return st_err("st_cuda_hy_pf_reset: NULL");
-    k_hy_pf_reset<<<1, 128, 0, stream>>>(*pf);
+    const int all = pf->n_sets * pf->per_set;
+    if (n_slots < 0 || n_slots > all) n_slots = all;
+    if (!n_slots) return 0;
+    k_hy_pf_reset<<<1, 128, 0, stream>>>(*pf, n_slots);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_reset<<<>>>", __FILE__, __LINE__);
 }

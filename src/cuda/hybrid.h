@@ -160,8 +160,9 @@ typedef struct st_hy_pf {
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.
 int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream);
-// Points every owned entry back home and clears the owners (before prefill, whose staging reuses the slots).
-int st_cuda_hy_pf_reset(const st_hy_pf *pf, cudaStream_t stream);
+// Points the owned entries of slots [0, n_slots) back home and clears their owners (n_slots < 0: every slot): before
+// a prefill whose staging reuses those slots.
+int st_cuda_hy_pf_reset(const st_hy_pf *pf, int n_slots, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

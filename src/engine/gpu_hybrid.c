@@ -165,6 +165,8 @@ struct st_hybrid {
     int pf_stages;                // side-branch kernels launched per layer: 3 (router, plan, copy); fewer only for a
                                   // knockout of their cost (STRATA_HY_PF_STAGES)
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
+    uint32_t pf_borrow;           // with one staging buffer: the first own slots (stage_per_buf) a prefill borrows as
+                                  // its second buffer, their copies dropped first; 0: none (STRATA_HY_PF_BORROW=0)
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
     const uint8_t **rec_d;
@@ -383,6 +385,12 @@ static int64_t pf_own_slot0(const st_hybrid *h) {
     return (int64_t)h->lay.n_cache + (int64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
 }
 
+// Prefill staging buffers in use: the layout's, or two where the second borrows the prefetch's first own slots
+// (they follow the one buffer, so buffer b still starts at slot n_cache + b * stage_per_buf).
+static uint32_t prefill_bufs(const st_hybrid *h) {
+    return h->lay.n_stage_bufs > 1 ? h->lay.n_stage_bufs : h->pf_borrow ? 2u : 1u;
+}
+
 // slot[i] = the own-slot prefetch slot holding a copy of non-resident record i (pf_owner_h), else -1, for every
 // record; returns how many copies.
 static uint64_t pf_copy_slots(const st_hybrid *h, int32_t *slot) {
@@ -404,7 +412,7 @@ static uint64_t pf_copy_slots(const st_hybrid *h, int32_t *slot) {
 // its cache slot, a copied one its prefetch slot, the CPU's of this chunk (pc_on) none, the rest get staging slots
 // in expert order.
 static void rebuild_pmap(st_hybrid *h) {
-    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    const uint32_t bufs = prefill_bufs(h);
     h->pf_in_pmap = pf_copy_slots(h, h->pmap_h);
     for (uint32_t l = 0; l < h->L; l++) {
         int64_t j = (int64_t)h->lay.n_cache + (int64_t)(l % bufs) * h->lay.stage_per_buf;
@@ -1396,6 +1404,14 @@ static int hy_pf_init(st_hybrid *h) {
     if (!h->pf_own) return 0;
     // The owners' host mirror (a prefill reads the copies they name), empty until the fill or a decode step.
     const uint64_t n_own = (uint64_t)pf->n_sets * (uint64_t)h->pf_P;
+    // One staging buffer (the plan kept more own sets instead of the second): a prefill borrows the first own slots
+    // as its second buffer. H200, Qwen3-235B-A22B IQ1_M at 8 GiB, pp512 (2026-12-01i): one buffer with 4 own sets
+    // 491.2 / 492.6 tok/s, two buffers with 3 own sets 574.4 / 575.0 (tg128 15.0 against 12.3 / 12.9).
+    if (h->lay.n_stage_bufs == 1 && n_own >= h->lay.stage_per_buf && env_int("STRATA_HY_PF_BORROW", 1, 0, 1)) {
+        h->pf_borrow = (uint32_t)h->lay.stage_per_buf;
+        st_info("hybrid prefill: double-buffered staging, the second buffer in the prefetch's first %u own slots "
+                "(a prefill drops the copies there)", h->pf_borrow);
+    }
     HY_CHECK(cudaMallocHost((void **)&h->pf_owner_h, sizeof(int32_t) * n_own));
     for (uint64_t j = 0; j < n_own; j++) h->pf_owner_h[j] = -1;
     return env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h) : 0;
@@ -1462,7 +1478,7 @@ int st_hybrid_before_eval(st_hybrid *h, cudaStream_t st) {
 
 // Queues the staging copies of layer l's missing experts into its buffer, after `wait` (if any) on the copy stream.
 static int stage_layer(st_hybrid *h, uint32_t l, cudaEvent_t wait) {
-    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    const uint32_t bufs = prefill_bufs(h);
     if (wait) HY_CHECK(cudaStreamWaitEvent(h->copy, wait, 0));
     uint32_t miss[1024];
     int n = 0;
@@ -1483,13 +1499,21 @@ int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats,
     }
     // Prefetch sets in the staging: every prefetched entry points home again first. Own-slot sets keep their
     // copies, and the prefill reads them (the owners as the last decode steps left them).
-    if (h->pf_on && !h->pf_own && st_cuda_hy_pf_reset(&h->pf, st)) return -1;
+    if (h->pf_on && !h->pf_own && st_cuda_hy_pf_reset(&h->pf, -1, st)) return -1;
     if (h->pf_on && h->pf_own && h->pf_owner_stale) {
         HY_CHECK(cudaMemcpyAsync(h->pf_owner_h, h->pf_owner_d, sizeof(int32_t) * (size_t)h->pf.n_sets * h->pf_P,
                                  cudaMemcpyDeviceToHost, st));
         HY_CHECK(cudaStreamSynchronize(st));  // (the engine synchronises after every evaluation anyway)
         h->pf_owner_stale = 0;
         h->pmap_dirty = 1;
+    }
+    if (h->pf_borrow) {  // the borrowed slots become staging: the copies there go home first (an owner set only
+                         // with its copy queued, so none is in flight: the engine synchronises after every step)
+        int any = 0;
+        for (uint32_t j = 0; j < h->pf_borrow; j++)
+            if (h->pf_owner_h[j] >= 0) any = 1, h->pf_owner_h[j] = -1;
+        if (any && st_cuda_hy_pf_reset(&h->pf, (int)h->pf_borrow, st)) return -1;
+        h->pmap_dirty |= any;
     }
     hy_pc_plan(h, n_tok);  // (after the owners: a prefetch copy is not the CPU's)
     if (h->pmap_dirty) {
@@ -1499,7 +1523,7 @@ int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats,
     }
     // Staging may reuse the buffers only after the previous chunk's (and the flips') work on `st`.
     HY_CHECK(cudaEventRecord(h->ev_start, st));
-    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    const uint32_t bufs = prefill_bufs(h);
     for (uint32_t l = 0; l < bufs && l < h->L; l++)
         if (stage_layer(h, l, l == 0 ? h->ev_start : NULL)) return -1;
     if (stats) {
@@ -1517,7 +1541,7 @@ int st_hybrid_moe_prefill(st_hybrid *h, st_gemm_ctx *gemm, int engine, uint32_t 
     const st_hparams *hp = &h->m->hp;
     const st_layer *ml = &h->m->layers[l];
     const st_xlayer *x = &h->arena->layers[l].x;
-    const uint32_t bufs = h->lay.n_stage_bufs ? h->lay.n_stage_bufs : 1;
+    const uint32_t bufs = prefill_bufs(h);
     const int K = (int)hp->n_expert_used;
     // The CPU's experts of this layer (hy_pc_plan): its inputs to pinned memory, then wake the CPU thread.
     const int cpu = h->pc_n_tok == n_tok && h->pc_count[l] > 0;

@@ -60,6 +60,9 @@ extern "C" {
 // leaves fewer predictions per layer than this, and then at most this many (the rest stays cache). Same shape and
 // budget, pp512 + tg128 (context 513): one buffer with 4 own + 122 cache slots tg128 10.80, pp512 494.7; with 5 own
 // + 27 cache 8.16 (hit rate 57.8% against 50.7%, yet slower: one run each); two buffers with 3 own 8.66 (tg only).
+// The engine's prefill then borrows the first own slots as its second staging buffer (engine/gpu_hybrid.c
+// prefill_bufs): 2026-12-01i, --pcie-frac auto (0.46): one buffer pp512 491.2 / 492.6, borrowed 575.3 / 570.8, two
+// buffers with 3 own 574.4 / 575.0 (tg128 15.0 / 15.4 / 15.2 with 4 own sets, 12.3 / 12.9 with 3).
 #define ST_PLAN_PREFETCH_SINGLE_BELOW 4
 #define ST_PLAN_PREFETCH_DEFAULT 16  // 2026-11-30h: 16 / 12 / 8 GiB 294.2 / 215.0 / 164.2 vs 285.1 / 211.5 / 153.2 (P 12); P 20-24 no better, 32 loses
 

@@ -68,9 +68,10 @@ pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
 fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); FAILED+=("$1"); }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 
-# budget NAME MODEL CTX: GiB that gives the hybrid engine about $share of the experts as cache slots plus double-
-# buffered staging, from the planner's own sizes (strata info --plan, f32 KV as the tests use) and gpu_hybrid.c's
-# formula (fixed = dense + KV + scratch + reserve + tables; slots = share * all + 2 * (n_expert - share * n_expert)).
+# budget NAME MODEL CTX E [SLOTS]: GiB that gives the hybrid engine about $share of the experts as cache slots plus
+# double-buffered staging (or SLOTS expert slots in all), from the planner's own sizes (strata info --plan, f32 KV as
+# the tests use) and gpu_hybrid.c's formula (fixed = dense + KV + scratch + reserve + tables; slots = share * all +
+# 2 * (n_expert - share * n_expert)).
 budget() {
   "$S" info -m "$2" --plan -c "$3" -ctk f32 --json 2>/dev/null | python3 -c '
 import json, sys
@@ -81,9 +82,9 @@ E = int(sys.argv[2])
 fixed = (p["dense_bytes"] + p["kv_bytes"] + p["scratch_bytes"] + p["reserve_bytes"] + p["host_map_bytes"] +
          n_all * (3 * 8 + 8) + 4096)
 per_layer = int(share * E)
-slots = int(share * n_all) + 2 * (E - per_layer) + 1
+slots = int(sys.argv[3]) if len(sys.argv) > 3 else int(share * n_all) + 2 * (E - per_layer) + 1
 b = fixed + slots * p["slot_bytes"] + p["slot_bytes"] // 2
-print("%.6f" % (b / 2**30 + 1e-6))' "$share" "$4"
+print("%.6f" % (b / 2**30 + 1e-6))' "$share" "$4" ${5:+"$5"}
 }
 
 # ---- 1. policy unit test ------------------------------------------------------------------------------------------
@@ -104,10 +105,10 @@ midiq=/tmp/hy-q30b-8l-iq1m-skew.gguf
 ls -la $tiny $mid $midiq | awk '{print "model:", $NF, $5, "bytes"}'
 
 # ---- 2./3. bitwise equality, misses, flat memory ------------------------------------------------------------------
-run_decode() {  # label model E n_prompt n_decode [env...]
+run_decode() {  # label model E n_prompt n_decode [env...]  (SLOTS=N: a budget of N expert slots)
   local label=$1 model=$2 E=$3 np=$4 nd=$5; shift 5
   [[ $label =~ $only ]] || return 0
-  local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
+  local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E" ${SLOTS:-})
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB ($model, prompt $np, decode $nd) $*"
   if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" > "$out/$label.log" 2>&1; then
@@ -132,6 +133,17 @@ run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PRE
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
 run_decode mid-iq1m $midiq 128 300 1000
+# one staging buffer beside 4 own prefetch slots per layer (E + 4 L <= slots < 2 E + 4 L), which needs many layers: the
+# prefill borrows the first own slots as its second buffer and drops their copies (the second phase's prefill after
+# decode); still bitwise
+deep=/tmp/hy-q30b-40l-small-q4km-skew.gguf
+if [[ deep-borrow =~ $only ]]; then
+  [ -f $deep ] || "$S" make-model --preset qwen3-30b-a3b --n-layer 40 --n-embd 512 --n-ff-exp 256 --type Q4_K_M \
+    --router-skew 0.5 --seed 7 -o $deep -q
+  SLOTS=$((128 + 4 * 40 + 170)) run_decode deep-borrow $deep 128 300 400  # (mid-range: 4 own per layer, one buffer)
+  if grep -q "second buffer in the prefetch" "$out/deep-borrow.log"; then pass "deep-borrow: the prefill borrowed own slots"
+  else grep -E "lookahead|placement" "$out/deep-borrow.log" | sed 's/^/   /'; fail "deep-borrow: no borrowed staging buffer"; fi
+fi
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")

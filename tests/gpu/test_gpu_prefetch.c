@@ -290,9 +290,34 @@ int main(void) {
            bad,
            detail);
 
+    // Partial reset (a prefill that borrows the first slots as its second staging buffer): slots [0, cut) home and
+    // unowned, the rest as they were.
+    {
+        int owned[NSETS * P], c = 0;  // cut lies between two owned slots (the 400 plans leave most slots owned)
+        for (int i = 0; i < NSETS * P; i++)
+            if (w.owner[i] >= 0) owned[c++] = i;
+        const int t = c >= 2 ? (int)st_rng_below(&r, (uint32_t)(c - 1)) : 0;
+        const int cut = c >= 2 ? owned[t] + 1 + (int)st_rng_below(&r, (uint32_t)(owned[t + 1] - owned[t])) : 1;
+        int kept = 0, cleared = 0;
+        for (int i = 0; i < NSETS * P; i++) {
+            if (w.owner[i] < 0) continue;
+            if (i < cut) cleared++, w.owner[i] = -1;
+            else kept++;
+        }
+        CKE(st_cuda_hy_pf_reset(&w.pf, cut, 0));
+        CK(cudaDeviceSynchronize());
+        detail[0] = 0;
+        bad = check_world(&w, detail, sizeof detail);
+        if (!detail[0])
+            snprintf(detail, sizeof detail, "first %d of %d slots: %d owners cleared, %d kept", cut, NSETS * P, cleared,
+                     kept);
+        report("partial reset: the first slots' entries home, the others' copies kept", bad || !cleared || !kept,
+               detail);
+    }
+
     // Count: progress word and hits (after a reset, so that only this plan's records are prefetched).
     w.pf.max_copies = 0;
-    CKE(st_cuda_hy_pf_reset(&w.pf, 0));
+    CKE(st_cuda_hy_pf_reset(&w.pf, -1, 0));
     CK(cudaDeviceSynchronize());
     for (int i = 0; i < NSETS * P; i++) w.owner[i] = -1;
     {
@@ -379,7 +404,7 @@ int main(void) {
     }
 
     // Reset: every entry home, owners -1.
-    CKE(st_cuda_hy_pf_reset(&w.pf, 0));
+    CKE(st_cuda_hy_pf_reset(&w.pf, -1, 0));
     CK(cudaDeviceSynchronize());
     for (int i = 0; i < NSETS * P; i++) w.owner[i] = -1;
     detail[0] = 0;
