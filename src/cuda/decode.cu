@@ -42,14 +42,6 @@
 #ifndef DOWN_GUESS
 #define DOWN_GUESS 1
 #endif
-// GLU_TBL_SMEM (default 0; -DGLU_TBL_SMEM=1 for an A/B build): the routing GLU launch (one token all in VRAM, a table
-// no kernel writes) stages every expert's gate / up base in shared memory before its wait, so that its route's ids
-// reach the weights without the table's L2 round trip. Predicted -0.3 us per layer (+0.7% tg128); written
-// 2026-12-01h without a device, unmeasured.
-#ifndef GLU_TBL_SMEM
-#define GLU_TBL_SMEM 0
-#endif
-#define GLU_TBL_SMEM_MAX 256  // experts staged at most
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
@@ -497,13 +489,6 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
-#if GLU_TBL_SMEM
-    // (ROUTE: all in VRAM, where no kernel writes the table) every expert's gate and up bases before the wait.
-    __shared__ const uint8_t *s_gu[2 * GLU_TBL_SMEM_MAX];  // [e][gate, up]
-    const bool gu_staged = ROUTE && E <= GLU_TBL_SMEM_MAX;
-    if (gu_staged)
-        for (int i = threadIdx.x; i < 2 * E; i += blockDim.x) s_gu[i] = st_tbl_entry(tbl, 3 * (i / 2) + i % 2);
-#endif
     st_pdl_wait();  // ids (or logits), xq: earlier kernels
     st_pdl_trigger();
     int e;
@@ -511,7 +496,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
         __shared__ int32_t s_ids[G32];
         __shared__ float s_w[G32];
         if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
-        __syncthreads();  // (also s_gu)
+        __syncthreads();
         e = s_ids[p];
         if (blockIdx.x == 0 && p == 0 && threadIdx.x < K)
             rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
@@ -522,12 +507,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
 #pragma unroll
     for (int j = 0; j < R; j++) v[j] = f_nan();
     if (e >= 0 && e < E) {
-#if GLU_TBL_SMEM
-        const uint8_t *gate = gu_staged ? s_gu[2 * e] : st_tbl_entry(tbl, 3 * e);
-        const uint8_t *up = gu_staged ? s_gu[2 * e + 1] : st_tbl_entry(tbl, 3 * e + 1);
-#else
         const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
-#endif
         const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
         float a[R], b[R];
         if constexpr (TYPE == 0) {
