@@ -29,6 +29,10 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdlib.h>  // getenv
+#include <string.h>  // memcpy
+#if ATC_TMA
+#include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's types (the function itself: a driver entry point)
+#endif
 
 #include "cuda/decode_common.cuh"
 #include "cuda/mma.cuh"  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
@@ -370,6 +374,21 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_LAZY_RESCALE
 #define ATC_LAZY_RESCALE 0
 #endif
+// ATC_TMA (default 0; -DATC_TMA=1 for an A/B build, sm_90): every block stages its K/V tiles by 2-D TMA tensor copies
+// (one per 16 rows x 64 halves box: 4 per warp tile at head_dim 128, issued by one lane, against 32 one-row bulk
+// copies that the SASS issues as a ~256-instruction loop over the lanes), into 128-byte-swizzled boxes read by
+// ldmatrix (K) and ldmatrix.trans (V: no byte permutes), with the head dims in their natural order. The maps
+// (cuTensorMapEncodeTiled through the driver entry point, no libcuda link) are kernel parameters, encoded at every
+// launch (a graph keeps the captured ones). Rows past the context inside the box are stale or never written: V's are
+// zeroed in shared memory before use (K's scores are masked). Predicted: attention at depth 16K 23 -> ~14 us per
+// layer (tg128 @ d16384 +12-20%), short depth -0.3..+0.3 us; written 2026-12-01i without a device, unmeasured.
+#ifndef ATC_TMA
+#define ATC_TMA 0
+#endif
+#define ATC_TMA_ON (ATC_TMA && ST_TC_BULK)  // (device code: the TMA path is compiled for this target)
+struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on the host)
+    unsigned long long w[16];
+};
 #define ATC_KSTR(hd) (2 * (hd) + 64)  // bulk staging: bytes per K row
 #define ATC_VSTR(hd) (2 * (hd) + 16)  // bulk staging: bytes per V row
 #define ATC_WSB(hd) (16 * ATC_KSTR(hd) + 16 * ATC_VSTR(hd))  // bulk staging: bytes per warp and stage
@@ -392,6 +411,7 @@ __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, in
 
 static size_t atc_smem_bytes(int hd) {  // the larger of the two stagings where both may run
     const size_t cp = (size_t)ATC_ST * (hd / 8) * ATC_NT * 16, bulk = (size_t)ATC_ST * ATC_NW * ATC_WSB(hd);
+    if (ATC_TMA) return (size_t)ATC_ST * ATC_NW * 2 * (hd / 64) * 2048 + 1024;  // (+ the 1024-byte alignment)
     return ATC_BULK && bulk > cp ? bulk : cp;
 }
 
@@ -444,13 +464,59 @@ __device__ void atc_merge(const float *o, const float *ml, int stride, int s0, i
     __syncthreads();
 }
 
+// One tile's online softmax (atc_tiles, atc_tiles_tma): lane (g, t)'s scores sc[j] (hi rows + lo rows) of
+// positions p0 + 8 j + 2 t + e, masked from end on; updates head g's running max m and this lane's sum lsum,
+// rescales o, and returns P x 2^10 (exact; undone in the block merge) as the A fragment of P . V: hi halves in
+// pa[0], pa[2], the lo residuals p - hi in pa[1], pa[3] (down to ~1e-5 a normal half).
+template <int DT>
+__device__ __forceinline__ void atc_softmax(const float (&sc)[2][4], int p0, int end, int t, float scale, float &m,
+                                            float &lsum, float (&o)[DT][4], uint32_t (&pa)[4]) {
+    float x[4], mx = -INFINITY;  // positions p0 + 8 j + 2 t + e as x[2 j + e]
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float v = (sc[j][e] + sc[j][2 + e]) * scale;
+            x[2 * j + e] = p0 + 8 * j + 2 * t + e < end ? v : -INFINITY;
+            mx = fmaxf(mx, x[2 * j + e]);
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 1, 32));
+    mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 2, 32));
+    const float mn = fmaxf(m, mx);
+    const bool none = mn == -INFINITY;  // cannot happen (a tile's first position is valid); kept for safety
+    const float cr = none ? 1.0f : __expf(m - mn);
+    float p[4], ps = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        p[e] = none ? 0.0f : __expf(x[e] - mn);
+        ps += p[e];
+    }
+    lsum = lsum * cr + ps;
+    m = mn;
+#if ATC_LAZY_RESCALE
+    if (__any_sync(ST_WARP_FULL_MASK, cr != 1.0f)) {
+#else
+    {
+#endif
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[d][0] *= cr, o[d][1] *= cr, o[d][2] *= cr, o[d][3] *= cr;
+    }
+    const float a0 = p[0] * ATC_PS, a1 = p[1] * ATC_PS, a2 = p[2] * ATC_PS, a3 = p[3] * ATC_PS;
+    const __half2 h0 = __floats2half2_rn(a0, a1), h1 = __floats2half2_rn(a2, a3);
+    const float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
+    pa[0] = atc_h2(h0);
+    pa[1] = atc_h2(__floats2half2_rn(a0 - f0.x, a1 - f0.y));
+    pa[2] = atc_h2(h1);
+    pa[3] = atc_h2(__floats2half2_rn(a2 - f1.x, a3 - f1.y));
+}
+
 // The block's tiles [start, end) into the warp's running (m, lsum, o): Q . K^T, online softmax, P . V, each warp on
 // tiles w, w + ATC_NW, ... ; staging by cp.async (BULK false) or bulk copies (BULK true, sm_90; see ATC_BULK).
 template <int HD, bool BULK>
 __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4],
                                           float &m, float &lsum, int start, int end, int n_tiles,
                                           const __half *kb, const __half *vb, int64_t row, float scale) {
-    constexpr int NK = HD / 32, NV = HD / 64, NU = 2 * NK + 4 * NV, KS = HD / 16, DT = HD / 8;
+    constexpr int NK = HD / 32, NV = HD / 64, NU = 2 * NK + 4 * NV, KS = HD / 16;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
     // Bulk: [ATC_ST][ATC_NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes], one mbarrier per warp and stage.
@@ -534,46 +600,8 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
             for (int kk = 0; kk < KS; kk++)
                 tc_mma(sc[j], qa[kk], atc_w(kw[kk / 2], 2 * (kk % 2)), atc_w(kw[kk / 2], 2 * (kk % 2) + 1));
         }
-        float x[4], mx = -INFINITY;  // positions p0 + 8 j + 2 t + e as x[2 j + e]
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float v = (sc[j][e] + sc[j][2 + e]) * scale;
-                x[2 * j + e] = p0 + 8 * j + 2 * t + e < end ? v : -INFINITY;
-                mx = fmaxf(mx, x[2 * j + e]);
-            }
-        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 1, 32));
-        mx = fmaxf(mx, __shfl_xor_sync(ST_WARP_FULL_MASK, mx, 2, 32));
-        const float mn = fmaxf(m, mx);
-        const bool none = mn == -INFINITY;  // cannot happen (a tile's first position is valid); kept for safety
-        const float cr = none ? 1.0f : __expf(m - mn);
-        float p[4], ps = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            p[e] = none ? 0.0f : __expf(x[e] - mn);
-            ps += p[e];
-        }
-        lsum = lsum * cr + ps;
-        m = mn;
-#if ATC_LAZY_RESCALE
-        if (__any_sync(ST_WARP_FULL_MASK, cr != 1.0f)) {
-#else
-        {
-#endif
-#pragma unroll
-            for (int d = 0; d < DT; d++) o[d][0] *= cr, o[d][1] *= cr, o[d][2] *= cr, o[d][3] *= cr;
-        }
         uint32_t pa[4];
-        {  // P x 2^10 (exact; undone in the block merge), so lo = p - hi of p down to ~1e-5 stays a normal half
-            const float a0 = p[0] * ATC_PS, a1 = p[1] * ATC_PS, a2 = p[2] * ATC_PS, a3 = p[3] * ATC_PS;
-            const __half2 h0 = __floats2half2_rn(a0, a1), h1 = __floats2half2_rn(a2, a3);
-            const float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
-            pa[0] = atc_h2(h0);
-            pa[1] = atc_h2(__floats2half2_rn(a0 - f0.x, a1 - f0.y));
-            pa[2] = atc_h2(h1);
-            pa[3] = atc_h2(__floats2half2_rn(a2 - f1.x, a3 - f1.y));
-        }
+        atc_softmax(sc, p0, end, t, scale, m, lsum, o, pa);
 #pragma unroll
         for (int c = 0; c < NV; c++) {
             const uint4 v0 = ATC_VW(0, c), v1 = ATC_VW(1, c), v2 = ATC_VW(2, c), v3 = ATC_VW(3, c);
@@ -591,12 +619,93 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
     if constexpr (!BULK) tc_cp_wait<0>();
 }
 
+#if ATC_TMA && ST_TC_BULK
+// atc_tiles with TMA staging (ATC_TMA): per warp and stage, K then V as HD / 64 boxes of 16 rows x 128 bytes each,
+// 128-byte swizzled (16-byte chunk c of box row r at chunk c ^ (r % 8)), so each ldmatrix's 8 rows hit 8 different
+// bank groups. Q . K^T: ldmatrix.x4 of rows 8 j + (lane % 8), dim chunks 2 kk + lane / 8 gives the B fragments of
+// k steps kk and kk + 1 for n tile j (qa in the natural dim order); P . V: ldmatrix.x4.trans of rows
+// 8 (m & 1) + (lane % 8), dim chunk c + (m >> 1) (m = lane / 8) gives those of dim tiles c and c + 1, whose outputs
+// hold dims 8 d + 2 t (+1).
+template <int HD>
+__device__ __forceinline__ void atc_tiles_tma(uint8_t *smem, const atc_tmap *tk, const atc_tmap *tv, int x0,
+                                              const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4], float &m,
+                                              float &lsum, int start, int end, int n_tiles, float scale) {
+    constexpr int NB = HD / 64, BOX = ATC_TP * 128, WSB = 2 * NB * BOX, KS = HD / 16, DT = HD / 8;
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, t = lane % 4;
+    const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
+    __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
+    uint8_t *base = (uint8_t *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
+    auto stage = [&](int i) { return base + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
+    if (lane == 0) {
+#pragma unroll
+        for (int st = 0; st < ATC_ST; st++) tc_mbar_init(&s_bar[w][st], 1);
+        tc_mbar_fence_init();
+    }
+    __syncwarp();
+    auto issue = [&](int i) {
+        if (i >= nbw) return;  // warp-uniform
+        uint8_t *dst = stage(i);
+        __syncwarp();  // every lane is done reading this stage's previous tile
+        if (lane == 0) {
+            const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+            tc_mbar_expect_tx(&s_bar[w][i % ATC_ST], WSB);
+#pragma unroll
+            for (int b = 0; b < NB; b++) {
+                tc_tma_2d_g2s(dst + b * BOX, tk, x0 + 64 * b, p0, &s_bar[w][i % ATC_ST]);
+                tc_tma_2d_g2s(dst + (NB + b) * BOX, tv, x0 + 64 * b, p0, &s_bar[w][i % ATC_ST]);
+            }
+        }
+    };
+    // the byte offset of 16-byte chunk c (of the row's HD / 8) in row r of a K or V stage
+    auto at = [](int r, int c) { return (c / 8) * BOX + r * 128 + (((c % 8) ^ (r % 8)) << 4); };
+#pragma unroll
+    for (int i = 0; i < ATC_ST - 1; i++) issue(i);
+    for (int i = 0; i < nbw; i++) {
+        issue(i + ATC_ST - 1);
+        uint8_t *kst = stage(i), *vst = kst + NB * BOX;
+        tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
+        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+        if (p0 + ATC_TP > end) {  // (warp-uniform; the block's last tile) V rows past the end: 0 * NaN must not reach O
+            const int r0 = end - p0;
+            for (int idx = lane; idx < (ATC_TP - r0) * NB * 8; idx += 32)
+                *(uint4 *)(vst + at(r0 + idx / (NB * 8), idx % (NB * 8))) = make_uint4(0u, 0u, 0u, 0u);
+            __syncwarp();
+        }
+        float sc[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KS; kk += 2) {
+                uint32_t kf[4];
+                tc_ldsm_x4(kf, kst + at(8 * j + (lane & 7), 2 * kk + (lane >> 3)));
+                tc_mma(sc[j], qa[kk], kf[0], kf[1]);
+                tc_mma(sc[j], qa[kk + 1], kf[2], kf[3]);
+            }
+        }
+        uint32_t pa[4];
+        atc_softmax(sc, p0, end, t, scale, m, lsum, o, pa);
+#pragma unroll
+        for (int c = 0; c < DT; c += 2) {
+            uint32_t vf[4];
+            tc_ldsm_x4_t(vf, vst + at(8 * ((lane >> 3) & 1) + (lane & 7), c + (lane >> 4)));
+            tc_mma(o[c], pa, vf[0], vf[1]);
+            tc_mma(o[c + 1], pa, vf[2], vf[3]);
+        }
+    }
+}
+#endif
+
 template <int HD>
 __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
-                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters) {
+                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters
+#if ATC_TMA
+                  , const __grid_constant__ atc_tmap tmk, const __grid_constant__ atc_tmap tmv
+#endif
+    ) {
     constexpr int NK = HD / 32;          // 16-byte pieces of a K row per lane (the lane's quarter)
     constexpr int NV = HD / 64;          // 16-byte pieces of a V row per lane (an eighth, of 4 rows)
     constexpr int NU = 2 * NK + 4 * NV;  // staging slots per lane and tile
@@ -645,7 +754,7 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     for (int kk = 0; kk < KS; kk++)
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
-            const int wd = 2 * kk + sub, dim = 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
+            const int wd = 2 * kk + sub, dim = ATC_TMA_ON ? 16 * kk + 8 * sub + 2 * t : 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
             float x0 = 0.0f, x1 = 0.0f;
             if (g < G) {
                 const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
@@ -663,12 +772,16 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
 
     // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
     const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
+#if ATC_TMA_ON
+    atc_tiles_tma<HD>(smem, &tmk, &tmv, kvh * HD, qa, o, m, lsum, start, end, n_tiles, scale);
+#else
 #if ATC_BULK && ST_TC_BULK
     if (ATC_BULK == 2 || n_tiles >= ATC_BULK_MIN_TILES)  // uniform per block
         atc_tiles<HD, true>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
     else
 #endif
         atc_tiles<HD, false>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
+#endif
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
     __syncthreads();  // every warp is done with its staging: the merges reuse it
@@ -677,7 +790,15 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     float *so = (float *)smem;                             // [ATC_NW][8][SOS]
     float *sm = so + ATC_NW * 8 * SOS, *sl = sm + ATC_NW * 8;  // [ATC_NW][8]
     float *sw = sl + ATC_NW * 8, *sout = sw + 8 * 32;     // [8][32], [8][HD] (final merge)
-    if (g < G) {
+    if (g < G && ATC_TMA_ON) {  // (atc_tiles_tma: dim tile d holds dims 8 d + 2 t, + 1)
+        float *dst = so + (w * 8 + g) * SOS;
+#pragma unroll
+        for (int d = 0; d < DT; d++) {
+            dst[8 * d + 2 * t] = (o[d][0] + o[d][2]) * (1.0f / ATC_PS);
+            dst[8 * d + 2 * t + 1] = (o[d][1] + o[d][3]) * (1.0f / ATC_PS);
+        }
+        if (t == 0) sm[w * 8 + g] = m, sl[w * 8 + g] = lsum;
+    } else if (g < G) {
         float *dst = so + (w * 8 + g) * SOS;
 #pragma unroll
         for (int c = 0; c < NV; c++)
@@ -807,6 +928,48 @@ static int atc_single_max(void) {
     return v;
 }
 
+#if ATC_TMA
+// The ATC_TMA tensor map of one cache: rows of row_halves f16 from base to the end of its allocation
+// (cuMemGetAddressRange: a box never leaves it; rows past the context are masked or zeroed in the kernel), boxes of
+// 16 rows x 64 halves, 128-byte swizzle, zeros out of bounds.
+typedef CUresult (*atc_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+typedef CUresult (*atc_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+static void *atc_driver_fn(const char *name) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    return cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+                   q == cudaDriverEntryPointSuccess
+               ? fn
+               : NULL;
+}
+static int atc_encode(atc_tmap *map, const void *base, int row_halves) {
+    static atc_encode_fn enc;
+    static atc_range_fn range;
+    if (!enc) enc = (atc_encode_fn)atc_driver_fn("cuTensorMapEncodeTiled");
+    if (!range) range = (atc_range_fn)atc_driver_fn("cuMemGetAddressRange");
+    if (!enc || !range)
+        return st_err("st_cuda_attn_dec (ATC_TMA): the driver lacks cuTensorMapEncodeTiled / cuMemGetAddressRange");
+    CUdeviceptr a0 = 0;
+    size_t an = 0;
+    if (range(&a0, &an, (CUdeviceptr)(uintptr_t)base) != CUDA_SUCCESS)
+        return st_err("st_cuda_attn_dec (ATC_TMA): cuMemGetAddressRange failed for the K/V cache");
+    const cuuint64_t row_bytes = 2ull * (cuuint64_t)row_halves;
+    const cuuint64_t dims[2] = {(cuuint64_t)row_halves, ((cuuint64_t)a0 + an - (cuuint64_t)(uintptr_t)base) / row_bytes};
+    const cuuint64_t strides[1] = {row_bytes};
+    const cuuint32_t box[2] = {64, ATC_TP}, elem[2] = {1, 1};
+    static_assert(sizeof(atc_tmap) == sizeof(CUtensorMap), "atc_tmap holds a CUtensorMap");
+    CUtensorMap tm;
+    const CUresult r = enc(&tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)base, dims, strides, box, elem,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return st_err("st_cuda_attn_dec (ATC_TMA): cuTensorMapEncodeTiled failed (%d)", (int)r);
+    memcpy(map, &tm, sizeof tm);
+    return 0;
+}
+#endif
+
 template <int HD>
 static int atc_launch(float *out, void *outq, int fmt, const float *q, const void *kc, const void *vc,
                       const int32_t *d_pos, int G, int n_head_kv, float scale, int n_split, uint8_t *ws,
@@ -829,9 +992,17 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
     }
     float *o = (float *)(ws + lo.o), *ml = (float *)(ws + lo.ml), *o1 = (float *)(ws + lo.o1),
           *ml1 = (float *)(ws + lo.ml1);
+#if ATC_TMA
+    atc_tmap tmk, tmv;
+    if (atc_encode(&tmk, kc, n_head_kv * HD) || atc_encode(&tmv, vc, n_head_kv * HD)) return -1;
+#endif
     st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
                   q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
-                  ml, o1, ml1, (int32_t *)ws);
+                  ml, o1, ml1, (int32_t *)ws
+#if ATC_TMA
+                  , tmk, tmv
+#endif
+    );
     return 0;
 }
 

@@ -81,6 +81,29 @@ __device__ __forceinline__ void tc_mbar_wait(uint64_t *bar, unsigned parity) {
         if (n > (1u << 26)) __trap();
     }
 }
+// A 2-D TMA tile (cp.async.bulk.tensor) of the box at element coordinates (x, y) of the tensor map at tmap (the
+// address of a __grid_constant__ kernel parameter) into dst (aligned as the map's swizzle needs: 1024 bytes for the
+// 128-byte swizzle), completing on bar; the box's bytes count in full, out-of-bounds elements as zeros.
+__device__ __forceinline__ void tc_tma_2d_g2s(void *dst, const void *tmap, int x, int y, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                 "%3}], [%4];\n" ::"r"(tc_smem_u32(dst)),
+                 "l"(tmap), "r"(x), "r"(y), "r"(tc_smem_u32(bar))
+                 : "memory");
+}
+// ldmatrix .x4 and .x4.trans from per-lane row addresses the caller computes (lane l: row l % 8 of matrix l / 8),
+// for layouts the fixed-stride loaders below do not cover (e.g. a TMA swizzle).
+__device__ __forceinline__ void tc_ldsm_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tc_smem_u32(p))
+                 : "memory");
+}
+__device__ __forceinline__ void tc_ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tc_smem_u32(p))
+                 : "memory");
+}
 #else
 #define ST_TC_BULK 0
 #endif
