@@ -374,14 +374,17 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_LAZY_RESCALE
 #define ATC_LAZY_RESCALE 0
 #endif
-// ATC_TMA (default 0; -DATC_TMA=1 for an A/B build, sm_90): every block stages its K/V tiles by 2-D TMA tensor copies
+// ATC_TMA (default 0; -DATC_TMA=1 or 2 for an A/B build, sm_90): every block stages its K/V tiles by 2-D TMA tensor copies
 // (one per 16 rows x 64 halves box: 4 per warp tile at head_dim 128, issued by one lane, against 32 one-row bulk
 // copies that the SASS issues as a ~256-instruction loop over the lanes), into 128-byte-swizzled boxes read by
 // ldmatrix (K) and ldmatrix.trans (V: no byte permutes), with the head dims in their natural order. The maps
 // (cuTensorMapEncodeTiled through the driver entry point, no libcuda link) are kernel parameters, encoded at every
 // launch (a graph keeps the captured ones). Rows past the context inside the box are stale or never written: V's are
 // zeroed in shared memory before use (K's scores are masked). Predicted: attention at depth 16K 23 -> ~14 us per
-// layer (tg128 @ d16384 +12-20%), short depth -0.3..+0.3 us; written 2026-12-01i without a device, unmeasured.
+// layer (tg128 @ d16384 +12-20%), short depth -0.3..+0.3 us. 2: also the first tiles before the PDL wait, where all
+// their rows are below the step's own K/V row (written by finished work): the first tiles' DRAM latency off every
+// block's chain, predicted a further -0.5..1 us per layer at any depth. Written 2026-12-01i without a device,
+// unmeasured (148 registers, no spills; with -DATC_ST=2, 3 blocks per SM would fit: -DATC_BLOCKS_PER_SM=3).
 #ifndef ATC_TMA
 #define ATC_TMA 0
 #endif
@@ -625,46 +628,79 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
 // bank groups. Q . K^T: ldmatrix.x4 of rows 8 j + (lane % 8), dim chunks 2 kk + lane / 8 gives the B fragments of
 // k steps kk and kk + 1 for n tile j (qa in the natural dim order); P . V: ldmatrix.x4.trans of rows
 // 8 (m & 1) + (lane % 8), dim chunk c + (m >> 1) (m = lane / 8) gives those of dim tiles c and c + 1, whose outputs
-// hold dims 8 d + 2 t (+1).
+// hold dims 8 d + 2 t (+1). ATC_TMA 2: the first tiles are issued before the kernel's dependency wait where all
+// their rows were written by finished work (below the step's own row L - 1).
+struct atc_tma_warp {
+    uint8_t *base;       // the block's staging, 1024-byte aligned: [ATC_ST][ATC_NW][K boxes | V boxes]
+    uint64_t *bar;       // [ATC_ST] this warp's mbarriers (shared memory)
+    int nbw, start, x0;  // the warp's tile count, the block's first position, the KV head's first element of a row
+    unsigned early;      // bit i: tile i is issued (atc_tma_begin)
+};
+
+// Tile i of the warp into its stage (one lane issues; no-op past the warp's tiles).
 template <int HD>
-__device__ __forceinline__ void atc_tiles_tma(uint8_t *smem, const atc_tmap *tk, const atc_tmap *tv, int x0,
-                                              const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4], float &m,
-                                              float &lsum, int start, int end, int n_tiles, float scale) {
-    constexpr int NB = HD / 64, BOX = ATC_TP * 128, WSB = 2 * NB * BOX, KS = HD / 16, DT = HD / 8;
-    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, t = lane % 4;
-    const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
-    __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
-    uint8_t *base = (uint8_t *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
-    auto stage = [&](int i) { return base + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
+__device__ __forceinline__ void atc_tma_issue(const atc_tma_warp &s, int i, const atc_tmap *tk, const atc_tmap *tv) {
+    constexpr int NB = HD / 64, BOX = ATC_TP * 128, WSB = 2 * NB * BOX;
+    if (i >= s.nbw) return;  // warp-uniform
+    const int w = threadIdx.x / 32;
+    uint8_t *dst = s.base + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB;
+    __syncwarp();  // every lane is done reading this stage's previous tile
+    if (threadIdx.x % 32 == 0) {
+        const int p0 = s.start + (w + ATC_NW * i) * ATC_TP;
+        tc_mbar_expect_tx(&s.bar[i % ATC_ST], WSB);
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            tc_tma_2d_g2s(dst + b * BOX, tk, s.x0 + 64 * b, p0, &s.bar[i % ATC_ST]);
+            tc_tma_2d_g2s(dst + (NB + b) * BOX, tv, s.x0 + 64 * b, p0, &s.bar[i % ATC_ST]);
+        }
+    }
+}
+
+// The warp's staging for positions [start, end) (none where end <= start), its mbarriers set up, and its first
+// ATC_ST - 1 tiles issued where every row lies below `complete` (rows written by finished work).
+template <int HD>
+__device__ __forceinline__ atc_tma_warp atc_tma_begin(uint8_t *smem, uint64_t (*bars)[ATC_ST], const atc_tmap *tk,
+                                                      const atc_tmap *tv, int x0, int start, int end, int complete) {
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n_tiles = end > start ? (end - start + ATC_TP - 1) / ATC_TP : 0;
+    atc_tma_warp s;
+    s.base = (uint8_t *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
+    s.bar = bars[w];
+    s.nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
+    s.start = start;
+    s.x0 = x0;
+    s.early = 0;
     if (lane == 0) {
 #pragma unroll
-        for (int st = 0; st < ATC_ST; st++) tc_mbar_init(&s_bar[w][st], 1);
+        for (int st = 0; st < ATC_ST; st++) tc_mbar_init(&s.bar[st], 1);
         tc_mbar_fence_init();
     }
     __syncwarp();
-    auto issue = [&](int i) {
-        if (i >= nbw) return;  // warp-uniform
-        uint8_t *dst = stage(i);
-        __syncwarp();  // every lane is done reading this stage's previous tile
-        if (lane == 0) {
-            const int p0 = start + (w + ATC_NW * i) * ATC_TP;
-            tc_mbar_expect_tx(&s_bar[w][i % ATC_ST], WSB);
 #pragma unroll
-            for (int b = 0; b < NB; b++) {
-                tc_tma_2d_g2s(dst + b * BOX, tk, x0 + 64 * b, p0, &s_bar[w][i % ATC_ST]);
-                tc_tma_2d_g2s(dst + (NB + b) * BOX, tv, x0 + 64 * b, p0, &s_bar[w][i % ATC_ST]);
-            }
+    for (int i = 0; i < ATC_ST - 1; i++)
+        if (i < s.nbw && start + (w + ATC_NW * i + 1) * ATC_TP <= complete) {
+            atc_tma_issue<HD>(s, i, tk, tv);
+            s.early |= 1u << i;
         }
-    };
+    return s;
+}
+
+template <int HD>
+__device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_tmap *tk, const atc_tmap *tv,
+                                              const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4], float &m,
+                                              float &lsum, int end, float scale) {
+    constexpr int NB = HD / 64, BOX = ATC_TP * 128, WSB = 2 * NB * BOX, KS = HD / 16, DT = HD / 8;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < ATC_ST - 1; i++)
+        if (!((s.early >> i) & 1u)) atc_tma_issue<HD>(s, i, tk, tv);
     // the byte offset of 16-byte chunk c (of the row's HD / 8) in row r of a K or V stage
     auto at = [](int r, int c) { return (c / 8) * BOX + r * 128 + (((c % 8) ^ (r % 8)) << 4); };
-#pragma unroll
-    for (int i = 0; i < ATC_ST - 1; i++) issue(i);
-    for (int i = 0; i < nbw; i++) {
-        issue(i + ATC_ST - 1);
-        uint8_t *kst = stage(i), *vst = kst + NB * BOX;
-        tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
-        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+    for (int i = 0; i < s.nbw; i++) {
+        atc_tma_issue<HD>(s, i + ATC_ST - 1, tk, tv);
+        uint8_t *kst = s.base + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB, *vst = kst + NB * BOX;
+        tc_mbar_wait(&s.bar[i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
+        const int p0 = s.start + (w + ATC_NW * i) * ATC_TP;
         if (p0 + ATC_TP > end) {  // (warp-uniform; the block's last tile) V rows past the end: 0 * NaN must not reach O
             const int r0 = end - p0;
             for (int idx = lane; idx < (ATC_TP - r0) * NB * 8; idx += 32)
@@ -740,6 +776,16 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
             }
         }
     }
+#if ATC_TMA_ON
+    __shared__ __align__(8) uint64_t s_tbar[ATC_NW][ATC_ST];
+    atc_tma_warp tw;
+    if (ATC_TMA >= 2) {  // the first tiles now, where all their rows are below the step's own row L - 1
+        int c0, na0;
+        atc_chunk(L, n_split, single_max, c0, na0);
+        const int s0 = split * c0;
+        tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, s0, split < na0 ? min(L, s0 + c0) : s0, L - 1);
+    }
+#endif
     st_pdl_wait();  // q and this step's K/V row come from earlier work
     st_pdl_trigger();
     int chunk, n_act;
@@ -771,10 +817,11 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
 
     // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
-    const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
 #if ATC_TMA_ON
-    atc_tiles_tma<HD>(smem, &tmk, &tmv, kvh * HD, qa, o, m, lsum, start, end, n_tiles, scale);
+    if (ATC_TMA < 2) tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, 0x7fffffff);
+    atc_tiles_tma<HD>(tw, &tmk, &tmv, qa, o, m, lsum, end, scale);
 #else
+    const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
 #if ATC_BULK && ST_TC_BULK
     if (ATC_BULK == 2 || n_tiles >= ATC_BULK_MIN_TILES)  // uniform per block
         atc_tiles<HD, true>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
