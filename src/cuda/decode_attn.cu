@@ -374,9 +374,9 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_LAZY_RESCALE
 #define ATC_LAZY_RESCALE 0
 #endif
-// ATC_TMA (default 0; -DATC_TMA=1 or 2 for an A/B build, sm_90): every block stages its K/V tiles by 2-D TMA tensor copies
-// (one per 16 rows x 64 halves box: 4 per warp tile at head_dim 128, issued by one lane, against 32 one-row bulk
-// copies that the SASS issues as a ~256-instruction loop over the lanes), into 128-byte-swizzled boxes read by
+// ATC_TMA (default 0; -DATC_TMA=1 or 2 for an A/B build, sm_90): every block stages its K/V tiles by 2-D TMA tensor
+// copies (one per 16 rows x 64 halves box: 4 per warp tile at head_dim 128, issued by one lane, against 32 one-row
+// bulk copies that the SASS issues as a ~256-instruction loop over the lanes), into 128-byte-swizzled boxes read by
 // ldmatrix (K) and ldmatrix.trans (V: no byte permutes), with the head dims in their natural order. The maps
 // (cuTensorMapEncodeTiled through the driver entry point, no libcuda link) are kernel parameters, encoded at every
 // launch (a graph keeps the captured ones). Rows past the context inside the box are stale or never written: V's are
@@ -392,6 +392,9 @@ __global__ void __launch_bounds__(ATT_NT)
 struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on the host)
     unsigned long long w[16];
 };
+#define ATC_TMA_BOX_H 64                          // TMA box width in halves: 128 bytes, the 128-byte swizzle's span
+#define ATC_TMA_BOX (ATC_TP * 2 * ATC_TMA_BOX_H)  // bytes per box (16 rows)
+#define ATC_TMA_WSB(hd) (2 * ((hd) / ATC_TMA_BOX_H) * ATC_TMA_BOX)  // TMA staging: K then V boxes per warp and stage
 #define ATC_KSTR(hd) (2 * (hd) + 64)  // bulk staging: bytes per K row
 #define ATC_VSTR(hd) (2 * (hd) + 16)  // bulk staging: bytes per V row
 #define ATC_WSB(hd) (16 * ATC_KSTR(hd) + 16 * ATC_VSTR(hd))  // bulk staging: bytes per warp and stage
@@ -414,7 +417,7 @@ __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, in
 
 static size_t atc_smem_bytes(int hd) {  // the larger of the two stagings where both may run
     const size_t cp = (size_t)ATC_ST * (hd / 8) * ATC_NT * 16, bulk = (size_t)ATC_ST * ATC_NW * ATC_WSB(hd);
-    if (ATC_TMA) return (size_t)ATC_ST * ATC_NW * 2 * (hd / 64) * 2048 + 1024;  // (+ the 1024-byte alignment)
+    if (ATC_TMA) return (size_t)ATC_ST * ATC_NW * ATC_TMA_WSB(hd) + 1024;  // (+ the 1024-byte alignment)
     return ATC_BULK && bulk > cp ? bulk : cp;
 }
 
@@ -637,21 +640,26 @@ struct atc_tma_warp {
     unsigned early;      // bit i: tile i is issued (atc_tma_begin)
 };
 
+// The warp's stage of its tile i: K's boxes, then V's.
+template <int HD> __device__ __forceinline__ uint8_t *atc_tma_stage(const atc_tma_warp &s, int i) {
+    return s.base + ((size_t)(i % ATC_ST) * ATC_NW + threadIdx.x / 32) * ATC_TMA_WSB(HD);
+}
+
 // Tile i of the warp into its stage (one lane issues; no-op past the warp's tiles).
 template <int HD>
 __device__ __forceinline__ void atc_tma_issue(const atc_tma_warp &s, int i, const atc_tmap *tk, const atc_tmap *tv) {
-    constexpr int NB = HD / 64, BOX = ATC_TP * 128, WSB = 2 * NB * BOX;
+    constexpr int NB = HD / ATC_TMA_BOX_H;
     if (i >= s.nbw) return;  // warp-uniform
-    const int w = threadIdx.x / 32;
-    uint8_t *dst = s.base + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB;
+    uint8_t *dst = atc_tma_stage<HD>(s, i);
     __syncwarp();  // every lane is done reading this stage's previous tile
     if (threadIdx.x % 32 == 0) {
-        const int p0 = s.start + (w + ATC_NW * i) * ATC_TP;
-        tc_mbar_expect_tx(&s.bar[i % ATC_ST], WSB);
+        const int p0 = s.start + (threadIdx.x / 32 + ATC_NW * i) * ATC_TP;
+        tc_mbar_expect_tx(&s.bar[i % ATC_ST], ATC_TMA_WSB(HD));
 #pragma unroll
         for (int b = 0; b < NB; b++) {
-            tc_tma_2d_g2s(dst + b * BOX, tk, s.x0 + 64 * b, p0, &s.bar[i % ATC_ST]);
-            tc_tma_2d_g2s(dst + (NB + b) * BOX, tv, s.x0 + 64 * b, p0, &s.bar[i % ATC_ST]);
+            const int x = s.x0 + ATC_TMA_BOX_H * b;
+            tc_tma_2d_g2s(dst + b * ATC_TMA_BOX, tk, x, p0, &s.bar[i % ATC_ST]);
+            tc_tma_2d_g2s(dst + (NB + b) * ATC_TMA_BOX, tv, x, p0, &s.bar[i % ATC_ST]);
         }
     }
 }
@@ -689,19 +697,19 @@ template <int HD>
 __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_tmap *tk, const atc_tmap *tv,
                                               const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4], float &m,
                                               float &lsum, int end, float scale) {
-    constexpr int NB = HD / 64, BOX = ATC_TP * 128, WSB = 2 * NB * BOX, KS = HD / 16, DT = HD / 8;
+    constexpr int NB = HD / ATC_TMA_BOX_H, KS = HD / 16, DT = HD / 8;
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < ATC_ST - 1; i++)
         if (!((s.early >> i) & 1u)) atc_tma_issue<HD>(s, i, tk, tv);
     // the byte offset of 16-byte chunk c (of the row's HD / 8) in row r of a K or V stage
-    auto at = [](int r, int c) { return (c / 8) * BOX + r * 128 + (((c % 8) ^ (r % 8)) << 4); };
+    auto at = [](int r, int c) { return (c / 8) * ATC_TMA_BOX + r * 128 + (((c % 8) ^ (r % 8)) << 4); };
     for (int i = 0; i < s.nbw; i++) {
         atc_tma_issue<HD>(s, i + ATC_ST - 1, tk, tv);
-        uint8_t *kst = s.base + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB, *vst = kst + NB * BOX;
+        uint8_t *kst = atc_tma_stage<HD>(s, i), *vst = kst + NB * ATC_TMA_BOX;
         tc_mbar_wait(&s.bar[i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
         const int p0 = s.start + (w + ATC_NW * i) * ATC_TP;
-        if (p0 + ATC_TP > end) {  // (warp-uniform; the block's last tile) V rows past the end: 0 * NaN must not reach O
+        if (p0 + ATC_TP > end) {  // (warp-uniform; the block's last tile) V rows past the end: no 0 * NaN into O
             const int r0 = end - p0;
             for (int idx = lane; idx < (ATC_TP - r0) * NB * 8; idx += 32)
                 *(uint4 *)(vst + at(r0 + idx / (NB * 8), idx % (NB * 8))) = make_uint4(0u, 0u, 0u, 0u);
@@ -800,7 +808,8 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     for (int kk = 0; kk < KS; kk++)
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
-            const int wd = 2 * kk + sub, dim = ATC_TMA_ON ? 16 * kk + 8 * sub + 2 * t : 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
+            const int wd = 2 * kk + sub;
+            const int dim = ATC_TMA_ON ? 16 * kk + 8 * sub + 2 * t : 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
             float x0 = 0.0f, x1 = 0.0f;
             if (g < G) {
                 const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
@@ -1003,14 +1012,15 @@ static int atc_encode(atc_tmap *map, const void *base, int row_halves) {
     if (range(&a0, &an, (CUdeviceptr)(uintptr_t)base) != CUDA_SUCCESS)
         return st_err("st_cuda_attn_dec (ATC_TMA): cuMemGetAddressRange failed for the K/V cache");
     const cuuint64_t row_bytes = 2ull * (cuuint64_t)row_halves;
-    const cuuint64_t dims[2] = {(cuuint64_t)row_halves, ((cuuint64_t)a0 + an - (cuuint64_t)(uintptr_t)base) / row_bytes};
+    const cuuint64_t rows = ((cuuint64_t)a0 + an - (cuuint64_t)(uintptr_t)base) / row_bytes;
+    const cuuint64_t dims[2] = {(cuuint64_t)row_halves, rows};
     const cuuint64_t strides[1] = {row_bytes};
-    const cuuint32_t box[2] = {64, ATC_TP}, elem[2] = {1, 1};
+    const cuuint32_t box[2] = {ATC_TMA_BOX_H, ATC_TP}, elem[2] = {1, 1};
     static_assert(sizeof(atc_tmap) == sizeof(CUtensorMap), "atc_tmap holds a CUtensorMap");
     CUtensorMap tm;
     const CUresult r = enc(&tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)base, dims, strides, box, elem,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) return st_err("st_cuda_attn_dec (ATC_TMA): cuTensorMapEncodeTiled failed (%d)", (int)r);
     memcpy(map, &tm, sizeof tm);
     return 0;

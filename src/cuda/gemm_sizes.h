@@ -107,7 +107,8 @@ static inline st_moe_scratch_parts st_moe_scratch_parts_of(int engine, int64_t n
         p.hq = np * n_ff, p.hd = np * (n_ff / 32) * 4, p.hs = np * (n_ff / 16) * 4;
     } else {
         p.xh = np * n_embd * 2, p.hh = np * n_ff * 2;
-        if (engine != ST_MOE_TC) p.wh = (size_t)n_expert * 2 * n_ff * n_embd * 2, p.ptrs = (size_t)6 * n_expert * sizeof(void *);
+        if (engine != ST_MOE_TC)
+            p.wh = (size_t)n_expert * 2 * n_ff * n_embd * 2, p.ptrs = (size_t)6 * n_expert * sizeof(void *);
     }
     return p;
 }

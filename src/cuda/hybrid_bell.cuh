@@ -5,7 +5,7 @@
 #define STRATA_CUDA_HYBRID_BELL_CUH
 
 #include "cuda/common.cuh"         // st_tbl_entry
-#include "cuda/decode_common.cuh"  // st_globaltimer_ns
+#include "cuda/decode_common.cuh"  // st_globaltimer_ns, st_elapsed_ns
 #include "cuda/hybrid.h"
 #include "cuda/hybrid_count.cuh"  // the count's statistics (hy_pf_hit, hy_count_stats)
 #include "cuda/hybrid_split.h"

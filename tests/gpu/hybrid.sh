@@ -141,8 +141,12 @@ if [[ deep-borrow =~ $only ]]; then
   [ -f $deep ] || "$S" make-model --preset qwen3-30b-a3b --n-layer 40 --n-embd 512 --n-ff-exp 256 --type Q4_K_M \
     --router-skew 0.5 --seed 7 -o $deep -q
   SLOTS=$((128 + 4 * 40 + 170)) run_decode deep-borrow $deep 128 300 400  # (mid-range: 4 own per layer, one buffer)
-  if grep -q "second buffer in the prefetch" "$out/deep-borrow.log"; then pass "deep-borrow: the prefill borrowed own slots"
-  else grep -E "lookahead|placement" "$out/deep-borrow.log" | sed 's/^/   /'; fail "deep-borrow: no borrowed staging buffer"; fi
+  if grep -q "second buffer in the prefetch" "$out/deep-borrow.log"; then
+    pass "deep-borrow: the prefill borrowed own slots"
+  else
+    grep -E "lookahead|placement" "$out/deep-borrow.log" | sed 's/^/   /'
+    fail "deep-borrow: no borrowed staging buffer"
+  fi
 fi
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
