@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cpu/dot_impl.h"
+#include "cpu/features.h"
 #include "quant/blocks.h"
 #include "util/err.h"
 
@@ -13,9 +14,11 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void init_tables(void) {
     st_cpu_kernels_init_portable(&g_native[ST_CPU_ISA_PORTABLE]);
 #ifdef ST_CPU_X86
-    // Filling a table only stores function pointers; the ISA's instructions run only when dispatched.
-    st_cpu_kernels_init_avx2(&g_native[ST_CPU_ISA_AVX2]);
-    st_cpu_kernels_init_avx512(&g_native[ST_CPU_ISA_AVX512]);
+    // Only the ISAs this CPU has: each init function is compiled with its ISA's flags, and the compiler may use
+    // them even to fill the table (GCC 12 stores the pointers with zmm moves). An ISA the CPU lacks keeps an empty
+    // table, resolved to the next lower ISA below.
+    if (st_cpu_isa_supported(ST_CPU_ISA_AVX2)) st_cpu_kernels_init_avx2(&g_native[ST_CPU_ISA_AVX2]);
+    if (st_cpu_isa_supported(ST_CPU_ISA_AVX512)) st_cpu_kernels_init_avx512(&g_native[ST_CPU_ISA_AVX512]);
 #endif
     for (int isa = 0; isa < ST_CPU_ISA_COUNT; isa++) {
         st_cpu_kernels *r = &g_resolved[isa];

@@ -30,9 +30,7 @@
 #include <math.h>
 #include <stdlib.h>  // getenv
 #include <string.h>  // memcpy
-#if ATC_TMA
-#include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's types (the function itself: a driver entry point)
-#endif
+#include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's types (ATC_TMA; the function: a driver entry point)
 
 #include "cuda/decode_common.cuh"
 #include "cuda/mma.cuh"  // mma.sync m16n8k16 (portable fallback without PTX), cp.async
@@ -340,9 +338,11 @@ __global__ void __launch_bounds__(ATT_NT)
 // Blocks per SM the launch bounds ask for and the split count targets (st_cuda_attn_dec_splits). At depth 16K
 // Nsight Compute (2026-11-30j) shows the kernel latency bound: 2 blocks of 4 warps per SM (registers and the
 // 3-stage staging allow no more), 12.8 cycles per issued instruction, DRAM at 25%; yet 3 blocks of a 2-stage
-// staging (297.1 vs 309.7 tok/s at tg64 @ d16384), 1 block (281.6) or 3 requested (281.0) all lost. -D for A/B.
+// staging (297.1 vs 309.7 tok/s at tg64 @ d16384), 1 block (281.6) or 3 requested (281.0) all lost. With the TMA
+// staging and the one-pass merge (2026-12-01j) 1 block per SM (33 splits per KV head at 4 KV heads) won: isolated
+// depth 4096 9.70 vs 12.25 us, 16384 17.26 vs 17.45; tg128 @ d16384 365.81 vs 362.56 tok/s. -D for A/B.
 #ifndef ATC_BLOCKS_PER_SM
-#define ATC_BLOCKS_PER_SM 2
+#define ATC_BLOCKS_PER_SM 1
 #endif
 // ATC_L2_PREFETCH: the L2 prefetch of the block's K/V rows before the dependency wait, 1 (default) only when the
 // context takes one split per KV head, 2 always, 0 never. At depth 16K the prefetches (one per 128-byte line, all
@@ -366,27 +366,19 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_BULK_MIN_TILES
 #define ATC_BULK_MIN_TILES 16  // 4 tiles per warp
 #endif
-// ATC_LAZY_RESCALE (default 0; -DATC_LAZY_RESCALE=1 for an A/B build): a tile rescales the warp's output
-// accumulators (o *= cr: 4 * HD / 8 FMULs per lane, 64 at head_dim 128, against ~32 MMAs and 16 fragment loads)
-// only where some head's running max moved (cr != 1 in some lane; x * 1.0f == x, so bitwise the same). Past the
-// first tiles of a split the max rarely moves. Predicted: attention at depth 16K -0.5..1.5 us per layer (tg128 @
-// d16384 +1-3%), short depth unchanged; written 2026-12-01i without a device, unmeasured.
-#ifndef ATC_LAZY_RESCALE
-#define ATC_LAZY_RESCALE 0
-#endif
-// ATC_TMA (default 0; -DATC_TMA=1 or 2 for an A/B build, sm_90): every block stages its K/V tiles by 2-D TMA tensor
-// copies (one per 16 rows x 64 halves box: 4 per warp tile at head_dim 128, issued by one lane, against 32 one-row
-// bulk copies that the SASS issues as a ~256-instruction loop over the lanes), into 128-byte-swizzled boxes read by
+// ATC_TMA (sm_90; default 2, 0 for the bulk-copy path): every block stages its K/V tiles by 2-D TMA tensor copies
+// (one per 16 rows x 64 halves box: 4 per warp tile at head_dim 128, issued by one lane, against 32 one-row bulk
+// copies that the SASS issues as a ~256-instruction loop over the lanes), into 128-byte-swizzled boxes read by
 // ldmatrix (K) and ldmatrix.trans (V: no byte permutes), with the head dims in their natural order. The maps
 // (cuTensorMapEncodeTiled through the driver entry point, no libcuda link) are kernel parameters, encoded at every
 // launch (a graph keeps the captured ones). Rows past the context inside the box are stale or never written: V's are
-// zeroed in shared memory before use (K's scores are masked). Predicted: attention at depth 16K 23 -> ~14 us per
-// layer (tg128 @ d16384 +12-20%), short depth -0.3..+0.3 us. 2: also the first tiles before the PDL wait, where all
-// their rows are below the step's own K/V row (written by finished work): the first tiles' DRAM latency off every
-// block's chain, predicted a further -0.5..1 us per layer at any depth. Written 2026-12-01i without a device,
-// unmeasured (148 registers, no spills; with -DATC_ST=2, 3 blocks per SM would fit: -DATC_BLOCKS_PER_SM=3).
+// zeroed in shared memory before use (K's scores are masked). 2: also the first tiles before the PDL wait, where all
+// their rows are below the step's own K/V row (written by finished work). H200 (2026-12-01j, bench/ab.sh): tg128 @
+// d16384 344.49 (bulk) / 348.67 (1) / 357.13 (2) tok/s, d32768 299.39 / 311.69 (2), tg128 501.21 / 504.94 (2);
+// predicted +12-20% at 16K: the copies' issue was not what bound it (the merge levels are, below). Refuted: a lazy
+// rescale of the output (only where some head's max moved: 344.19), 3 blocks per SM with 2 stages (337.19).
 #ifndef ATC_TMA
-#define ATC_TMA 0
+#define ATC_TMA 2
 #endif
 #define ATC_TMA_ON (ATC_TMA && ST_TC_BULK)  // (device code: the TMA path is compiled for this target)
 struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on the host)
@@ -402,6 +394,17 @@ struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on th
 #define ATC_SG 8                          // splits per level-1 merge group (-D for an A/B build)
 #endif
 #define ATC_NG (ATT_MAX_SPLIT / ATC_SG)   // level-1 groups per KV head at most
+// The cross-block merge (bench_gpu_decode on the H200, 2026-12-01j, ATC_TMA 2, grid 66): depth 1 (one split, no
+// merge) 4.3 us, depth 256 (5 splits, one level) 9.2 us, 1024 (17 splits, two levels) 11.1, 4096 12.8, 16384 17.9;
+// from 4096 to 16384 the 25 MB more cost 5.1 us (4.9 TB/s): the data streams at the roofline, and the merge levels'
+// synchronisation chains are most of the rest. Hence the arrivals as one acquire-release atomic of thread 0 after
+// the barrier, without a fence in every thread (st_block_arrive_last<true>: depth 256 9.20 -> 8.96 us, 16384 17.90
+// -> 17.26; tg128 @ d16384 358.05 -> 362.34 tok/s), and atc_merge in one pass (every thread reads its partials'
+// maxima, sums and outputs together and merges them online: one L2 round trip instead of two and no barrier
+// between; 256: 7.12 us, 1024: 11.07 -> 9.29, 16384: 17.39; tg128 @ d16384 363.32). Refuted: clusters of 8 splits
+// merging through distributed shared memory (isolated 256: 6.17 us, 16384: 16.83, but tg128 @ d16384 355.93 and
+// tg128 497.27 vs 505.59 in the engine: cluster scheduling beside the PDL overlap; patch
+// docs/experiments/2026-12-01j-attn-cluster-merge.patch).
 #define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
 
 // The tensor-core kernel's split of L positions: one split per KV head up to single_max positions (a short context:
@@ -426,45 +429,50 @@ __device__ __forceinline__ uint32_t atc_w(const uint4 &u, int i) {
     return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
 
-// Merges n (<= 32) partials s0 .. s0 + n - 1 of the G heads of KV head kvh (partial s of head h at
-// o[(h * stride + s) * HD ..], ml[2 (h * stride + s)]): into one unnormalised partial at index di of dst_o/dst_ml
-// (stride dst_stride), or, when out != NULL, normalised into out (and sout [G][HD] in shared memory). sw: [8][32]
-// floats of shared memory. All threads of the block call it; it ends with a barrier.
+// One partial (max mi, sum li, unnormalised output v) into a running (M, L, acc), online; a max of -inf (no
+// positions) weighs 0.
+__device__ __forceinline__ void atc_merge_step(float &M, float &L, float4 &acc, float mi, float li, const float4 &v) {
+    const float mn = fmaxf(M, mi);
+    const float a = M == -INFINITY ? 0.0f : __expf(M - mn), b = mi == -INFINITY ? 0.0f : __expf(mi - mn);
+    acc.x = acc.x * a + b * v.x, acc.y = acc.y * a + b * v.y;
+    acc.z = acc.z * a + b * v.z, acc.w = acc.w * a + b * v.w;
+    L = L * a + b * li;
+    M = mn;
+}
+
+// Merges n partials s0 .. s0 + n - 1 of the G heads of KV head kvh (partial s of head h at o[(h * stride + s) *
+// HD ..], ml[2 (h * stride + s)]): into one unnormalised partial at index di of dst_o/dst_ml (stride dst_stride),
+// or, when out != NULL, normalised into out (and sout [G][HD] in shared memory). One pass: each thread merges its
+// float4 of every partial online (atc_merge_step). All threads of the block call it; it ends with a barrier.
 template <int HD>
-__device__ void atc_merge(const float *o, const float *ml, int stride, int s0, int n, int G, int kvh, float *sw,
-                          float *dst_o, float *dst_ml, int dst_stride, int di, float *out, float *sout) {
-    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
-    for (int g = w; g < G; g += ATC_NW) {
-        const int64_t h = (int64_t)kvh * G + g;
-        const float *m = ml + 2 * (h * stride + s0);
-        const float mv = lane < n ? __ldcg(m + 2 * lane) : -INFINITY;
-        const float M = g32_max(mv);
-        const float wt = lane < n && mv != -INFINITY ? __expf(mv - M) : 0.0f;
-        const float ls = g32_sum_f(lane < n ? wt * __ldcg(m + 2 * lane + 1) : 0.0f);
-        sw[g * 32 + lane] = out ? wt * (1.0f / ls) : wt;
-        if (!out && lane == 0) {
-            dst_ml[2 * (h * dst_stride + di)] = M;
-            dst_ml[2 * (h * dst_stride + di) + 1] = ls;
-        }
-    }
-    __syncthreads();
+__device__ void atc_merge(const float *o, const float *ml, int stride, int s0, int n, int G, int kvh, float *dst_o,
+                          float *dst_ml, int dst_stride, int di, float *out, float *sout) {
+    const int tid = threadIdx.x;
     for (int idx = tid; idx < G * HD / 4; idx += ATC_NT) {
         const int g = idx / (HD / 4), d4 = idx % (HD / 4);
         const int64_t h = (int64_t)kvh * G + g;
         const float4 *src = (const float4 *)(o + (h * stride + s0) * HD) + d4;
-        const float *wg = sw + g * 32;
+        const float2 *mls = (const float2 *)(ml + 2 * (h * stride + s0));
+        float M = -INFINITY, L = 0.0f;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-        for (int s = 0; s < n; s++) {  // independent loads: up to 8 in flight
-            const float4 v = __ldcg(src + (int64_t)s * (HD / 4));
-            const float ws = wg[s];
-            acc.x += ws * v.x, acc.y += ws * v.y, acc.z += ws * v.z, acc.w += ws * v.w;
+        for (int s1 = 0; s1 < n; s1 += 8) {  // 8 partials' loads in flight, then their merge
+            float4 v[8];
+            float2 q[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (s1 + j < n) v[j] = __ldcg(src + (int64_t)(s1 + j) * (HD / 4)), q[j] = __ldcg(mls + s1 + j);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (s1 + j < n) atc_merge_step(M, L, acc, q[j].x, q[j].y, v[j]);
         }
         if (out) {
+            const float r = 1.0f / L;
+            acc.x *= r, acc.y *= r, acc.z *= r, acc.w *= r;
             *(float4 *)(out + h * HD + 4 * d4) = acc;
             *(float4 *)&sout[g * HD + 4 * d4] = acc;
         } else {
             *(float4 *)(dst_o + (h * dst_stride + di) * HD + 4 * d4) = acc;
+            if (d4 == 0) dst_ml[2 * (h * dst_stride + di)] = M, dst_ml[2 * (h * dst_stride + di) + 1] = L;
         }
     }
     __syncthreads();
@@ -499,14 +507,8 @@ __device__ __forceinline__ void atc_softmax(const float (&sc)[2][4], int p0, int
     }
     lsum = lsum * cr + ps;
     m = mn;
-#if ATC_LAZY_RESCALE
-    if (__any_sync(ST_WARP_FULL_MASK, cr != 1.0f)) {
-#else
-    {
-#endif
 #pragma unroll
-        for (int d = 0; d < DT; d++) o[d][0] *= cr, o[d][1] *= cr, o[d][2] *= cr, o[d][3] *= cr;
-    }
+    for (int d = 0; d < DT; d++) o[d][0] *= cr, o[d][1] *= cr, o[d][2] *= cr, o[d][3] *= cr;
     const float a0 = p[0] * ATC_PS, a1 = p[1] * ATC_PS, a2 = p[2] * ATC_PS, a3 = p[3] * ATC_PS;
     const __half2 h0 = __floats2half2_rn(a0, a1), h1 = __floats2half2_rn(a2, a3);
     const float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
@@ -757,9 +759,9 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     constexpr int DT = HD / 8;           // dim tiles of P . V
     static_assert(HD == 64 || HD == 128, "head_dim");
     constexpr int SOS = HD + 1;          // row stride of the block-merge buffer (HD: 16-way bank conflicts)
-    static_assert(sizeof(float) * (ATC_NW * 8 * (SOS + 2) + 8 * 32 + 8 * HD) <= ATC_ST * NU * ATC_NT * 16,
+    static_assert(sizeof(float) * (ATC_NW * 8 * (SOS + 2) + 8 * HD) <= ATC_ST * NU * ATC_NT * 16,
                   "merge buffers fit in the staging");
-    static_assert((ATC_NW * 8 * (SOS + 2) + 8 * 32) % 4 == 0, "sout 16-byte aligned");
+    static_assert((ATC_NW * 8 * (SOS + 2)) % 4 == 0, "sout 16-byte aligned");
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int s_last;
 
@@ -845,7 +847,7 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     // Block merge of the ATC_NW warp partials into the split's partial.
     float *so = (float *)smem;                             // [ATC_NW][8][SOS]
     float *sm = so + ATC_NW * 8 * SOS, *sl = sm + ATC_NW * 8;  // [ATC_NW][8]
-    float *sw = sl + ATC_NW * 8, *sout = sw + 8 * 32;     // [8][32], [8][HD] (final merge)
+    float *sout = sl + ATC_NW * 8;                         // [8][HD] (final merge)
     if (g < G && ATC_TMA_ON) {  // (atc_tiles_tma: dim tile d holds dims 8 d + 2 t, + 1)
         float *dst = so + (w * 8 + g) * SOS;
 #pragma unroll
@@ -904,13 +906,13 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     int target = n_act;
     if (n_grp > 1) {
         const int grp = split / ATC_SG, gs0 = grp * ATC_SG, gn = min(ATC_SG, n_act - gs0);
-        if (!st_block_arrive_last(counters + n_head_kv + kvh * ATC_NG + grp, gn, s_last)) return;
-        atc_merge<HD>(ws_o, ws_ml, n_split, gs0, gn, G, kvh, sw, ws_o1, ws_ml1, ATC_NG, grp, NULL, NULL);
+        if (!st_block_arrive_last<true>(counters + n_head_kv + kvh * ATC_NG + grp, gn, s_last)) return;
+        atc_merge<HD>(ws_o, ws_ml, n_split, gs0, gn, G, kvh, ws_o1, ws_ml1, ATC_NG, grp, NULL, NULL);
         target = n_grp;
     }
-    if (!st_block_arrive_last(&counters[kvh], target, s_last)) return;
-    if (n_grp > 1) atc_merge<HD>(ws_o1, ws_ml1, ATC_NG, 0, n_grp, G, kvh, sw, NULL, NULL, 0, 0, out, sout);
-    else atc_merge<HD>(ws_o, ws_ml, n_split, 0, n_act, G, kvh, sw, NULL, NULL, 0, 0, out, sout);
+    if (!st_block_arrive_last<true>(&counters[kvh], target, s_last)) return;
+    if (n_grp > 1) atc_merge<HD>(ws_o1, ws_ml1, ATC_NG, 0, n_grp, G, kvh, NULL, NULL, 0, 0, out, sout);
+    else atc_merge<HD>(ws_o, ws_ml, n_split, 0, n_act, G, kvh, NULL, NULL, 0, 0, out, sout);
     if (!outq) return;  // uniform
     const int nb = G * HD * n_head_kv / 32;
     block_quant<false>(fmt, sout, outq, nb, kvh * (G * HD / 32), G * HD / 32);

@@ -254,7 +254,29 @@ __device__ __forceinline__ unsigned int st_ld_acquire(const unsigned int *p) {
 // Block-uniform: every thread of the block must call it. s_last: a shared-memory word of the caller's.
 // Every thread fences (sequentially consistent) before the barrier: thread 0 alone fencing (acq_rel, the
 // cooperative-groups pattern) measured 454.6 vs 458.0 tok/s tg128 (bench/ab.sh, 2026-11-30i; noise-sized, kept).
+// ONE_RMW: thread 0's arrival is one acquire-release atomic after the barrier (the barrier orders the block's
+// writes before it; the release is cumulative) and no thread fences: the CUTLASS semaphore pattern. H200
+// (2026-12-01j, bench/ab.sh): the decode attention's merges, tg128 @ d16384 358.05 -> 362.34 tok/s; then every
+// other kernel's (ST_ARRIVE_ONE_RMW, the default; 0 for an A/B build): tg128 505.17 -> 510.38, d16384 362.56 ->
+// 365.02.
+#ifndef ST_ARRIVE_ONE_RMW
+#define ST_ARRIVE_ONE_RMW 1
+#endif
+template <bool ONE_RMW = ST_ARRIVE_ONE_RMW != 0>
 __device__ __forceinline__ bool st_block_arrive_last(int32_t *counter, int target, int &s_last) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    if (ONE_RMW) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int old;
+            asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+            s_last = old == target - 1;
+            if (s_last) *counter = 0;
+        }
+        __syncthreads();
+        return s_last != 0;
+    }
+#endif
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
