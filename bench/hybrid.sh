@@ -190,7 +190,7 @@ print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), 
 def avg(name):
     j = load(name)
     return j[0].get("avg_ts") if j else None
-if os.path.exists(os.path.join(out, "agent-strata-all-pp.json")):
+if any(os.path.exists(os.path.join(out, f"agent-strata-{g}-pp.json")) for g in ["all"] + budgets):  # (--no-all too)
     print("\n## Long agent prompt: 16,384 tokens of prefill, then 256 decoded at depth 16,384\n")
     print("| budget | Strata pp16384 | llama pp16384 (-ncmoe) | ratio | Strata tg256 @ d16384 | llama tg256 @ d16384 | ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -200,5 +200,10 @@ if os.path.exists(os.path.join(out, "agent-strata-all-pp.json")):
         lp, lt = (avg(f"agent-llama-{n}-pp"), avg(f"agent-llama-{n}-tg")) if n else (None, None)
         print(f"| {'all in VRAM' if g == 'all' else g + ' GiB'} | {f(sp)} | {f(lp)} ({n or '-'}) | "
               f"{f(sp / lp if sp and lp else None, '%.2fx')} | {f(st)} | {f(lt)} | {f(st / lt if st and lt else None, '%.2fx')} |")
+    for g in budgets:  # the decode's expert counters at depth, beside the short-depth row's above
+        hy = (strata(f"agent-strata-{g}-tg", "tg") or {}).get("hybrid") or {}
+        if hy:
+            print(f"{g} GiB at depth: hit rate {f(100 * hy['hit_rate'] if 'hit_rate' in hy else None, '%.1f%%')}, "
+                  f"{f(hy.get('misses_per_token'))} misses/tok, {f(hy.get('cpu_misses_per_token'))} on the CPU")
 EOF
 exit $rc

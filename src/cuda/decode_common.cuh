@@ -256,9 +256,9 @@ __device__ __forceinline__ unsigned int st_ld_acquire(const unsigned int *p) {
 // cooperative-groups pattern) measured 454.6 vs 458.0 tok/s tg128 (bench/ab.sh, 2026-11-30i; noise-sized, kept).
 // ONE_RMW: thread 0's arrival is one acquire-release atomic after the barrier (the barrier orders the block's
 // writes before it; the release is cumulative) and no thread fences: the CUTLASS semaphore pattern. H200
-// (2026-12-01j, bench/ab.sh): the decode attention's merges, tg128 @ d16384 358.05 -> 362.34 tok/s; then every
-// other kernel's (ST_ARRIVE_ONE_RMW, the default; 0 for an A/B build): tg128 505.17 -> 510.38, d16384 362.56 ->
-// 365.02.
+// (2026-12-01j, bench/ab.sh): the decode attention's merges, tg128 @ d16384 358.05 -> 362.34 tok/s; then the other
+// kernels' (the router's and the GLU's last blocks; ST_ARRIVE_ONE_RMW, the default; 0 for an A/B build): tg128
+// 505.17 -> 510.38, d16384 362.56 -> 365.02.
 #ifndef ST_ARRIVE_ONE_RMW
 #define ST_ARRIVE_ONE_RMW 1
 #endif
