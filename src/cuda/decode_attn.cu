@@ -326,8 +326,8 @@ __global__ void __launch_bounds__(ATT_NT)
 //
 // Merge: blocks write (max, sum, unnormalised output) per head and split; when a KV head has more than ATC_SG
 // active splits, the last block of each group of ATC_SG splits merges its group into a level-1 partial first, so
-// no single block reads more than max(ATC_SG, n_split / ATC_SG) partials (at depth 16K: 8 + 9 x 4 KiB instead of
-// 65 x 4 KiB from L2 through one SM).
+// no single block reads more than max(ATC_SG, n_split / ATC_SG) partials (at depth 16K with 33 splits: 8 + 5 x 4
+// KiB instead of 33 x 4 KiB from L2 through one SM).
 #define ATC_NW 4                          // warps per block
 #define ATC_NT (ATC_NW * 32)
 #define ATC_TP 16                         // positions per warp tile
@@ -394,6 +394,12 @@ struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on th
 #define ATC_SG 8                          // splits per level-1 merge group (-D for an A/B build)
 #endif
 #define ATC_NG (ATT_MAX_SPLIT / ATC_SG)   // level-1 groups per KV head at most
+// Partials per batch of loads in flight in atc_merge (-D for an A/B build). Unmeasured opt-in (2026-12-01j): at 16K
+// the 33 splits merge in two levels (8, then 5 partials); -DATC_SG=64 -DATC_MERGE_BATCH=16 merges them in one level
+// of 3 batches, one arrival less: predicted -0.5..1 us per layer at depth >= 4096.
+#ifndef ATC_MERGE_BATCH
+#define ATC_MERGE_BATCH 8
+#endif
 // The cross-block merge (bench_gpu_decode on the H200, 2026-12-01j, ATC_TMA 2, grid 66): depth 1 (one split, no
 // merge) 4.3 us, depth 256 (5 splits, one level) 9.2 us, 1024 (17 splits, two levels) 11.1, 4096 12.8, 16384 17.9;
 // from 4096 to 16384 the 25 MB more cost 5.1 us (4.9 TB/s): the data streams at the roofline, and the merge levels'
@@ -455,14 +461,14 @@ __device__ void atc_merge(const float *o, const float *ml, int stride, int s0, i
         const float2 *mls = (const float2 *)(ml + 2 * (h * stride + s0));
         float M = -INFINITY, L = 0.0f;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int s1 = 0; s1 < n; s1 += 8) {  // 8 partials' loads in flight, then their merge
-            float4 v[8];
-            float2 q[8];
+        for (int s1 = 0; s1 < n; s1 += ATC_MERGE_BATCH) {  // a batch of partials' loads in flight, then their merge
+            float4 v[ATC_MERGE_BATCH];
+            float2 q[ATC_MERGE_BATCH];
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; j < ATC_MERGE_BATCH; j++)
                 if (s1 + j < n) v[j] = __ldcg(src + (int64_t)(s1 + j) * (HD / 4)), q[j] = __ldcg(mls + s1 + j);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; j < ATC_MERGE_BATCH; j++)
                 if (s1 + j < n) atc_merge_step(M, L, acc, q[j].x, q[j].y, v[j]);
         }
         if (out) {
@@ -530,7 +536,9 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
     // Bulk: [ATC_ST][ATC_NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes], one mbarrier per warp and stage.
     // Otherwise: [ATC_ST][NU][ATC_NT] uint4, thread tid's slots at stride ATC_NT.
     constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = ATC_WSB(HD);
+#if ST_TC_BULK
     __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
+#endif
     uint4 *stg = (uint4 *)smem;
     auto stage = [&](int i) { return smem + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
 #if ST_TC_BULK
@@ -1052,8 +1060,12 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
     float *o = (float *)(ws + lo.o), *ml = (float *)(ws + lo.ml), *o1 = (float *)(ws + lo.o1),
           *ml1 = (float *)(ws + lo.ml1);
 #if ATC_TMA
-    atc_tmap tmk, tmv;
-    if (atc_encode(&tmk, kc, n_head_kv * HD) || atc_encode(&tmv, vc, n_head_kv * HD)) return -1;
+    // Only the sm_90 code reads the maps (ATC_TMA_ON); an older device runs code that ignores them, and its driver
+    // may not encode them.
+    atc_tmap tmk = {}, tmv = {};
+    if (st_dec_device_major() >= 9 &&
+        (atc_encode(&tmk, kc, n_head_kv * HD) || atc_encode(&tmv, vc, n_head_kv * HD)))
+        return -1;
 #endif
     st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
                   q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
