@@ -102,7 +102,7 @@ echo "(strata source $(python3 scripts/src_hash.py): scripts/src_hash.py --rev R
 # Hybrid runs: each variant's counters from its first round (misses, CPU jobs, prefetch), beside the speed; the logs
 # under $OUT often do not travel back from the GPU machine (too many files).
 for i in "${!names[@]}"; do
-  hy=$(grep -E "^hybrid (tg|pp)[0-9]+:|pcie-frac auto ->" "$out/${names[$i]}-1.log" 2>/dev/null | cut -c1-170)
+  hy=$(grep -E "^hybrid (tg|pp)[0-9]+( @ d[0-9]+)?:|pcie-frac auto ->" "$out/${names[$i]}-1.log" 2>/dev/null | cut -c1-170)
   [ -n "$hy" ] && { echo "${names[$i]} (round 1):"; echo "$hy" | sed 's/^/  /'; }
 done
 exit 0

@@ -10,7 +10,7 @@
 #                                   reset), copies and selections served from them > 0
 #   3. the same with a swap storm   STRATA_HYBRID_PERIOD=1, 32 swaps per token: table flips under load (prefetch
 #                                   off); the prefetch in the prefill staging with every copy (8), 12 under a swap
-#                                   storm, 6 in its own slots
+#                                   storm, 6 in its own slots; up to 8 x 32 swaps after a 1,100-token prompt
 #      the i-quant mix (IQ1_M)      mid-iq1m: the same bitwise checks on an 8-layer IQ1_M file (section 5 also
 #                                   runs it with CPU misses, F auto)
 #   4. strata logits (CLI)          --gpu-mem --no-prefill-cpu --pcie-frac 1 vs unlimited: identical JSON (tokens, top logits, 64
@@ -124,6 +124,8 @@ run_decode mid-decode $mid 128 600 10000  # the issue's "no leak or growth over 
 run_decode mid-swap-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 STRATA_HYBRID_HALFLIFE=8 \
   STRATA_HY_PREFETCH=0  # (the prefetch is on by default: this case keeps the path without it covered)
 run_decode mid-no-adapt $mid 128 100 200 STRATA_HYBRID_ADAPT=0
+# after a prompt of >= 1,024 tokens, batches of 32 swaps copied and flipped before the decode (STRATA_HY_PREFILL_SWAPS)
+run_decode mid-prefill-refill $mid 128 1100 400 STRATA_HY_PREFILL_SWAPS=8
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
 run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8 STRATA_HY_PF_OWN=0 STRATA_HY_PREFETCH_MAX=8
 run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 \
