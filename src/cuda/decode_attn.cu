@@ -778,38 +778,30 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     const int64_t row = (int64_t)n_head_kv * HD;  // halves per cache row
     const __half *kb = kc + (int64_t)kvh * HD, *vb = vc + (int64_t)kvh * HD;
 
-    // Before the dependency wait: L2 prefetch of this block's rows. Rows below the current position were written
-    // by earlier steps; the current row may still be in flight, but a prefetch is only a hint to L2 (the point of
-    // coherence; L1 untouched).
-    const int L = __ldcg(d_pos) + 1;  // (see the top of the file)
-    {
-        int c0, na0;
-        atc_chunk(L, n_split, single_max, c0, na0);
-        if ((ATC_L2_PREFETCH == 2 || (ATC_L2_PREFETCH == 1 && na0 == 1)) && L >= 1 && split < na0) {
-            constexpr int LN = HD * 2 / 128;  // 128-byte lines per row slice
-            const int s0 = split * c0, n0 = min(L, s0 + c0) - s0;
-            for (int i = tid; i < n0 * 2 * LN; i += ATC_NT) {
-                const int p = s0 + i / (2 * LN), r = i % (2 * LN);
-                st_prefetch_l2((const uint8_t *)((r < LN ? kb : vb) + (int64_t)p * row) + (r % LN) * 128);
-            }
+    // The step's split (see the top of the file for the position's read before the dependency wait).
+    const int L = __ldcg(d_pos) + 1;
+    int chunk, n_act;
+    atc_chunk(L, n_split, single_max, chunk, n_act);
+    const int start = split * chunk, end = split < n_act ? min(L, start + chunk) : start;  // (empty: idle split)
+    // Before the wait: L2 prefetch of this block's rows. Rows below the current position were written by earlier
+    // steps; the current row may still be in flight, but a prefetch is only a hint to L2 (the point of coherence;
+    // L1 untouched).
+    if ((ATC_L2_PREFETCH == 2 || (ATC_L2_PREFETCH == 1 && n_act == 1)) && L >= 1) {
+        constexpr int LN = HD * 2 / 128;  // 128-byte lines per row slice
+        for (int i = tid; i < (end - start) * 2 * LN; i += ATC_NT) {
+            const int p = start + i / (2 * LN), r = i % (2 * LN);
+            st_prefetch_l2((const uint8_t *)((r < LN ? kb : vb) + (int64_t)p * row) + (r % LN) * 128);
         }
     }
 #if ATC_TMA_ON
     __shared__ __align__(8) uint64_t s_tbar[ATC_NW][ATC_ST];
     atc_tma_warp tw;
-    if (ATC_TMA >= 2) {  // the first tiles now, where all their rows are below the step's own row L - 1
-        int c0, na0;
-        atc_chunk(L, n_split, single_max, c0, na0);
-        const int s0 = split * c0;
-        tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, s0, split < na0 ? min(L, s0 + c0) : s0, L - 1);
-    }
+    // ATC_TMA 2: the first tiles now, where all their rows are below the step's own row L - 1
+    if (ATC_TMA >= 2) tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, L - 1);
 #endif
     st_pdl_wait();  // q and this step's K/V row come from earlier work
     st_pdl_trigger();
-    int chunk, n_act;
-    atc_chunk(L, n_split, single_max, chunk, n_act);
     if (split >= n_act) return;  // idle split (uniform per block)
-    const int start = split * chunk, end = min(L, start + chunk);
 
     // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
     // applied to the f32 scores.

@@ -252,8 +252,8 @@ __device__ __forceinline__ unsigned int st_ld_acquire(const unsigned int *p) {
 // block, for the last block to arrive, whose reads then see every arrived block's writes (read data other blocks
 // wrote with __ldcg when this SM may hold an older copy). Resets the counter for the next launch (graph replay).
 // Block-uniform: every thread of the block must call it. s_last: a shared-memory word of the caller's.
-// Every thread fences (sequentially consistent) before the barrier: thread 0 alone fencing (acq_rel, the
-// cooperative-groups pattern) measured 454.6 vs 458.0 tok/s tg128 (bench/ab.sh, 2026-11-30i; noise-sized, kept).
+// Without ONE_RMW (and below sm_70) every thread fences (sequentially consistent) before the barrier; thread 0
+// alone fencing (acq_rel, the cooperative-groups pattern) had measured 454.6 vs 458.0 tok/s tg128 (2026-11-30i).
 // ONE_RMW: thread 0's arrival is one acquire-release atomic after the barrier (the barrier orders the block's
 // writes before it; the release is cumulative) and no thread fences: the CUTLASS semaphore pattern. H200
 // (2026-12-01j, bench/ab.sh): the decode attention's merges, tg128 @ d16384 358.05 -> 362.34 tok/s; then the other

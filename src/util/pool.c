@@ -20,12 +20,12 @@
 // worker made the demo's decode 5-8x slower beside one other busy process on a 2-core host (2026-12-01j). Failed
 // claims push the index past n by at most one per thread and job, hence the headroom below CLAIM_MAX_N; a larger job
 // runs as several.
+#define ST_POOL_MAX_THREADS 4096
 #define CLAIM_BITS 24
 #define CLAIM_MASK ((uint64_t)((1 << CLAIM_BITS) - 1))
 #define CLAIM_MAX_N ((int64_t)CLAIM_MASK - ST_POOL_MAX_THREADS)
 #define CLAIM_IDX(c) ((int64_t)((c) & CLAIM_MASK))
 #define CLAIM_N(c) ((int64_t)(((c) >> CLAIM_BITS) & CLAIM_MASK))
-#define ST_POOL_MAX_THREADS 4096
 
 struct st_pool {
     int n_threads;                 // including the caller
