@@ -394,9 +394,9 @@ struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on th
 #define ATC_SG 8                          // splits per level-1 merge group (-D for an A/B build)
 #endif
 #define ATC_NG (ATT_MAX_SPLIT / ATC_SG)   // level-1 groups per KV head at most
-// Partials per batch of loads in flight in atc_merge (-D for an A/B build). Unmeasured opt-in (2026-12-01j): at 16K
-// the 33 splits merge in two levels (8, then 5 partials); -DATC_SG=64 -DATC_MERGE_BATCH=16 merges them in one level
-// of 3 batches, one arrival less: predicted -0.5..1 us per layer at depth >= 4096.
+// Partials per batch of loads in flight in atc_merge (-D for an A/B build). At 16K the 33 splits merge in two levels
+// (8, then 5 partials). One level of 3 batches (-DATC_SG=64 -DATC_MERGE_BATCH=16, one arrival less; predicted -0.5..1
+// us per layer) measured slower (2026-12-02): the kernel alone at 16384 20.0 vs 17.0 us, tg128 @ d16384 350.2 vs 369.6.
 #ifndef ATC_MERGE_BATCH
 #define ATC_MERGE_BATCH 8
 #endif

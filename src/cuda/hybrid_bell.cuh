@@ -81,7 +81,9 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
             a.meta[1 + 32 + i] = e;
         }
         if (lane == 0) {
-            a.meta[0] = n_cpu;
+            // meta[0] (host memory) only where a reader looks: with the doorbell the host reads meta after a ring,
+            // which only a layer with CPU ranks sends; the host-node path reads it after every classify.
+            if (n_cpu || !a.bell) a.meta[0] = n_cpu;
             if (a.cpu_count && n_cpu) *a.cpu_count += (uint32_t)n_cpu;
             s_ncpu = n_cpu;
         }
