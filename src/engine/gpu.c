@@ -122,8 +122,8 @@ struct st_gpu_session {
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
     st_actdump *actdump;        // STRATA_DUMP_ACT (engine/actdump.h): per-layer activations; NULL: off
     float *h_dump;              // host [prefill_chunk][n_embd]: a dumped residual stream
-    cudaGraphExec_t graph;      // the one-token decode step
-    int graph_ready;
+    cudaGraphExec_t graph[2];   // the one-token decode step; [1]: hybrid with the prefetch's branch gated off
+    int graph_ready[2];
     int graph_failed;
     int warm;                   // one eager one-token step has run (kernels loaded) before capture
     st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
@@ -617,7 +617,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
 void st_gpu_session_free(st_gpu_session *s) {
     if (!s) return;
     st_cuda_ctx *c = &s->g->ctx;
-    if (s->graph_ready) cudaGraphExecDestroy(s->graph);
+    for (int i = 0; i < 2; i++)
+        if (s->graph_ready[i]) cudaGraphExecDestroy(s->graph[i]);
     for (uint32_t l = 0; s->k_cache && l < s->g->m->hp.n_layer; l++) {
         if (s->k_cache[l]) st_cuda_free(c, s->k_cache[l]);
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
@@ -746,7 +747,8 @@ static int fused_moe(const st_gpu_session *s, const glayer *L, int n) {
 // the router output on the host between the router and the experts), router F32/F16/BF16, n_embd within its limit.
 static int moe_ffn_one(const st_gpu_session *s, const glayer *L) {
     const st_hparams *hp = &s->g->m->hp;
-    return s->moe_ffn_grid > 0 && !(s->g->hy && (st_hybrid_cpu_split(s->g->hy) || st_hybrid_prefetch_on(s->g->hy))) &&
+    return s->moe_ffn_grid > 0 && !(s->g->hy && (st_hybrid_cpu_split(s->g->hy) || st_hybrid_prefetch_on(s->g->hy) ||
+                                            st_hybrid_prefetch_gated(s->g->hy))) &&
            st_cuda_matvec_float_supported(L->router.type) && hp->n_embd <= ST_MOE_FFN_MAX_EMBD;
 }
 
@@ -1048,19 +1050,21 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
 
 // Runs the one-token step through a CUDA graph captured on the second use (the first runs eagerly so every kernel
 // is loaded before capture). Falls back to eager launches if capture fails; STRATA_NO_GRAPH=1 forces that (A/B).
+// A hybrid session whose prefetch gate is off (gpu_hybrid.h) has a second graph without the prefetch's branch.
 static int step_one(st_gpu_session *s) {
     cudaStream_t st = s->stream;
     if (!s->warm) {
         s->warm = 1;
         return step(s, 1, 0, 1);
     }
-    if (!s->graph_ready && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL && !s->actdump) {
+    const int gi = s->g->hy && st_hybrid_prefetch_gated(s->g->hy);
+    if (!s->graph_ready[gi] && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL && !s->actdump) {
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
             int rc = step(s, 1, 0, 1);
             cudaError_t e = cudaStreamEndCapture(st, &graph);
-            if (rc == 0 && e == cudaSuccess && cudaGraphInstantiate(&s->graph, graph, 0) == cudaSuccess) {
-                s->graph_ready = 1;
+            if (rc == 0 && e == cudaSuccess && cudaGraphInstantiate(&s->graph[gi], graph, 0) == cudaSuccess) {
+                s->graph_ready[gi] = 1;
             } else {
                 s->graph_failed = 1;
                 st_warn("CUDA graph capture failed (%s); decoding with eager launches",
@@ -1073,8 +1077,8 @@ static int step_one(st_gpu_session *s) {
             cudaGetLastError();
         }
     }
-    if (s->graph_ready) {
-        cudaError_t e = cudaGraphLaunch(s->graph, st);
+    if (s->graph_ready[gi]) {
+        cudaError_t e = cudaGraphLaunch(s->graph[gi], st);
         if (e != cudaSuccess) return st_cuda_check_at(e, "cudaGraphLaunch", __FILE__, __LINE__);
         return 0;
     }

@@ -170,6 +170,11 @@ struct st_hybrid {
     _Atomic int bell_stop;
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
+    // The prefetch's gate (STRATA_HY_PF_GATE=1, hy_pf_gate): pf_live 0 leaves the side branch out of the decode step
+    // (its own graph; the copies already made keep serving); gate_dec counts the period's decode tokens.
+    int pf_gate, pf_live;
+    st_hy_pf_gate pf_gate_state;
+    int64_t gate_dec;
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
     int pf_stages;                // side-branch kernels launched per layer: 3 (router, plan, copy); fewer only for a
                                   // knockout of their cost (STRATA_HY_PF_STAGES)
@@ -1267,7 +1272,9 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 
 // ---- lookahead prefetch ----------------------------------------------------------------------------------------
 
-int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on; }
+int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on && h->pf_live; }
+
+int st_hybrid_prefetch_gated(const st_hybrid *h) { return h && h->pf_on && !h->pf_live; }
 int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_chunk; }
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
     if (n_ctx) *n_ctx = h->plan.n_ctx;
@@ -1408,6 +1415,9 @@ static int hy_pf_init(st_hybrid *h) {
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
     h->pf_on = 1;
+    h->pf_live = 1;
+    h->pf_gate_state = (st_hy_pf_gate){1, 0};
+    h->pf_gate = env_int("STRATA_HY_PF_GATE", 0, 0, 1);
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
             "%d copy blocks)", h->pf_P, pf->n_sets, h->pf_P, h->pf_own ? "own slots" : "in the prefill staging",
             max_copies, max_copies == 1 ? "y" : "ies", h->pf_blocks);
@@ -1436,7 +1446,7 @@ int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
 
 int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
                        cudaStream_t st) {
-    if (!h->pf_on || l + 1 >= h->L) return 0;
+    if (!st_hybrid_prefetch_on(h) || l + 1 >= h->L) return 0;
     const st_hparams *hp = &h->m->hp;
     HY_CHECK(cudaEventRecord(h->pf_fork, st));
     HY_CHECK(cudaStreamWaitEvent(h->pf_side, h->pf_fork, 0));
@@ -1619,6 +1629,19 @@ static int start_swaps(st_hybrid *h, int max_swaps, cudaStream_t st, st_gpu_hybr
     return 0;
 }
 
+// The prefetch's gate (STRATA_HY_PF_GATE=1; opt-in, 2026-12-02, unmeasured; rule: place/cache_policy.h
+// st_hy_pf_gate_step). The agent prompt at 16 GiB, d16384: the branch served 0.6 selections per token for 5.2 experts
+// copied after the refill, and bench/ab.sh gave 308.2 tok/s with it, 328.9 with its fork / join alone, 336.3 with no
+// prefetch at all; tg128 at 16 GiB without a prompt: 66.4 per token served, 369.8 vs 261.1 tok/s without it.
+// Predicted at the agent prompt: +5-8% (the branch gone from the step; its slots stay and keep their copies).
+static void hy_pf_gate(st_hybrid *h, int64_t n_dec, uint64_t pf_hits, uint64_t misses) {
+    if (!h->pf_on || !h->pf_gate) return;
+    if (st_hy_pf_gate_step(&h->pf_gate_state, n_dec, h->period / 2, pf_hits, misses))
+        st_debug("hybrid: the prefetch's branch %s (%.1f selections per token served, %.1f misses)",
+                 h->pf_gate_state.live ? "on" : "off", (double)pf_hits / (double)n_dec, (double)misses / (double)n_dec);
+    h->pf_live = h->pf_gate_state.live;
+}
+
 int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_decode, int64_t n_prefill, int force,
                          cudaStream_t st) {
     if (atomic_load(&h->cpu_failed)) return st_err("%s: CPU miss workers failed: %s", h->m->path, h->cpu_err);
@@ -1633,6 +1656,7 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
     }
     h->staged_chunk = 0;
     h->since += n_decode + n_prefill;
+    h->gate_dec += n_decode;
     if (!force && h->since < h->period && n_prefill == 0) return 0;
     if (h->since == 0 && !force) return 0;
     const uint64_t n_rec = (uint64_t)h->L * h->E, n_cnt = n_rec + 3ull * h->L;
@@ -1649,6 +1673,10 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
         HY_CHECK(cudaMemsetAsync(h->bell_wait_d, 0, sizeof waited, st));
     }
     HY_CHECK(cudaStreamSynchronize(st));
+    uint64_t period_misses = 0;
+    for (uint32_t l = 0; l < h->L; l++) period_misses += h->cnt_h[n_rec + 2ull * l + 1];
+    hy_pf_gate(h, n_prefill ? 0 : h->gate_dec, pf[4], period_misses);
+    h->gate_dec = 0;
     if (stats) {
         stats->cpu_jobs += atomic_exchange(&h->cpu_jobs, 0);  // (the stream is idle: no job in flight)
         stats->cpu_job_s += 1e-9 * (double)atomic_exchange(&h->cpu_job_ns, 0);

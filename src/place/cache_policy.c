@@ -153,3 +153,17 @@ int st_hycache_pick_swaps(uint32_t n_layer, uint32_t n_expert, const float *freq
     free(miss), free(res), free(cand);
     return (int)n;
 }
+
+int st_hy_pf_gate_step(st_hy_pf_gate *g, int64_t n_dec, int64_t min_dec, uint64_t served, uint64_t misses) {
+    if (n_dec <= 0 || n_dec < min_dec) return 0;
+    const double per_served = (double)served / (double)n_dec, per_miss = (double)misses / (double)n_dec;
+    if (g->live) {
+        if (per_served >= ST_HY_PF_GATE_OFF) return 0;
+        g->live = 0;
+        g->off_periods = 0;
+        return 1;
+    }
+    if (++g->off_periods < ST_HY_PF_GATE_DWELL || per_miss <= ST_HY_PF_GATE_ON) return 0;
+    g->live = 1;
+    return 1;
+}

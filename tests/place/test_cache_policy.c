@@ -176,6 +176,39 @@ static void test_swaps(st_rng *r) {
     }
 }
 
+// The prefetch gate's rule on random periods against a direct transcription of its three sentences, plus the two
+// measured situations (the agent prompt after the refill: off; a cold cache serving most misses: stays on).
+static void test_pf_gate(st_rng *r) {
+    st_hy_pf_gate g = {1, 0};
+    CHECK(!st_hy_pf_gate_step(&g, 16, 8, 66 * 16, 7 * 16) && g.live, "a branch serving 66 per token went off");
+    CHECK(st_hy_pf_gate_step(&g, 16, 8, 10, 2 * 16) && !g.live, "a branch serving 0.6 per token stayed on");
+    CHECK(!st_hy_pf_gate_step(&g, 16, 8, 0, 30 * 16) && !g.live, "on again before the dwell");
+    CHECK(st_hy_pf_gate_step(&g, 16, 8, 0, 30 * 16) && g.live, "not on again after the dwell with 30 misses per token");
+    CHECK(!st_hy_pf_gate_step(&g, 4, 8, 0, 0) && g.live, "a short period (a prefill's) changed the state");
+    for (int it = 0; it < 20000; it++) {
+        const st_hy_pf_gate before = {(int)(st_rng_u32(r) & 1), (int)(st_rng_u32(r) % 4)};
+        const int64_t n = (int64_t)(st_rng_u32(r) % 40), min_dec = 8;
+        const uint64_t served = st_rng_u32(r) % (uint64_t)(4 * (n + 1));
+        const uint64_t misses = st_rng_u32(r) % (uint64_t)(8 * (n + 1));
+        st_hy_pf_gate g2 = before;
+        const int changed = st_hy_pf_gate_step(&g2, n, min_dec, served, misses);
+        st_hy_pf_gate want = before;
+        if (n >= min_dec && n > 0) {
+            if (before.live) {
+                if ((double)served < ST_HY_PF_GATE_OFF * (double)n) want.live = 0, want.off_periods = 0;
+            } else {
+                want.off_periods = before.off_periods + 1;
+                if (want.off_periods >= ST_HY_PF_GATE_DWELL && (double)misses > ST_HY_PF_GATE_ON * (double)n)
+                    want.live = 1;
+            }
+        }
+        CHECK(g2.live == want.live && g2.off_periods == want.off_periods && changed == (g2.live != before.live),
+              "gate live %d off %d, n %lld served %llu misses %llu: got live %d off %d changed %d", before.live,
+              before.off_periods, (long long)n, (unsigned long long)served, (unsigned long long)misses, g2.live,
+              g2.off_periods, changed);
+    }
+}
+
 int main(void) {
     const char *env = getenv("STRATA_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
@@ -184,6 +217,7 @@ int main(void) {
     test_layout(&r);
     test_decay(&r);
     test_swaps(&r);
+    test_pf_gate(&r);
     if (failures) {
         fprintf(stderr, "test_cache_policy: %d failure(s) (seed %" PRIu64 ", rerun with STRATA_SEED=%" PRIu64 ")\n",
                 failures, seed, seed);
