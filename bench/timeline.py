@@ -170,6 +170,10 @@ def main():
     print("| --- | ---: |")
     print(f"| span (first kernel start to last end) | {us(span):.1f} |")
     print(f"| host gap to the next step | {us(hgap):.1f} |")
+    if hgap:  # a mean made of one long stall (a synchronous read-back) and short gaps reads differently from even ones
+        hs = sorted(hgap)
+        med, p90, top = hs[len(hs) // 2], hs[int(0.9 * (len(hs) - 1))], hs[-1]
+        print(f"| host gap: median / p90 / max | {med / 1e3:.1f} / {p90 / 1e3:.1f} / {top / 1e3:.1f} |")
     print(f"| main chain: some kernel running | {us(busy):.1f} |")
     print(f"| main chain: idle (no main kernel running) | {us(gpos):.1f} |")
     print(f"| main chain: two or more at once (PDL overlap) | {us(gneg):.1f} |")

@@ -133,6 +133,12 @@ struct st_hybrid {
     int period, max_swaps, adapt;
     int refill_batches;           // STRATA_HY_PREFILL_SWAPS (above)
     int64_t since;                // tokens since the last read-back
+    // The read-back of a decode period without a stream synchronisation (STRATA_HY_RB_ASYNC=1, hy_rb_*): its copies
+    // land in the pinned cnt_h / rb_h, ev_rb marks them complete, and a later st_hybrid_after_eval processes them.
+    int rb_async, rb_pending;
+    int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
+    unsigned long long *rb_h;     // pinned [6]: the prefetch statistics [5] (st_hy_pf, then hits), the CPU wait (ns)
+    cudaEvent_t ev_rb;
     hy_pending pend[ST_HY_MAX_UPDATES];
     int n_pend;                   // swaps whose copies are in flight (0: none)
     cudaEvent_t ev_victims, ev_copied;
@@ -1101,10 +1107,16 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     if (!h->slots || !h->tab_d || !h->pmap_d || !h->cnt_d) return -1;
     HY_CHECK(cudaMallocHost((void **)&h->pmap_h, sizeof(int32_t) * n_rec));
     HY_CHECK(cudaMallocHost((void **)&h->cnt_h, sizeof(uint32_t) * (n_rec + 3ull * h->L)));
+    HY_CHECK(cudaMallocHost((void **)&h->rb_h, sizeof(unsigned long long) * 6));
+    // Opt-in (2026-12-02, unmeasured): the decode periods' read-back without the stream synchronisation that lets the
+    // GPU run dry once per period (the host's decay, swap choice and next launch in series with an idle GPU). The
+    // hybrid step's host gap was 106.5 us against 28.7 all in VRAM (bench/timeline.sh at 16 GiB, d16384); predicted
+    // +0.5-2%, more if that gap is the period's stall (timeline.py now prints the gaps' median and max).
+    h->rb_async = env_int("STRATA_HY_RB_ASYNC", 0, 0, 1);
     if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 3ull * h->L), NULL)) return -1;
     HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {&h->ev_start, &h->ev_staged[0], &h->ev_staged[1], &h->ev_done[0], &h->ev_done[1],
-                          &h->ev_victims, &h->ev_copied};
+                          &h->ev_victims, &h->ev_copied, &h->ev_rb};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         HY_CHECK(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
 
@@ -1202,8 +1214,9 @@ void st_hybrid_free(st_hybrid *h) {
     if (h->pmap_h) cudaFreeHost(h->pmap_h);
     if (h->pf_owner_h) cudaFreeHost(h->pf_owner_h);
     if (h->cnt_h) cudaFreeHost(h->cnt_h);
+    if (h->rb_h) cudaFreeHost(h->rb_h);
     cudaEvent_t evs[] = {h->ev_start, h->ev_staged[0], h->ev_staged[1], h->ev_done[0], h->ev_done[1], h->ev_victims,
-                         h->ev_copied};
+                         h->ev_copied, h->ev_rb};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i]) cudaEventDestroy(evs[i]);
     if (h->copy) cudaStreamDestroy(h->copy);
@@ -1642,6 +1655,73 @@ static void hy_pf_gate(st_hybrid *h, int64_t n_dec, uint64_t pf_hits, uint64_t m
     h->pf_live = h->pf_gate_state.live;
 }
 
+// The counters' read-back (st_hybrid_after_eval): the period's routing counts, prefetch statistics and CPU wait
+// copied to pinned host memory and zeroed on the device after the queued steps; ev_rb marks the copies complete.
+static int hy_rb_enqueue(st_hybrid *h, int64_t n_prefill, cudaStream_t st) {
+    const uint64_t n_cnt = (uint64_t)h->L * h->E + 3ull * h->L;
+    HY_CHECK(cudaMemcpyAsync(h->cnt_h, h->cnt_d, sizeof(uint32_t) * n_cnt, cudaMemcpyDeviceToHost, st));
+    HY_CHECK(cudaMemsetAsync(h->cnt_d, 0, sizeof(uint32_t) * n_cnt, st));
+    memset(h->rb_h, 0, sizeof(unsigned long long) * 6);
+    if (h->pf_on) {
+        HY_CHECK(cudaMemcpyAsync(h->rb_h, h->pf_stats_d, sizeof(unsigned long long) * 5, cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaMemsetAsync(h->pf_stats_d, 0, sizeof(unsigned long long) * 5, st));
+    }
+    if (h->bell_wait_d) {
+        HY_CHECK(cudaMemcpyAsync(h->rb_h + 5, h->bell_wait_d, sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
+        HY_CHECK(cudaMemsetAsync(h->bell_wait_d, 0, sizeof(unsigned long long), st));
+    }
+    HY_CHECK(cudaEventRecord(h->ev_rb, st));
+    h->rb_since = h->since;
+    h->rb_dec = n_prefill ? 0 : h->gate_dec;  // (a prefill's period says nothing about the decode's prefetch)
+    h->since = 0;
+    h->gate_dec = 0;
+    h->rb_pending = 1;
+    return 0;
+}
+
+// A completed read-back into the statistics, the prefetch's gate and the decayed frequencies.
+static void hy_rb_process(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_prefill) {
+    const uint64_t n_rec = (uint64_t)h->L * h->E;
+    const unsigned long long *pf = h->rb_h;  // st_hy_pf stats [4], then hits
+    uint64_t period_misses = 0;
+    for (uint32_t l = 0; l < h->L; l++) period_misses += h->cnt_h[n_rec + 2ull * l + 1];
+    hy_pf_gate(h, n_prefill ? 0 : h->rb_dec, pf[4], period_misses);
+    if (stats) {
+        stats->cpu_jobs += atomic_exchange(&h->cpu_jobs, 0);  // (jobs after the read-back count a period early)
+        stats->cpu_job_s += 1e-9 * (double)atomic_exchange(&h->cpu_job_ns, 0);
+        stats->cpu_wait_s += 1e-9 * (double)h->rb_h[5];
+        stats->pf_late += pf[1];
+        stats->pf_records += pf[2];
+        stats->pf_bytes += pf[3];
+        stats->pf_hits += pf[4];
+        for (uint32_t l = 0; l < h->L; l++) {
+            const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
+            const uint32_t cpu = h->cnt_h[n_rec + 2ull * h->L + l];
+            stats->selections += sel;
+            stats->misses += miss;
+            stats->cpu_misses += cpu;
+            stats->miss_bytes += (uint64_t)(miss > cpu ? miss - cpu : 0) * h->ebytes[l];
+        }
+    }
+    st_hycache_decay(h->freq, h->cnt_h, n_rec, pow(h->decay, (double)h->rb_since));
+    h->rb_pending = 0;
+}
+
+// After a processed read-back: the swaps (after a long prompt, the refill's batches).
+static int hy_rb_adapt(st_hybrid *h, int64_t n_prefill, cudaStream_t st, st_gpu_hybrid_stats *stats) {
+    if (!h->adapt || h->n_pend) return 0;
+    if (h->refill_batches && n_prefill >= HY_REFILL_MIN_TOKENS) {  // the prompt's own experts, before the decode
+        for (int b = 0; b < h->refill_batches; b++) {
+            if (start_swaps(h, ST_HY_MAX_UPDATES, st, stats)) return -1;
+            if (!h->n_pend) break;  // nothing left worth a swap
+            HY_CHECK(cudaEventSynchronize(h->ev_copied));
+            if (flip_pending(h, st)) return -1;
+        }
+        return 0;
+    }
+    return start_swaps(h, h->max_swaps, st, stats);
+}
+
 int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_decode, int64_t n_prefill, int force,
                          cudaStream_t st) {
     if (atomic_load(&h->cpu_failed)) return st_err("%s: CPU miss workers failed: %s", h->m->path, h->cpu_err);
@@ -1657,54 +1737,19 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
     h->staged_chunk = 0;
     h->since += n_decode + n_prefill;
     h->gate_dec += n_decode;
+    if (h->rb_pending) {  // an earlier decode period's read-back (STRATA_HY_RB_ASYNC=1)
+        const int need = force || n_prefill || h->since >= h->period;  // (the next read-back reuses its buffers)
+        const cudaError_t e = need ? cudaEventSynchronize(h->ev_rb) : cudaEventQuery(h->ev_rb);
+        if (e == cudaErrorNotReady) return 0;  // still in the stream: a later call looks again
+        if (e != cudaSuccess) return st_cuda_check_at(e, "the counters' read-back", __FILE__, __LINE__);
+        hy_rb_process(h, stats, 0);
+        if (!need) return hy_rb_adapt(h, 0, st, stats);
+    }
     if (!force && h->since < h->period && n_prefill == 0) return 0;
     if (h->since == 0 && !force) return 0;
-    const uint64_t n_rec = (uint64_t)h->L * h->E, n_cnt = n_rec + 3ull * h->L;
-    HY_CHECK(cudaMemcpyAsync(h->cnt_h, h->cnt_d, sizeof(uint32_t) * n_cnt, cudaMemcpyDeviceToHost, st));
-    HY_CHECK(cudaMemsetAsync(h->cnt_d, 0, sizeof(uint32_t) * n_cnt, st));
-    unsigned long long pf[5] = {0};  // st_hy_pf stats, then hits
-    if (h->pf_on) {
-        HY_CHECK(cudaMemcpyAsync(pf, h->pf_stats_d, sizeof pf, cudaMemcpyDeviceToHost, st));
-        HY_CHECK(cudaMemsetAsync(h->pf_stats_d, 0, sizeof pf, st));
-    }
-    unsigned long long waited = 0;
-    if (h->bell_wait_d) {
-        HY_CHECK(cudaMemcpyAsync(&waited, h->bell_wait_d, sizeof waited, cudaMemcpyDeviceToHost, st));
-        HY_CHECK(cudaMemsetAsync(h->bell_wait_d, 0, sizeof waited, st));
-    }
-    HY_CHECK(cudaStreamSynchronize(st));
-    uint64_t period_misses = 0;
-    for (uint32_t l = 0; l < h->L; l++) period_misses += h->cnt_h[n_rec + 2ull * l + 1];
-    hy_pf_gate(h, n_prefill ? 0 : h->gate_dec, pf[4], period_misses);
-    h->gate_dec = 0;
-    if (stats) {
-        stats->cpu_jobs += atomic_exchange(&h->cpu_jobs, 0);  // (the stream is idle: no job in flight)
-        stats->cpu_job_s += 1e-9 * (double)atomic_exchange(&h->cpu_job_ns, 0);
-        stats->cpu_wait_s += 1e-9 * (double)waited;
-        stats->pf_late += pf[1];
-        stats->pf_records += pf[2];
-        stats->pf_bytes += pf[3];
-        stats->pf_hits += pf[4];
-        for (uint32_t l = 0; l < h->L; l++) {
-            const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
-            const uint32_t cpu = h->cnt_h[n_rec + 2ull * h->L + l];
-            stats->selections += sel;
-            stats->misses += miss;
-            stats->cpu_misses += cpu;
-            stats->miss_bytes += (uint64_t)(miss > cpu ? miss - cpu : 0) * h->ebytes[l];
-        }
-    }
-    st_hycache_decay(h->freq, h->cnt_h, n_rec, pow(h->decay, (double)h->since));
-    h->since = 0;
-    if (!h->adapt || h->n_pend) return 0;
-    if (h->refill_batches && n_prefill >= HY_REFILL_MIN_TOKENS) {  // the prompt's own experts, before the decode
-        for (int b = 0; b < h->refill_batches; b++) {
-            if (start_swaps(h, ST_HY_MAX_UPDATES, st, stats)) return -1;
-            if (!h->n_pend) break;  // nothing left worth a swap
-            HY_CHECK(cudaEventSynchronize(h->ev_copied));
-            if (flip_pending(h, st)) return -1;
-        }
-        return 0;
-    }
-    return start_swaps(h, h->max_swaps, st, stats);
+    if (hy_rb_enqueue(h, n_prefill, st)) return -1;
+    if (h->rb_async && !force && n_prefill == 0) return 0;  // processed by a later call, the GPU never waiting
+    HY_CHECK(cudaEventSynchronize(h->ev_rb));
+    hy_rb_process(h, stats, n_prefill);
+    return hy_rb_adapt(h, n_prefill, st, stats);
 }

@@ -49,6 +49,7 @@ def check(out, why):
     want = {
         "span (first kernel start to last end)": "40.0",
         "host gap to the next step": "5.0",
+        "host gap: median / p90 / max": "5.0 / 5.0 / 5.0",
         "main chain: some kernel running": "32.5",   # 0-10, 12-20, 20.5-35
         "main chain: idle (no main kernel running)": "2.5",  # A -> B 2, B -> router 0.5
         "main chain: two or more at once (PDL overlap)": "1.1",  # C / D 1 us, the fillers inside A 0.06

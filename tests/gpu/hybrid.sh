@@ -129,6 +129,8 @@ run_decode mid-prefill-refill $mid 128 1100 400 STRATA_HY_PREFILL_SWAPS=8
 # the prefetch's gate (place/cache_policy.h st_hy_pf_gate_step): after the refill the branch may go off (a second
 # decode graph without it) and on again; still bitwise
 run_decode mid-prefetch-gate $mid 128 1100 400 STRATA_HY_PF_GATE=1
+# the decode periods' read-back without a stream synchronisation (processed a step or two later); with the gate
+run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE=1
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
 run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8 STRATA_HY_PF_OWN=0 STRATA_HY_PREFETCH_MAX=8
 run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 \
