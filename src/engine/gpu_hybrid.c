@@ -176,9 +176,9 @@ struct st_hybrid {
     _Atomic int bell_stop;
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
-    // The prefetch's gate (STRATA_HY_PF_GATE=1, hy_pf_gate): pf_live 0 leaves the side branch out of the decode step
-    // (its own graph; the copies already made keep serving); gate_dec counts the period's decode tokens.
-    int pf_gate, pf_live;
+    // The prefetch's gate (STRATA_HY_PF_GATE=1, hy_pf_gate): pf_gate_state.live 0 leaves the side branch out of the
+    // decode step (its own graph; the copies already made keep serving); gate_dec counts the period's decode tokens.
+    int pf_gate;
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
@@ -1285,9 +1285,9 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 
 // ---- lookahead prefetch ----------------------------------------------------------------------------------------
 
-int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on && h->pf_live; }
+int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on && h->pf_gate_state.live; }
 
-int st_hybrid_prefetch_gated(const st_hybrid *h) { return h && h->pf_on && !h->pf_live; }
+int st_hybrid_prefetch_gated(const st_hybrid *h) { return h && h->pf_on && !h->pf_gate_state.live; }
 int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_chunk; }
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
     if (n_ctx) *n_ctx = h->plan.n_ctx;
@@ -1428,7 +1428,6 @@ static int hy_pf_init(st_hybrid *h) {
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
     h->pf_on = 1;
-    h->pf_live = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 0, 0, 1);
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
@@ -1652,7 +1651,6 @@ static void hy_pf_gate(st_hybrid *h, int64_t n_dec, uint64_t pf_hits, uint64_t m
     if (st_hy_pf_gate_step(&h->pf_gate_state, n_dec, h->period / 2, pf_hits, misses))
         st_debug("hybrid: the prefetch's branch %s (%.1f selections per token served, %.1f misses)",
                  h->pf_gate_state.live ? "on" : "off", (double)pf_hits / (double)n_dec, (double)misses / (double)n_dec);
-    h->pf_live = h->pf_gate_state.live;
 }
 
 // The counters' read-back (st_hybrid_after_eval): the period's routing counts, prefetch statistics and CPU wait
@@ -1680,12 +1678,22 @@ static int hy_rb_enqueue(st_hybrid *h, int64_t n_prefill, cudaStream_t st) {
 }
 
 // A completed read-back into the statistics, the prefetch's gate and the decayed frequencies.
-static void hy_rb_process(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_prefill) {
+static void hy_rb_process(st_hybrid *h, st_gpu_hybrid_stats *stats) {
     const uint64_t n_rec = (uint64_t)h->L * h->E;
     const unsigned long long *pf = h->rb_h;  // st_hy_pf stats [4], then hits
     uint64_t period_misses = 0;
-    for (uint32_t l = 0; l < h->L; l++) period_misses += h->cnt_h[n_rec + 2ull * l + 1];
-    hy_pf_gate(h, n_prefill ? 0 : h->rb_dec, pf[4], period_misses);
+    for (uint32_t l = 0; l < h->L; l++) {
+        const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
+        const uint32_t cpu = h->cnt_h[n_rec + 2ull * h->L + l];
+        period_misses += miss;
+        if (stats) {
+            stats->selections += sel;
+            stats->misses += miss;
+            stats->cpu_misses += cpu;
+            stats->miss_bytes += (uint64_t)(miss > cpu ? miss - cpu : 0) * h->ebytes[l];
+        }
+    }
+    hy_pf_gate(h, h->rb_dec, pf[4], period_misses);  // (rb_dec is 0 for a prefill's period)
     if (stats) {
         stats->cpu_jobs += atomic_exchange(&h->cpu_jobs, 0);  // (jobs after the read-back count a period early)
         stats->cpu_job_s += 1e-9 * (double)atomic_exchange(&h->cpu_job_ns, 0);
@@ -1694,14 +1702,6 @@ static void hy_rb_process(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_pr
         stats->pf_records += pf[2];
         stats->pf_bytes += pf[3];
         stats->pf_hits += pf[4];
-        for (uint32_t l = 0; l < h->L; l++) {
-            const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
-            const uint32_t cpu = h->cnt_h[n_rec + 2ull * h->L + l];
-            stats->selections += sel;
-            stats->misses += miss;
-            stats->cpu_misses += cpu;
-            stats->miss_bytes += (uint64_t)(miss > cpu ? miss - cpu : 0) * h->ebytes[l];
-        }
     }
     st_hycache_decay(h->freq, h->cnt_h, n_rec, pow(h->decay, (double)h->rb_since));
     h->rb_pending = 0;
@@ -1742,7 +1742,7 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
         const cudaError_t e = need ? cudaEventSynchronize(h->ev_rb) : cudaEventQuery(h->ev_rb);
         if (e == cudaErrorNotReady) return 0;  // still in the stream: a later call looks again
         if (e != cudaSuccess) return st_cuda_check_at(e, "the counters' read-back", __FILE__, __LINE__);
-        hy_rb_process(h, stats, 0);
+        hy_rb_process(h, stats);
         if (!need) return hy_rb_adapt(h, 0, st, stats);
     }
     if (!force && h->since < h->period && n_prefill == 0) return 0;
@@ -1750,6 +1750,6 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
     if (hy_rb_enqueue(h, n_prefill, st)) return -1;
     if (h->rb_async && !force && n_prefill == 0) return 0;  // processed by a later call, the GPU never waiting
     HY_CHECK(cudaEventSynchronize(h->ev_rb));
-    hy_rb_process(h, stats, n_prefill);
+    hy_rb_process(h, stats);
     return hy_rb_adapt(h, n_prefill, st, stats);
 }
