@@ -133,7 +133,7 @@ struct st_hybrid {
     int period, max_swaps, adapt;
     int refill_batches;           // STRATA_HY_PREFILL_SWAPS (above)
     int64_t since;                // tokens since the last read-back
-    // The read-back of a decode period without a stream synchronisation (STRATA_HY_RB_ASYNC=1, hy_rb_*): its copies
+    // The read-back of a decode period without a stream synchronisation (STRATA_HY_RB_ASYNC, default 1; hy_rb_*): its copies
     // land in the pinned cnt_h / rb_h, ev_rb marks them complete, and a later st_hybrid_after_eval processes them.
     int rb_async, rb_pending;
     int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
@@ -176,8 +176,9 @@ struct st_hybrid {
     _Atomic int bell_stop;
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
-    // The prefetch's gate (STRATA_HY_PF_GATE=1, hy_pf_gate): pf_gate_state.live 0 leaves the side branch out of the
+    // The prefetch's gate (STRATA_HY_PF_GATE, hy_pf_gate): pf_gate_state.live 0 leaves the side branch out of the
     // decode step (its own graph; the copies already made keep serving); gate_dec counts the period's decode tokens.
+    // 2 (default): also, after a long prompt, the own sets refilled as cache and the branch off; 1: the rule only.
     int pf_gate;
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
@@ -1112,7 +1113,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     // GPU run dry once per period (the host's decay, swap choice and next launch in series with an idle GPU). The
     // hybrid step's host gap was 106.5 us against 28.7 all in VRAM (bench/timeline.sh at 16 GiB, d16384); predicted
     // +0.5-2%, more if that gap is the period's stall (timeline.py now prints the gaps' median and max).
-    h->rb_async = env_int("STRATA_HY_RB_ASYNC", 0, 0, 1);
+    h->rb_async = env_int("STRATA_HY_RB_ASYNC", 1, 0, 1);
     if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 3ull * h->L), NULL)) return -1;
     HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {&h->ev_start, &h->ev_staged[0], &h->ev_staged[1], &h->ev_done[0], &h->ev_done[1],
@@ -1294,44 +1295,60 @@ uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
     return h->plan.kv_bytes + h->plan.scratch_bytes;
 }
 
-// Fills the own-slot prefetch sets at load: set s (layer s's, n_sets == L in own mode; a set shared by several
-// layers takes its first layer's) gets copies of P of the layer's non-resident experts, the most used first by the
-// decayed frequencies (the profile's shape when one was loaded), else the lowest ids. Their decode-table entries
-// point at the copies, as if the prefetch had made them, and the first prefill reads them instead of staging them.
-static int hy_pf_fill(st_hybrid *h) {
+// Fills the own-slot prefetch sets (at load; after a long prompt with STRATA_HY_PF_GATE=2): set s (layer s's,
+// n_sets == L in own mode; a set shared by several layers takes its first layer's) gets copies of the P likeliest of
+// the layer's non-resident experts by the decayed frequencies (the profile's shape at load when one was loaded,
+// else the lowest ids; place/cache_policy.h st_hy_pf_set_refill). A copy the set already holds stays; the entries
+// of the experts that leave point home first. The decode-table entries point at the copies, as if the prefetch had
+// made them, and the next prefill reads them instead of staging them. The compute stream is idle (the engine
+// synchronises after every evaluation); the copies run on the copy stream and are complete on return.
+static int hy_pf_fill(st_hybrid *h, const char *when) {
     const int P = h->pf_P, n_sets = h->pf.n_sets;
     const uint64_t n_own = (uint64_t)n_sets * (uint64_t)P;
-    st_hy_update u[ST_HY_MAX_UPDATES];
-    int n_u = 0;
+    st_hy_update u[ST_HY_MAX_UPDATES], back[ST_HY_MAX_UPDATES];
+    int n_u = 0, n_back = 0;
     uint64_t bytes = 0;
     for (int set = 0; set < n_sets && (uint32_t)set < h->L; set++) {
         const uint32_t l = (uint32_t)set;
         const uint64_t row = (uint64_t)l * h->E;
-        uint32_t pick[32];
-        int n = 0;
-        for (; n < P; n++) {  // P passes of a selection (P <= 32, E small): the likeliest not yet taken
-            int best = -1;
-            for (uint32_t e = 0; e < h->E; e++) {
-                if (h->slot_of[row + e] >= 0) continue;
-                int taken = 0;
-                for (int k = 0; k < n; k++) taken |= pick[k] == e;
-                if (!taken && (best < 0 || h->freq[row + e] > h->freq[row + (uint32_t)best])) best = (int)e;
-            }
-            if (best < 0) break;
-            pick[n] = (uint32_t)best;
+        int32_t *own = h->pf_owner_h + (uint64_t)set * P, expert[32], old[32];
+        uint8_t fresh[32];
+        for (int j = 0; j < P; j++) {  // (an owner of another layer's row cannot occur in own mode: one set a layer)
+            old[j] = own[j];
+            expert[j] = own[j] >= 0 && (uint64_t)own[j] >= row && (uint64_t)own[j] < row + h->E ? own[j] - (int32_t)row
+                                                                                                   : -1;
         }
-        for (int a = 1; a < n; a++)  // expert order: neighbouring records merge into one copy
-            for (int b = a; b > 0 && pick[b - 1] > pick[b]; b--) {
-                const uint32_t t = pick[b];
-                pick[b] = pick[b - 1];
-                pick[b - 1] = t;
-            }
-        const int64_t slot0 = pf_own_slot0(h) + (int64_t)set * P;
-        if (n && copy_records(h, l, pick, n, slot0, h->copy, &bytes)) return -1;
+        if (!st_hy_pf_set_refill(h->E, P, h->freq + row, h->slot_of + row, expert, fresh)) continue;
         const st_xlayer *x = &h->arena->layers[l].x;
-        for (int j = 0; j < n; j++) {
-            h->pf_owner_h[(uint64_t)set * P + (uint64_t)j] = (int32_t)(row + pick[j]);
-            u[n_u].index = (int64_t)(row + pick[j]);
+        for (int j = 0; j < P; j++) {
+            if (!fresh[j]) continue;
+            if (old[j] >= 0) {  // its expert leaves: the entry points home (tab_h holds the homes)
+                back[n_back].index = old[j];
+                memcpy(back[n_back].ptr, &h->tab_h[(uint64_t)old[j] * 3], sizeof back[n_back].ptr);
+                if (++n_back == ST_HY_MAX_UPDATES) {
+                    if (st_cuda_hy_set_table(h->tab_d, back, n_back, h->copy)) return -1;  // before the copies
+                    n_back = 0;
+                }
+            }
+        }
+        if (n_back && st_cuda_hy_set_table(h->tab_d, back, n_back, h->copy)) return -1;
+        n_back = 0;
+        const int64_t slot0 = pf_own_slot0(h) + (int64_t)set * P;
+        for (int j = 0; j < P;) {  // runs of fresh slots (consecutive experts merge into one copy)
+            if (!fresh[j]) {
+                j++;
+                continue;
+            }
+            uint32_t run[32];
+            int n = 0;
+            while (j + n < P && fresh[j + n]) run[n] = (uint32_t)expert[j + n], n++;
+            if (copy_records(h, l, run, n, slot0 + j, h->copy, &bytes)) return -1;
+            j += n;
+        }
+        for (int j = 0; j < P; j++) {
+            own[j] = expert[j] >= 0 ? (int32_t)(row + (uint64_t)expert[j]) : -1;
+            if (!fresh[j]) continue;
+            u[n_u].index = (int64_t)(row + (uint64_t)expert[j]);
             for (int k = 0; k < 3; k++) u[n_u].ptr[k] = slot_ptr(h, slot0 + j) + x->off[k];
             if (++n_u == ST_HY_MAX_UPDATES) {
                 if (st_cuda_hy_set_table(h->tab_d, u, n_u, h->copy)) return -1;  // after the copies (stream order)
@@ -1344,7 +1361,7 @@ static int hy_pf_fill(st_hybrid *h) {
     HY_CHECK(cudaStreamSynchronize(h->copy));
     h->pmap_dirty = 1;
     char b[32];
-    st_info("hybrid: prefetch slots filled at load (%s): a prefill reads those experts from VRAM",
+    st_info("hybrid: prefetch slots filled %s (%s copied): a prefill reads those experts from VRAM", when,
             st_fmt_bytes(b, sizeof b, (double)bytes));
     return 0;
 }
@@ -1429,7 +1446,7 @@ static int hy_pf_init(st_hybrid *h) {
     pf->max_copies = max_copies;
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
-    h->pf_gate = env_int("STRATA_HY_PF_GATE", 0, 0, 1);
+    h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
             "%d copy blocks)", h->pf_P, pf->n_sets, h->pf_P, h->pf_own ? "own slots" : "in the prefill staging",
             max_copies, max_copies == 1 ? "y" : "ies", h->pf_blocks);
@@ -1446,7 +1463,7 @@ static int hy_pf_init(st_hybrid *h) {
     }
     HY_CHECK(cudaMallocHost((void **)&h->pf_owner_h, sizeof(int32_t) * n_own));
     for (uint64_t j = 0; j < n_own; j++) h->pf_owner_h[j] = -1;
-    return env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h) : 0;
+    return env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h, "at load") : 0;
 }
 
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
@@ -1523,6 +1540,18 @@ static int stage_layer(st_hybrid *h, uint32_t l, cudaEvent_t wait) {
     return 0;
 }
 
+// The own sets' owners as the decode steps left them (pf_owner_d, after the decode's prefetch copies) into
+// pf_owner_h.
+static int hy_pf_owners_read(st_hybrid *h, cudaStream_t st) {
+    if (!h->pf_on || !h->pf_own || !h->pf_owner_stale) return 0;
+    HY_CHECK(cudaMemcpyAsync(h->pf_owner_h, h->pf_owner_d, sizeof(int32_t) * (size_t)h->pf.n_sets * h->pf_P,
+                             cudaMemcpyDeviceToHost, st));
+    HY_CHECK(cudaStreamSynchronize(st));  // (the engine synchronises after every evaluation anyway)
+    h->pf_owner_stale = 0;
+    h->pmap_dirty = 1;
+    return 0;
+}
+
 int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats, cudaStream_t st) {
     if (h->E > 1024) return st_err("hybrid prefill: %u experts per layer (at most 1024)", h->E);
     if (h->n_pend) {  // the slot maps must not name a slot that is being filled
@@ -1532,13 +1561,7 @@ int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats,
     // Prefetch sets in the staging: every prefetched entry points home again first. Own-slot sets keep their
     // copies, and the prefill reads them (the owners as the last decode steps left them).
     if (h->pf_on && !h->pf_own && st_cuda_hy_pf_reset(&h->pf, -1, st)) return -1;
-    if (h->pf_on && h->pf_own && h->pf_owner_stale) {
-        HY_CHECK(cudaMemcpyAsync(h->pf_owner_h, h->pf_owner_d, sizeof(int32_t) * (size_t)h->pf.n_sets * h->pf_P,
-                                 cudaMemcpyDeviceToHost, st));
-        HY_CHECK(cudaStreamSynchronize(st));  // (the engine synchronises after every evaluation anyway)
-        h->pf_owner_stale = 0;
-        h->pmap_dirty = 1;
-    }
+    if (hy_pf_owners_read(h, st)) return -1;
     if (h->pf_borrow) {  // the borrowed slots become staging: the copies there go home first (an owner set only
                          // with its copy queued, so none is in flight: the engine synchronises after every step)
         int any = 0;
@@ -1641,11 +1664,13 @@ static int start_swaps(st_hybrid *h, int max_swaps, cudaStream_t st, st_gpu_hybr
     return 0;
 }
 
-// The prefetch's gate (STRATA_HY_PF_GATE=1; opt-in, 2026-12-02, unmeasured; rule: place/cache_policy.h
-// st_hy_pf_gate_step). The agent prompt at 16 GiB, d16384: the branch served 0.6 selections per token for 5.2 experts
-// copied after the refill, and bench/ab.sh gave 308.2 tok/s with it, 328.9 with its fork / join alone, 336.3 with no
-// prefetch at all; tg128 at 16 GiB without a prompt: 66.4 per token served, 369.8 vs 261.1 tok/s without it.
-// Predicted at the agent prompt: +5-8% (the branch gone from the step; its slots stay and keep their copies).
+// The prefetch's gate (STRATA_HY_PF_GATE, default 2; 0: the branch always runs; rule: place/cache_policy.h
+// st_hy_pf_gate_step). The agent prompt at 16 GiB, d16384 before it: the branch served 0.6 selections per token for
+// 5.2 experts copied after the refill, 308.2 tok/s with it, 328.9 with its fork / join alone, 336.3 with no prefetch
+// at all; tg128 at 16 GiB without a prompt: 66.4 per token served, 369.8 vs 261.1 tok/s without it. Measured
+// (2026-12-02b, bench/ab.sh --gpu-mem 16 -n 256 -d 16384): none 304.75, the rule (1) 328.77 (predicted +5-8%), the
+// rule and the own sets refilled as cache after the prompt with the branch off (2) 332.59 (1.6 misses per token
+// against 2.1), no prefetch at all 337.00.
 static void hy_pf_gate(st_hybrid *h, int64_t n_dec, uint64_t pf_hits, uint64_t misses) {
     if (!h->pf_on || !h->pf_gate) return;
     if (st_hy_pf_gate_step(&h->pf_gate_state, n_dec, h->period / 2, pf_hits, misses))
@@ -1716,6 +1741,12 @@ static int hy_rb_adapt(st_hybrid *h, int64_t n_prefill, cudaStream_t st, st_gpu_
             if (!h->n_pend) break;  // nothing left worth a swap
             HY_CHECK(cudaEventSynchronize(h->ev_copied));
             if (flip_pending(h, st)) return -1;
+        }
+        // STRATA_HY_PF_GATE=2 (default): the own sets become cache too (the prompt's next likeliest experts) and the
+        // decode starts with the branch off (the gate's rule turns it on when the misses grow).
+        if (h->pf_gate == 2 && h->pf_on && h->pf_own) {
+            if (hy_pf_owners_read(h, st) || hy_pf_fill(h, "after the prompt")) return -1;
+            h->pf_gate_state = (st_hy_pf_gate){0, 0};
         }
         return 0;
     }

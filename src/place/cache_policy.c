@@ -167,3 +167,46 @@ int st_hy_pf_gate_step(st_hy_pf_gate *g, int64_t n_dec, int64_t min_dec, uint64_
     g->live = 1;
     return 1;
 }
+
+int st_hy_pf_set_refill(uint32_t n_expert, int P, const float *freq, const int32_t *slot_of, int32_t *owner,
+                        uint8_t *fresh) {
+    int32_t pick[32];
+    int n = 0;
+    if (P > 32) P = 32;
+    for (; n < P; n++) {  // P passes of a selection (P <= 32, n_expert small): the likeliest not yet taken
+        int32_t best = -1;
+        for (uint32_t e = 0; e < n_expert; e++) {
+            if (slot_of[e] >= 0) continue;
+            int taken = 0;
+            for (int k = 0; k < n; k++) taken |= pick[k] == (int32_t)e;
+            if (!taken && (best < 0 || freq[e] > freq[best])) best = (int32_t)e;
+        }
+        if (best < 0) break;
+        pick[n] = best;
+    }
+    for (int a = 1; a < n; a++)  // expert order
+        for (int b = a; b > 0 && pick[b - 1] > pick[b]; b--) {
+            const int32_t t = pick[b];
+            pick[b] = pick[b - 1];
+            pick[b - 1] = t;
+        }
+    int kept[32] = {0};
+    for (int j = 0; j < P; j++) {  // a picked expert already held stays in its slot
+        fresh[j] = 0;
+        int hit = -1;
+        for (int k = 0; k < n && hit < 0; k++)
+            if (pick[k] == owner[j] && !kept[k]) hit = k;
+        if (hit >= 0) kept[hit] = 1;
+        else owner[j] = -1;
+    }
+    int n_fresh = 0, k = 0;
+    for (int j = 0; j < P; j++) {
+        if (owner[j] >= 0) continue;
+        while (k < n && kept[k]) k++;
+        if (k == n) break;
+        owner[j] = pick[k++];
+        fresh[j] = 1;
+        n_fresh++;
+    }
+    return n_fresh;
+}

@@ -51,6 +51,15 @@ typedef struct st_hycache_swap {
 int st_hycache_pick_swaps(uint32_t n_layer, uint32_t n_expert, const float *freq, const int32_t *slot_of,
                           int max_swaps, double ratio, double min_freq, st_hycache_swap *out);
 
+// One layer's own prefetch set refilled as cache (gpu_hybrid.c hy_pf_fill: at load, and after a long prompt with
+// STRATA_HY_PF_GATE=2): the P likeliest experts by freq [n_expert] among those not resident (slot_of [n_expert] < 0),
+// ties to the lower id. owner [P] holds the set's experts (-1: empty) and gets the new ones: a picked expert already
+// in the set keeps its slot, the other picks fill the remaining slots in expert order (lowest slot first, so that
+// neighbouring records merge into one copy), and the rest become -1. fresh[j] = 1 where slot j gets an expert it
+// does not hold (to be copied). Returns the number of fresh slots. P <= 32.
+int st_hy_pf_set_refill(uint32_t n_expert, int P, const float *freq, const int32_t *slot_of, int32_t *owner,
+                        uint8_t *fresh);
+
 // The lookahead prefetch's gate (gpu_hybrid.c, STRATA_HY_PF_GATE=1): whether the next decode steps run the prefetch's
 // side branch, from one read-back period of n_dec decode tokens in which served selections were served from its
 // copies and misses were not in VRAM. After a long prompt the cache holds the prompt's experts (the refill) and the

@@ -126,9 +126,12 @@ run_decode mid-swap-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_
 run_decode mid-no-adapt $mid 128 100 200 STRATA_HYBRID_ADAPT=0
 # after a prompt of >= 1,024 tokens, batches of 32 swaps copied and flipped before the decode (STRATA_HY_PREFILL_SWAPS)
 run_decode mid-prefill-refill $mid 128 1100 400 STRATA_HY_PREFILL_SWAPS=8
-# the prefetch's gate (place/cache_policy.h st_hy_pf_gate_step): after the refill the branch may go off (a second
+# the prefetch gate's rule alone (level 1; place/cache_policy.h st_hy_pf_gate_step): the branch may go off (a second
 # decode graph without it) and on again; still bitwise
 run_decode mid-prefetch-gate $mid 128 1100 400 STRATA_HY_PF_GATE=1
+# the gate's second level: after a long prompt the own sets refilled as cache and the branch off; the second prompt
+# (also long) refills them again after decode steps, from the owners the decode left
+run_decode mid-prefetch-gate2 $mid 128 1100 400 STRATA_HY_PF_GATE=2 HYBRID_DECODE_PROMPT2=1100  # (the default level)
 # the decode periods' read-back without a stream synchronisation (processed a step or two later); with the gate
 run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE=1
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0

@@ -21,7 +21,8 @@
 // teacher-forced as with CPU misses.
 // Without PCIE_FRAC, a second phase follows the decode: another prompt chunk (prefill path, all logits bitwise) and
 // 50 more greedy decode steps (bitwise): a prefill after decode resets the lookahead prefetch's slots
-// (STRATA_HY_PREFETCH), and the prefetch counters must then show copies and selections served from them.
+// (STRATA_HY_PREFETCH), and the prefetch counters must then show copies and selections served from them
+// (HYBRID_DECODE_PROMPT2=N: that prompt's length, 100 by default).
 //   usage: hybrid_decode MODEL.gguf GPU_MEM_GIB [N_PROMPT [N_DECODE [PCIE_FRAC]]]   (STRATA_SEED=N fixes the prompt)
 #include <inttypes.h>
 #include <math.h>
@@ -90,7 +91,10 @@ int main(int argc, char **argv) {
     const int approx = g_cpu_misses || g_prefill_cpu;  // CPU arithmetic in the result: top-1 checks
     const char *env = getenv("STRATA_SEED");
     const uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    enum { N_PROMPT2 = 100, N_DECODE2 = 50 };  // the second phase (bitwise runs only)
+    // the second phase (bitwise runs only); HYBRID_DECODE_PROMPT2=N: its prompt's length (>= 1,024: the refill after a
+    // long prompt runs after decode steps, with the prefetch's copies the decode left)
+    const char *p2 = getenv("HYBRID_DECODE_PROMPT2");
+    const int32_t N_PROMPT2 = p2 && atoi(p2) > 0 ? atoi(p2) : 100, N_DECODE2 = 50;
     const int32_t n_ctx = n_prompt + n_decode + 1 + (approx ? 0 : N_PROMPT2 + N_DECODE2);
     printf("hybrid_decode: %s, --gpu-mem %.3f GiB, prompt %d tokens (seed %" PRIu64 "), %d decoded%s%s\n", path, gib,
            n_prompt, seed, n_decode, g_cpu_misses ? ", --pcie-frac " : g_prefill_cpu ? ", prefill CPU share on" :
@@ -250,7 +254,7 @@ int main(int argc, char **argv) {
     }
     if (!approx) {
         // Second phase: prefill after decode, then decode again; both bitwise.
-        int32_t toks2[N_PROMPT2];
+        int32_t *toks2 = malloc(sizeof(int32_t) * (size_t)N_PROMPT2);
         for (int i = 0; i < N_PROMPT2; i++) toks2[i] = (int32_t)st_rng_below(&r, (uint32_t)nv);
         float *la2 = malloc(sizeof(float) * (size_t)nv * N_PROMPT2), *lb2 = malloc(sizeof(float) * (size_t)nv * N_PROMPT2);
         strata_session_hybrid_stats(sb, &hs);
@@ -280,6 +284,7 @@ int main(int argc, char **argv) {
         }
         free(la2);
         free(lb2);
+        free(toks2);
         strata_session_hybrid_stats(sb, &hs);
         printf("second prefill: %" PRIu64 " records read from the prefetch copies the decode left\n",
                hs.prefetch_prefill - pf_prefill0);

@@ -209,6 +209,62 @@ static void test_pf_gate(st_rng *r) {
     }
 }
 
+// The own-set refill on random rows: the set afterwards is the brute-force top P of the non-resident experts (by
+// freq, ties to the lower id; freq drawn from few values so ties happen), held experts that stay keep their slots,
+// fresh marks exactly the slots whose expert changed, and the fresh experts run in expert order.
+static void test_pf_set_refill(st_rng *r) {
+    for (int it = 0; it < 5000; it++) {
+        const uint32_t E = 1 + st_rng_u32(r) % 64;
+        const int P = 1 + (int)(st_rng_u32(r) % 12);
+        float f[64];
+        int32_t so[64], owner[32], before[32];
+        uint8_t fresh[32];
+        for (uint32_t e = 0; e < E; e++) {
+            f[e] = (float)(st_rng_u32(r) % 6);
+            so[e] = st_rng_u32(r) % 3 == 0 ? (int32_t)e : -1;
+        }
+        uint8_t held[64] = {0};
+        for (int j = 0; j < P; j++) {  // distinct non-resident experts or -1
+            const uint32_t e = st_rng_u32(r) % E;
+            owner[j] = st_rng_u32(r) % 3 && so[e] < 0 && !held[e] ? (int32_t)e : -1;
+            if (owner[j] >= 0) held[e] = 1;
+            before[j] = owner[j];
+        }
+        const int n_fresh = st_hy_pf_set_refill(E, P, f, so, owner, fresh);
+        uint8_t want[64] = {0};  // the top P: selection by (freq desc, id asc)
+        int n_want = 0;
+        for (; n_want < P; n_want++) {
+            int best = -1;
+            for (uint32_t e = 0; e < E; e++)
+                if (so[e] < 0 && !want[e] && (best < 0 || f[e] > f[best])) best = (int)e;
+            if (best < 0) break;
+            want[best] = 1;
+        }
+        int got = 0, fr = 0, last_fresh = -1;
+        uint8_t seen[64] = {0};
+        for (int j = 0; j < P; j++) {
+            if (owner[j] < 0) {
+                CHECK(!fresh[j], "it %d: empty slot %d marked fresh", it, j);
+                continue;
+            }
+            CHECK(owner[j] < (int32_t)E && want[owner[j]] && !seen[owner[j]], "it %d: slot %d holds %d", it, j, owner[j]);
+            seen[owner[j]] = 1;
+            got++;
+            CHECK(fresh[j] == (owner[j] != before[j]), "it %d: slot %d fresh %d (%d -> %d)", it, j, fresh[j], before[j],
+                  owner[j]);
+            if (fresh[j]) {
+                CHECK(owner[j] > last_fresh, "it %d: fresh experts out of order", it);
+                last_fresh = owner[j];
+                fr++;
+            }
+        }
+        for (int j = 0; j < P; j++)
+            if (before[j] >= 0 && want[before[j]]) CHECK(owner[j] == before[j], "it %d: held %d moved", it, before[j]);
+        CHECK(got == n_want && fr == n_fresh, "it %d: %d of %d picked, %d fresh (returned %d)", it, got, n_want, fr,
+              n_fresh);
+    }
+}
+
 int main(void) {
     const char *env = getenv("STRATA_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
@@ -218,6 +274,7 @@ int main(void) {
     test_decay(&r);
     test_swaps(&r);
     test_pf_gate(&r);
+    test_pf_set_refill(&r);
     if (failures) {
         fprintf(stderr, "test_cache_policy: %d failure(s) (seed %" PRIu64 ", rerun with STRATA_SEED=%" PRIu64 ")\n",
                 failures, seed, seed);
