@@ -247,7 +247,8 @@ static void test_pf_set_refill(st_rng *r) {
                 CHECK(!fresh[j], "it %d: empty slot %d marked fresh", it, j);
                 continue;
             }
-            CHECK(owner[j] < (int32_t)E && want[owner[j]] && !seen[owner[j]], "it %d: slot %d holds %d", it, j, owner[j]);
+            CHECK(owner[j] < (int32_t)E && want[owner[j]] && !seen[owner[j]], "it %d: slot %d holds %d", it, j,
+                  owner[j]);
             seen[owner[j]] = 1;
             got++;
             CHECK(fresh[j] == (owner[j] != before[j]), "it %d: slot %d fresh %d (%d -> %d)", it, j, fresh[j], before[j],
