@@ -1109,10 +1109,10 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     HY_CHECK(cudaMallocHost((void **)&h->pmap_h, sizeof(int32_t) * n_rec));
     HY_CHECK(cudaMallocHost((void **)&h->cnt_h, sizeof(uint32_t) * (n_rec + 3ull * h->L)));
     HY_CHECK(cudaMallocHost((void **)&h->rb_h, sizeof(unsigned long long) * 6));
-    // Opt-in (2026-12-02, unmeasured): the decode periods' read-back without the stream synchronisation that lets the
-    // GPU run dry once per period (the host's decay, swap choice and next launch in series with an idle GPU). The
-    // hybrid step's host gap was 106.5 us against 28.7 all in VRAM (bench/timeline.sh at 16 GiB, d16384); predicted
-    // +0.5-2%, more if that gap is the period's stall (timeline.py now prints the gaps' median and max).
+    // The decode periods' read-back without the stream synchronisation that lets the GPU run dry once per period
+    // (the host's decay, swap choice and next launch in series with an idle GPU). Predicted +0.5-2%; measured at the
+    // agent prompt, 16 GiB, d16384 (2026-12-02b): 330.94 / 332.99 vs 329.47 / 329.52 tok/s, and +0.3% over the gate
+    // alone (333.52 vs 332.59). The default; STRATA_HY_RB_ASYNC=0 synchronises.
     h->rb_async = env_int("STRATA_HY_RB_ASYNC", 1, 0, 1);
     if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 3ull * h->L), NULL)) return -1;
     HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
