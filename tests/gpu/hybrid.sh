@@ -106,17 +106,17 @@ ls -la $tiny $mid $midiq | awk '{print "model:", $NF, $5, "bytes"}'
 
 # ---- 2./3. bitwise equality, misses, flat memory ------------------------------------------------------------------
 run_decode() {  # label model E n_prompt n_decode [env...]  (SLOTS=N: a budget of N expert slots)
-  local label=$1 model=$2 E=$3 np=$4 nd=$5; shift 5
+  local label=$1 model=$2 E=$3 np=$4 nd=$5 t=$SECONDS; shift 5
   [[ $label =~ $only ]] || return 0
   local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E" ${SLOTS:-})
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB ($model, prompt $np, decode $nd) $*"
   if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" > "$out/$label.log" 2>&1; then
     grep -E "^(PASS|FAIL)|placement|prefill:|decode:|prefetch:|device memory" "$out/$label.log" | sed 's/^/   /'
-    pass "$label"
+    pass "$label ($((SECONDS - t)) s)"
   else
     grep -E "^(PASS|FAIL)|placement|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
-    fail "$label"
+    fail "$label" "($((SECONDS - t)) s)"
   fi
 }
 run_decode tiny-decode $tiny 16 600 2100
@@ -192,17 +192,17 @@ else cat "$out/small.err"; fail "small-budget: unexpected error"; fi
 
 # ---- 5. CPU misses ----------------------------------------------------------------------------------------------------
 run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
-  local label=$1 model=$2 E=$3 np=$4 nd=$5 frac=$6; shift 6
+  local label=$1 model=$2 E=$3 np=$4 nd=$5 frac=$6 t=$SECONDS; shift 6
   [[ $label =~ $only ]] || return 0
   local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd) $*"
   if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
     grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|prefetch:|control:|device memory" "$out/$label.log" | sed 's/^/   /'
-    pass "$label"
+    pass "$label ($((SECONDS - t)) s)"
   else
     grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
-    fail "$label"
+    fail "$label" "($((SECONDS - t)) s)"
   fi
 }
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
