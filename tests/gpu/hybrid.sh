@@ -130,8 +130,10 @@ run_decode mid-prefill-refill $mid 128 1100 400 STRATA_HY_PREFILL_SWAPS=8
 # decode graph without it) and on again; still bitwise
 run_decode mid-prefetch-gate $mid 128 1100 400 STRATA_HY_PF_GATE=1
 # the gate's second level: after a long prompt the own sets refilled as cache and the branch off; the second prompt
-# (also long) refills them again after decode steps, from the owners the decode left
+# (also long) refills them again after decode steps, from the owners the decode left; with the branch off, no
+# progress word (STRATA_HY_PF_LEAN=1, opt-in)
 run_decode mid-prefetch-gate2 $mid 128 1100 400 STRATA_HY_PF_GATE=2 HYBRID_DECODE_PROMPT2=1100  # (the default level)
+run_decode mid-prefetch-lean $mid 128 1100 400 STRATA_HY_PF_LEAN=1 HYBRID_DECODE_PROMPT2=1100
 # the decode periods' read-back without a stream synchronisation (processed a step or two later); with the gate
 run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE=1
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
