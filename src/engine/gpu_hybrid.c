@@ -1311,14 +1311,18 @@ uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
 // the layer's non-resident experts by the decayed frequencies (the profile's shape at load when one was loaded,
 // else the lowest ids; place/cache_policy.h st_hy_pf_set_refill). A copy the set already holds stays; the entries
 // of the experts that leave point home first. The decode-table entries point at the copies, as if the prefetch had
-// made them, and the next prefill reads them instead of staging them. The compute stream is idle (the engine
-// synchronises after every evaluation); the copies run on the copy stream and are complete on return.
-static int hy_pf_fill(st_hybrid *h, const char *when) {
+// made them, and the next prefill reads them instead of staging them. The work runs on the copy stream after
+// everything queued on st (NULL at load: nothing is) and is complete on return.
+static int hy_pf_fill(st_hybrid *h, const char *when, cudaStream_t st) {
     const int P = h->pf_P, n_sets = h->pf.n_sets;
     const uint64_t n_own = (uint64_t)n_sets * (uint64_t)P;
     st_hy_update u[ST_HY_MAX_UPDATES], back[ST_HY_MAX_UPDATES];
     int n_u = 0, n_back = 0;
     uint64_t bytes = 0;
+    if (st) {  // (a step still queued may read the slots about to be overwritten)
+        HY_CHECK(cudaEventRecord(h->ev_victims, st));
+        HY_CHECK(cudaStreamWaitEvent(h->copy, h->ev_victims, 0));
+    }
     for (int set = 0; set < n_sets && (uint32_t)set < h->L; set++) {
         const uint32_t l = (uint32_t)set;
         const uint64_t row = (uint64_t)l * h->E;
@@ -1475,7 +1479,7 @@ static int hy_pf_init(st_hybrid *h) {
     }
     HY_CHECK(cudaMallocHost((void **)&h->pf_owner_h, sizeof(int32_t) * n_own));
     for (uint64_t j = 0; j < n_own; j++) h->pf_owner_h[j] = -1;
-    return env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h, "at load") : 0;
+    return env_int("STRATA_HY_PF_FILL", 1, 0, 1) ? hy_pf_fill(h, "at load", NULL) : 0;
 }
 
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
@@ -1757,7 +1761,7 @@ static int hy_rb_adapt(st_hybrid *h, int64_t n_prefill, cudaStream_t st, st_gpu_
         // STRATA_HY_PF_GATE=2 (default): the own sets become cache too (the prompt's next likeliest experts) and the
         // decode starts with the branch off (the gate's rule turns it on when the misses grow).
         if (h->pf_gate == 2 && h->pf_on && h->pf_own) {
-            if (hy_pf_owners_read(h, st) || hy_pf_fill(h, "after the prompt")) return -1;
+            if (hy_pf_owners_read(h, st) || hy_pf_fill(h, "after the prompt", st)) return -1;
             h->pf_gate_state = (st_hy_pf_gate){0, 0};
         }
         return 0;
