@@ -133,8 +133,9 @@ struct st_hybrid {
     int period, max_swaps, adapt;
     int refill_batches;           // STRATA_HY_PREFILL_SWAPS (above)
     int64_t since;                // tokens since the last read-back
-    // The read-back of a decode period without a stream synchronisation (STRATA_HY_RB_ASYNC, default 1; hy_rb_*): its
-    // copies land in the pinned cnt_h / rb_h, ev_rb marks them complete, and a later st_hybrid_after_eval processes them.
+    // The read-back of a decode period without a stream synchronisation (STRATA_HY_RB_ASYNC, default 1; hy_rb_*):
+    // its copies land in the pinned cnt_h / rb_h, ev_rb marks them complete, and a later st_hybrid_after_eval
+    // processes them.
     int rb_async, rb_pending;
     int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
     unsigned long long *rb_h;     // pinned [6]: the prefetch statistics [5] (st_hy_pf, then hits), the CPU wait (ns)

@@ -75,8 +75,8 @@ void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy
 // (forks a side branch: layer l+1's router on xn picks P experts, the missing ones are copied and published),
 // st_hybrid_step_end before the LM head (joins the branch). No-ops when the prefetch is off.
 int st_hybrid_prefetch_on(const st_hybrid *h);
-// The prefetch is set up but its gate (STRATA_HY_PF_GATE, default 2) has the branch off: decode steps leave it out (a graph
-// of their own); st_hybrid_prefetch_on is 0 meanwhile.
+// The prefetch is set up but its gate (STRATA_HY_PF_GATE, default 2) has the branch off: decode steps leave it out
+// (a graph of their own); st_hybrid_prefetch_on is 0 meanwhile.
 int st_hybrid_prefetch_gated(const st_hybrid *h);
 // Tokens per prefill chunk the plan's scratch is for (-ub, else ST_PLAN_PREFILL_CHUNK, halved to fit).
 int st_hybrid_prefill_chunk(const st_hybrid *h);

@@ -60,8 +60,8 @@ int st_hycache_pick_swaps(uint32_t n_layer, uint32_t n_expert, const float *freq
 int st_hy_pf_set_refill(uint32_t n_expert, int P, const float *freq, const int32_t *slot_of, int32_t *owner,
                         uint8_t *fresh);
 
-// The lookahead prefetch's gate (gpu_hybrid.c, STRATA_HY_PF_GATE >= 1): whether the next decode steps run the prefetch's
-// side branch, from one read-back period of n_dec decode tokens in which served selections were served from its
+// The lookahead prefetch's gate (gpu_hybrid.c, STRATA_HY_PF_GATE >= 1): whether the next decode steps run the
+// prefetch's side branch, from one read-back period of n_dec decode tokens in which served selections were served from its
 // copies and misses were not in VRAM. After a long prompt the cache holds the prompt's experts (the refill) and the
 // branch serves little while its launches and fork / join cost the main chain; without that it serves most misses.
 // Off when it served fewer than ST_HY_PF_GATE_OFF per token; on again when, off for at least ST_HY_PF_GATE_DWELL
