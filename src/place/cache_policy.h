@@ -61,12 +61,12 @@ int st_hy_pf_set_refill(uint32_t n_expert, int P, const float *freq, const int32
                         uint8_t *fresh);
 
 // The lookahead prefetch's gate (gpu_hybrid.c, STRATA_HY_PF_GATE >= 1): whether the next decode steps run the
-// prefetch's side branch, from one read-back period of n_dec decode tokens in which served selections were served from its
-// copies and misses were not in VRAM. After a long prompt the cache holds the prompt's experts (the refill) and the
-// branch serves little while its launches and fork / join cost the main chain; without that it serves most misses.
-// Off when it served fewer than ST_HY_PF_GATE_OFF per token; on again when, off for at least ST_HY_PF_GATE_DWELL
-// periods, the misses exceed ST_HY_PF_GATE_ON per token. Periods of fewer than min_dec decode tokens (a prefill's)
-// change nothing. *live and *off_periods are the state (live 1, off_periods 0 at the start).
+// prefetch's side branch, from one read-back period of n_dec decode tokens in which served selections were served from
+// its copies and misses were not in VRAM. After a long prompt the cache holds the prompt's experts (the refill) and the
+// branch serves little while its launches and fork / join cost the main chain; without that it serves most misses. Off
+// when it served fewer than ST_HY_PF_GATE_OFF per token; on again when, off for at least ST_HY_PF_GATE_DWELL periods,
+// the misses exceed ST_HY_PF_GATE_ON per token. Periods of fewer than min_dec decode tokens (a prefill's) change
+// nothing. *live and *off_periods are the state (live 1, off_periods 0 at the start).
 #define ST_HY_PF_GATE_OFF 2.0
 #define ST_HY_PF_GATE_ON 4.0
 #define ST_HY_PF_GATE_DWELL 2
