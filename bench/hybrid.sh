@@ -9,7 +9,7 @@
 # Results (JSON, logs, table) under $OUT (default /tmp/strata-hybrid).
 #   usage: bench/hybrid.sh [--preset NAME] [--type MIX] [--skew S] [-p N] [-n N] [-r N] [--threads N] [--no-llama]
 #          [--budgets "16 12 8"] [--ncmoe "12 24 36"] [--pcie-frac F|auto] [--agent] [--prefetch P] [--doorbell]
-#          [--no-all] [--no-eval] [--rounds K]
+#          [--no-all] [--no-eval] [--rounds K]   (the host's state before each run: $OUT/host-state.log)
 #   --pcie-frac: passed to Strata's budget runs (the share of the misses the GPU reads over PCIe, the rest computed by
 #   CPU threads; default: Strata's own, auto); the table shows CPU misses per token and the F in use
 #   --agent: also the long agent prompt of issue #6 at every budget, both engines: a 16,384-token prefill
@@ -103,6 +103,7 @@ strata_runs() {
   [ $agent = 1 ] && for g in $all $budgets; do  # the long agent prompt: 16K of prefill, then 256 decoded at depth
     gm=(); [ "$g" != all ] && gm=(--gpu-mem "$g")
     for t in "pp:-p 16384 -n 0" "tg:-p 0 -n 256 -d 16384"; do
+      host_state "${rp}agent-strata-$g-${t%%:*}"
       # shellcheck disable=SC2086
       build-gpu/bin/strata bench -m "$model" ${t#*:} -r "$reps_a" ${gm[@]+"${gm[@]}"} ${pcie[@]+"${pcie[@]}"} -o json \
         > "$rd/agent-strata-$g-${t%%:*}.json" 2> "$rd/agent-strata-$g-${t%%:*}.err" ||
@@ -123,6 +124,7 @@ llama_runs() {
   [ $agent = 1 ] && for n in $all $ncmoe; do
     nc=(); [ "$n" != all ] && nc=(-ncmoe "$n")
     for t in "pp:-p 16384 -n 0" "tg:-p 0 -n 256 -d 16384"; do
+      host_state "${rp}agent-llama-$n-${t%%:*}"
       # shellcheck disable=SC2086
       "$llama" -m "$model" -ngl 99 -fa 1 -t "$threads" ${nc[@]+"${nc[@]}"} ${t#*:} -r "$reps_a" -o json \
         > "$rd/agent-llama-$n-${t%%:*}.json" 2> "$rd/agent-llama-$n-${t%%:*}.err" ||
@@ -132,7 +134,7 @@ llama_runs() {
   return 0
 }
 reps_a=$(( reps < 2 ? reps : 2 ))
-rm -rf "$out"/r[0-9]*  # an earlier run's rounds (bench/hybrid_table.py reads every rN it finds)
+rm -rf "$out"/r[0-9]* "$out/host-state.log"  # an earlier run's (bench/hybrid_table.py reads every rN it finds)
 for ((r = 1; r <= rounds; r++)); do
   rd=$out; rp=""
   [ "$rounds" -gt 1 ] && { rd=$out/r$r; rp=r$r/; mkdir -p "$rd"; echo "== round $r of $rounds"; }
@@ -142,4 +144,5 @@ echo "== benches done in $((SECONDS - t0)) s"
 
 echo "strata source $(python3 scripts/src_hash.py) (scripts/src_hash.py --rev REV matches a commit)"
 python3 bench/hybrid_table.py "$out" "$model" "$budgets" "$ncmoe" "$pp" "$tg" | tee "$out/hybrid.md"
+echo; echo "Host state before each run ($out/host-state.log):"; cat "$out/host-state.log" 2>/dev/null
 exit $rc

@@ -28,9 +28,22 @@ build_strata() {
     cmake --build build-gpu -j 4 --target strata >> "$out/strata-build.log" 2>&1 || { tail -20 "$out/strata-build.log"; return 1; }
 }
 
-# vram NAME CMD...: runs CMD while sampling memory.used; peak MiB into $out/NAME.vram
+# host_state NAME: the host's state before a timed run, one line into $out/host-state.log: load, available memory,
+# dirty and writeback pages, the mean CPU clock. llama.cpp's CPU part moved 20-31% between runs minutes apart on one
+# machine (2026-12-02b) and a model file's writeback once cost it 40% (model_settle below): these may say why.
+host_state() {
+  local mhz
+  mhz=$(awk -F: '/^cpu MHz/ {s += $2; n++} END {if (n) printf "%.0f", s / n}' /proc/cpuinfo 2>/dev/null)
+  printf '%s %s: load %s, available %s MiB, dirty %s MiB, writeback %s MiB, cpu %s MHz\n' "$(date +%T)" "$1" \
+    "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" "$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)" \
+    "$(awk '/^Dirty:/ {print int($2 / 1024)}' /proc/meminfo)" \
+    "$(awk '/^Writeback:/ {print int($2 / 1024)}' /proc/meminfo)" "${mhz:-?}" >> "$out/host-state.log"
+}
+
+# vram NAME CMD...: runs CMD while sampling memory.used; peak MiB into $out/NAME.vram (and host_state NAME first)
 vram() {
   local name=$1; shift
+  host_state "$name"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.vram.log" &
   local smi=$!
   "$@"
