@@ -21,6 +21,14 @@
 #define TOK_DOWN_ROWS 128  // multi-token calls: down rows per task
 #define TOK_PAIRS 16       // multi-token calls: pairs per quantization task, tokens per sum task
 
+// How one call's tasks cover the rows of its n experts laid end to end (per_expert rows each): task t takes `per`
+// rows, within one expert (chunk t % tasks_per_expert of expert t / tasks_per_expert; the last chunk of an expert
+// may be shorter), or with `cross` the global rows [t * per, (t + 1) * per), which may span two experts.
+typedef struct hy_rows {
+    int64_t per, per_expert, total, tasks_per_expert, n_tasks;
+    int cross;
+} hy_rows;
+
 struct st_hy_cpu {
     const st_arena *a;
     int64_t n_embd, n_ff;
@@ -35,7 +43,8 @@ struct st_hy_cpu {
     int n;
     const int32_t *experts;
     float *const *out;
-    int n_gu_chunks, n_down_chunks;
+    hy_rows gu_rows, down_rows;  // this call's tasks over the n x n_ff gate/up rows and the n x n_embd down rows
+    int balance;                 // st_hy_cpu_set_balance
     _Atomic int failed;
     // multi-token calls (st_hy_cpu_tokens): the chunk's CPU pairs in expert order, buffers grown on demand
     int64_t cap_pairs, cap_tk;
@@ -111,8 +120,6 @@ st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int
         st_hy_cpu_free(c);
         return st_err("CPU miss workers: out of memory"), NULL;
     }
-    c->n_gu_chunks = (int)((n_ff + GU_ROWS - 1) / GU_ROWS);
-    c->n_down_chunks = (int)((n_embd + DOWN_ROWS - 1) / DOWN_ROWS);
     c->n_tgu = (int)((n_ff + TOK_GU_ROWS - 1) / TOK_GU_ROWS);
     c->n_tdown = (int)((n_embd + TOK_DOWN_ROWS - 1) / TOK_DOWN_ROWS);
     return c;
@@ -144,38 +151,87 @@ int st_hy_cpu_threads(const st_hy_cpu *c) { return st_pool_threads(c->pool); }
 
 void st_hy_cpu_set_spin(st_hy_cpu *c, double seconds) { st_pool_set_spin(c->pool, seconds); }
 
+void st_hy_cpu_set_balance(st_hy_cpu *c, int on) { c->balance = on != 0; }
+
 static size_t ff_stride(const st_hy_cpu *c) { return align64(sizeof(float) * (size_t)c->n_ff) / sizeof(float); }
 
-// Task (expert i, chunk j) of gate/up: rows [r0, r1) of both products, then their SwiGLU into g.
-static void gu_task(void *ud, int64_t task, int thread) {
-    (void)thread;
-    st_hy_cpu *c = ud;
-    const int i = (int)(task / c->n_gu_chunks), j = (int)(task % c->n_gu_chunks);
-    const int64_t r0 = (int64_t)j * GU_ROWS, nr = r0 + GU_ROWS <= c->n_ff ? GU_ROWS : c->n_ff - r0;
+// The tasks of n experts' per_expert rows each: fixed chunks of `rows` within each expert, or with balance (and
+// per_expert a multiple of 8) the fewest multiple-of-8 rows that give each thread one task, tasks spanning experts
+// where a range crosses one (each expert's segments then start at multiples of 8: the tiled types' order). Fixed
+// chunks leave threads idle in a call's last round: 1 expert of 768 gate/up rows on 15 threads is 24 chunks of 32
+// (2 rounds: 64 rows on the slowest thread against 56 balanced), its 2,048 down rows 32 of 64 (3 rounds: 192 rows
+// against 144).
+static hy_rows hy_rows_plan(const st_hy_cpu *c, int n, int64_t per_expert, int64_t rows) {
+    hy_rows r = {rows, per_expert, (int64_t)n * per_expert, (per_expert + rows - 1) / rows, 0, 0};
+    if (c->balance && per_expert % 8 == 0) {
+        const int64_t t = st_pool_threads(c->pool), per = ((r.total + t - 1) / t + 7) / 8 * 8;
+        r.per = per > 8 ? per : 8;
+        r.cross = 1;
+        r.n_tasks = (r.total + r.per - 1) / r.per;
+        return r;
+    }
+    r.n_tasks = (int64_t)n * r.tasks_per_expert;
+    return r;
+}
+
+// Task t's global rows [*g0, *g1) (see hy_rows).
+static void hy_rows_range(const hy_rows *r, int64_t t, int64_t *g0, int64_t *g1) {
+    if (r->cross) {
+        *g0 = t * r->per;
+        *g1 = *g0 + r->per < r->total ? *g0 + r->per : r->total;
+        return;
+    }
+    const int64_t i = t / r->tasks_per_expert, end = (i + 1) * r->per_expert;
+    *g0 = i * r->per_expert + (t % r->tasks_per_expert) * r->per;
+    *g1 = *g0 + r->per < end ? *g0 + r->per : end;
+}
+
+// Runs seg(c, i, r0, nr) on each expert's part of task t's rows (expert i's rows [r0, r0 + nr)); 0, or -1 when a
+// call failed.
+static int hy_rows_each(st_hy_cpu *c, const hy_rows *r, int64_t t, int (*seg)(st_hy_cpu *, int, int64_t, int64_t)) {
+    int64_t g, g1;
+    hy_rows_range(r, t, &g, &g1);
+    while (g < g1) {
+        const int i = (int)(g / r->per_expert);
+        const int64_t r0 = g % r->per_expert, nr = g1 - g < r->per_expert - r0 ? g1 - g : r->per_expert - r0;
+        if (seg(c, i, r0, nr)) return -1;
+        g += nr;
+    }
+    return 0;
+}
+
+// Gate/up rows [r0, r0 + nr) of expert i: both products, then their SwiGLU into g.
+static int gu_segment(st_hy_cpu *c, int i, int64_t r0, int64_t nr) {
     const st_xlayer *x = &c->a->layers[c->layer].x;
     const uint32_t e = (uint32_t)c->experts[i];
     float *g = c->g + (size_t)i * ff_stride(c), *u = c->u + (size_t)i * ff_stride(c);
     if (st_cpu_matmul_rows_q(NULL, x->type[0], st_arena_part(c->a, c->layer, e, 0), c->n_embd, r0, nr, c->xq, 0, 1,
                              g + r0, c->n_ff, ST_MM_EXPERT) ||
         st_cpu_matmul_rows_q(NULL, x->type[1], st_arena_part(c->a, c->layer, e, 1), c->n_embd, r0, nr, c->xq, 0, 1,
-                             u + r0, c->n_ff, ST_MM_EXPERT)) {
-        atomic_store(&c->failed, 1);
-        return;
-    }
+                             u + r0, c->n_ff, ST_MM_EXPERT))
+        return -1;
     st_swiglu(g + r0, g + r0, u + r0, nr);
+    return 0;
 }
 
-// Task (expert i, chunk j) of down: output rows [r0, r1) of expert i.
+// Down output rows [r0, r0 + nr) of expert i.
+static int down_segment(st_hy_cpu *c, int i, int64_t r0, int64_t nr) {
+    const st_xlayer *x = &c->a->layers[c->layer].x;
+    return st_cpu_matmul_rows_q(NULL, x->type[2], st_arena_part(c->a, c->layer, (uint32_t)c->experts[i], 2), c->n_ff,
+                                r0, nr, c->aq + (size_t)i * c->aq_stride, 0, 1, c->out[i] + r0, c->n_embd,
+                                ST_MM_EXPERT);
+}
+
+static void gu_task(void *ud, int64_t task, int thread) {
+    (void)thread;
+    st_hy_cpu *c = ud;
+    if (hy_rows_each(c, &c->gu_rows, task, gu_segment)) atomic_store(&c->failed, 1);
+}
+
 static void down_task(void *ud, int64_t task, int thread) {
     (void)thread;
     st_hy_cpu *c = ud;
-    const int i = (int)(task / c->n_down_chunks), j = (int)(task % c->n_down_chunks);
-    const int64_t r0 = (int64_t)j * DOWN_ROWS, nr = r0 + DOWN_ROWS <= c->n_embd ? DOWN_ROWS : c->n_embd - r0;
-    const st_xlayer *x = &c->a->layers[c->layer].x;
-    const uint32_t e = (uint32_t)c->experts[i];
-    if (st_cpu_matmul_rows_q(NULL, x->type[2], st_arena_part(c->a, c->layer, e, 2), c->n_ff, r0, nr,
-                             c->aq + (size_t)i * c->aq_stride, 0, 1, c->out[i] + r0, c->n_embd, ST_MM_EXPERT))
-        atomic_store(&c->failed, 1);
+    if (hy_rows_each(c, &c->down_rows, task, down_segment)) atomic_store(&c->failed, 1);
 }
 
 int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out) {
@@ -194,14 +250,16 @@ int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const
     c->experts = experts;
     c->out = out;
     atomic_store(&c->failed, 0);
-    st_pool_run(c->pool, (int64_t)n * c->n_gu_chunks, gu_task, c);
+    c->gu_rows = hy_rows_plan(c, n, c->n_ff, GU_ROWS);
+    c->down_rows = hy_rows_plan(c, n, c->n_embd, DOWN_ROWS);
+    st_pool_run(c->pool, c->gu_rows.n_tasks, gu_task, c);
     if (atomic_load(&c->failed)) return st_err("CPU miss workers: layer %u: gate/up product failed", layer);
     const int down_act = st_cpu_act_type(xl->type[2]);
     for (int i = 0; i < n; i++)
         if (st_cpu_quantize_act(down_act, c->g + (size_t)i * ff_stride(c), c->aq + (size_t)i * c->aq_stride, c->n_ff,
                                 isa))
             return -1;
-    st_pool_run(c->pool, (int64_t)n * c->n_down_chunks, down_task, c);
+    st_pool_run(c->pool, c->down_rows.n_tasks, down_task, c);
     if (atomic_load(&c->failed)) return st_err("CPU miss workers: layer %u: down product failed", layer);
     return 0;
 }

@@ -34,6 +34,9 @@ void st_hy_cpu_free(st_hy_cpu *c);
 int st_hy_cpu_threads(const st_hy_cpu *c);
 // The workers spin at least `seconds` after each call before they sleep (util/pool.h st_pool_set_spin).
 void st_hy_cpu_set_spin(st_hy_cpu *c, double seconds);
+// on: st_hy_cpu_experts splits each call's rows evenly over the threads (one task each, tasks may span two
+// experts) instead of fixed chunks per expert, whose last round leaves threads idle. Same results bit for bit.
+void st_hy_cpu_set_balance(st_hy_cpu *c, int on);
 
 // out[i][0 .. n_embd) = y_{experts[i]} of layer `layer` for x [n_embd] f32, i < n (n <= max_experts; n == 0: no
 // work). Not reentrant (one call at a time per st_hy_cpu). 0, or -1 with st_errmsg (expert id out of range).

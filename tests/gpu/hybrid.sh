@@ -209,6 +209,7 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
 }
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
+run_cpumiss mid-cpumiss-balance $mid 128 100 1000 0 STRATA_HY_CPU_BALANCE=1  # the rows split evenly (opt-in)
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
 run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1

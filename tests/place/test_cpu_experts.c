@@ -6,7 +6,8 @@
 //   3. st_hy_pick_pcie_frac: both sides finish together inside (0, 0.95], clamps and bad inputs
 //   4. st_hy_cpu_experts on an arena built from a small Q4_K_M qwen3moe (Q4_K and Q6_K down stacks): bit-equal to
 //      st_cpu_matmul_rows over each whole expert matrix of the model (the CPU engine's products), with 1 and 3
-//      threads; close to a float64 reference from the dequantized weights; bad ids refused; the timing helper
+//      threads, and split evenly over 3 and 7 threads (st_hy_cpu_set_balance: tasks spanning experts); close to a
+//      float64 reference from the dequantized weights; bad ids refused; the timing helper
 //   5. st_hy_cpu_tokens (hybrid prefill's CPU share): a chunk of tokens routed top-K, a random subset of experts on
 //      the CPU: bit-equal to the CPU engine's batched products (st_cpu_matmul_rows over each expert's tokens as one
 //      batch) summed in rank order with the AMX kernels off (1 and 3 threads); with them on (where the CPU has
@@ -205,9 +206,13 @@ static void test_experts(const st_model *m, st_rng *r) {
     float *out[32];
     for (int k = 0; k < K; k++) out[k] = got + (size_t)k * d;
     st_cpu_scratch s = {0};
-    for (int ti = 0; ti < 2; ti++) {
-        st_hy_cpu *c = test_workers(a, hp, k_threads[ti]);
+    // fixed chunks on 1 and 3 threads, then the balanced split (st_hy_cpu_set_balance) on 3 and 7: tasks spanning
+    // two experts
+    const int cfg_threads[4] = {k_threads[0], k_threads[1], 3, 7}, cfg_balance[4] = {0, 0, 1, 1};
+    for (int ti = 0; ti < 4; ti++) {
+        st_hy_cpu *c = test_workers(a, hp, cfg_threads[ti]);
         if (!c) continue;
+        st_hy_cpu_set_balance(c, cfg_balance[ti]);
         for (uint32_t l = 0; l < hp->n_layer; l++) {
             for (int64_t i = 0; i < d; i++) x[i] = st_rng_normal(r);
             const int n = 1 + (int)st_rng_below(r, (uint32_t)K);
@@ -220,8 +225,9 @@ static void test_experts(const st_model *m, st_rng *r) {
                 int64_t bad = -1;
                 for (int64_t j = 0; j < d && bad < 0; j++)
                     if (memcmp(&got[(size_t)i * d + j], &want[j], sizeof(float))) bad = j;
-                CHECK(bad < 0, "%d threads, layer %u, expert %d (%s down): row %lld is %g, the CPU engine's %g",
-                      k_threads[ti], l, ids[i], st_type_name(a->layers[l].x.type[2]), (long long)bad,
+                CHECK(bad < 0, "%d threads%s, layer %u, expert %d (%s down): row %lld is %g, the CPU engine's %g",
+                      cfg_threads[ti], cfg_balance[ti] ? " balanced" : "", l, ids[i],
+                      st_type_name(a->layers[l].x.type[2]), (long long)bad,
                       bad >= 0 ? got[(size_t)i * d + bad] : 0.0, bad >= 0 ? want[bad] : 0.0);
                 if (ti == 0 && i == 0) {
                     f64_expert(m, l, (uint32_t)ids[i], x, ref);
