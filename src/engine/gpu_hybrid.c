@@ -1323,7 +1323,7 @@ static int hy_pf_fill(st_hybrid *h, const char *when, cudaStream_t st) {
     const int P = h->pf_P, n_sets = h->pf.n_sets;
     const uint64_t n_own = (uint64_t)n_sets * (uint64_t)P;
     st_hy_update u[ST_HY_MAX_UPDATES], back[ST_HY_MAX_UPDATES];
-    int n_u = 0, n_back = 0;
+    int n_u = 0;
     uint64_t bytes = 0;
     if (st) {  // (a step still queued may read the slots about to be overwritten)
         HY_CHECK(cudaEventRecord(h->ev_victims, st));
@@ -1341,19 +1341,13 @@ static int hy_pf_fill(st_hybrid *h, const char *when, cudaStream_t st) {
         }
         if (!st_hy_pf_set_refill(h->E, P, h->freq + row, h->slot_of + row, expert, fresh)) continue;
         const st_xlayer *x = &h->arena->layers[l].x;
-        for (int j = 0; j < P; j++) {
-            if (!fresh[j]) continue;
-            if (old[j] >= 0) {  // its expert leaves: the entry points home (tab_h holds the homes)
+        int n_back = 0;  // (at most P <= ST_HY_MAX_UPDATES: one launch per set)
+        for (int j = 0; j < P; j++)
+            if (fresh[j] && old[j] >= 0) {  // its expert leaves: the entry points home (tab_h holds the homes)
                 back[n_back].index = old[j];
-                memcpy(back[n_back].ptr, &h->tab_h[(uint64_t)old[j] * 3], sizeof back[n_back].ptr);
-                if (++n_back == ST_HY_MAX_UPDATES) {
-                    if (st_cuda_hy_set_table(h->tab_d, back, n_back, h->copy)) return -1;  // before the copies
-                    n_back = 0;
-                }
+                memcpy(back[n_back++].ptr, &h->tab_h[(uint64_t)old[j] * 3], sizeof back[0].ptr);
             }
-        }
-        if (n_back && st_cuda_hy_set_table(h->tab_d, back, n_back, h->copy)) return -1;
-        n_back = 0;
+        if (n_back && st_cuda_hy_set_table(h->tab_d, back, n_back, h->copy)) return -1;  // before the copies
         const int64_t slot0 = pf_own_slot0(h) + (int64_t)set * P;
         for (int j = 0; j < P;) {  // runs of fresh slots (consecutive experts merge into one copy)
             if (!fresh[j]) {
