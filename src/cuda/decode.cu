@@ -259,6 +259,10 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     const bool have = task < E * n_tok;
     const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
     router_preload<T>(w, n4, lane, have, wp);
+    if (cnt.table_l2 && blockIdx.x == 0 && threadIdx.x == 0) {  // (a hint: entries a side stream rewrites stay valid)
+        st_prefetch_l2_range(cnt.table, (size_t)E * 3 * sizeof(void *));
+        if constexpr (SPLIT) st_prefetch_l2(split->carry);
+    }
     st_pdl_wait();
     st_pdl_trigger();
     if (have) {

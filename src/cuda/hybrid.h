@@ -33,6 +33,8 @@ typedef struct st_hy_count_args {
     uint32_t *sel_miss;            // device [2] of this layer or NULL (decode statistics): [0] += n_pairs, [1] += 1
                                    // per pair whose gate address lies outside [vram_lo, vram_hi) (a PCIe miss)
     st_hy_count_pf pf;
+    int table_l2;                  // 1: the router launch's prologue brings the table (and the split's carry) into
+                                   // L2 before its dependency wait (STRATA_HY_TBL_L2; the router launches only)
 } st_hy_count_args;
 // Counts the routed experts ids [n_pairs] (valid ids in [0, n_expert)) by a's rules; integer atomics only
 // (order-independent).

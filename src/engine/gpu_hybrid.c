@@ -137,6 +137,12 @@ struct st_hybrid {
     // its copies land in the pinned cnt_h / rb_h, ev_rb marks them complete, and a later st_hybrid_after_eval
     // processes them.
     int rb_async, rb_pending;
+    // STRATA_HY_TBL_L2=1 (opt-in, 2026-12-02c, unmeasured): each decode router launch brings its layer's address table
+    // (n_expert x 3 pointers, 3 KiB at 128 experts) and the split's carry into L2 before its dependency wait. The
+    // step streams ~1.5 GB through the 50 MB L2, so a layer's table lines come from HBM a token after their last use:
+    // three dependent reads per layer wait for them (the router tail's classify, the GLU's and the down kernel's row
+    // addresses). Predicted: ~0.4 us off each, tg128 +1-3% at every budget (16 GiB: 2.66 ms per token).
+    int tbl_l2;
     int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
     unsigned long long *rb_h;     // pinned [6]: the prefetch statistics [5] (st_hy_pf, then hits), the CPU wait (ns)
     cudaEvent_t ev_rb;
@@ -181,7 +187,7 @@ struct st_hybrid {
     // decode step (its own graph; the copies already made keep serving); gate_dec counts the period's decode tokens.
     // 2 (default): also, after a long prompt, the own sets refilled as cache and the branch off; 1: the rule only.
     int pf_gate;
-    int pf_lean;                  // STRATA_HY_PF_LEAN=1: with the branch off, no progress word (hy_pf_progress)
+    int pf_lean;                  // STRATA_HY_PF_LEAN (default 1): branch off, no progress word (hy_pf_progress)
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
@@ -603,11 +609,6 @@ static int hy_cpu_init(st_hybrid *h) {
     // The workers stay awake as long as the doorbell thread does: at 16 GiB a layer job came every ~0.7 ms and
     // cost 108 us on the CPU for 1.5 experts, 135 us with 8 threads (2026-12-01b): ~77 us of it fixed.
     st_hy_cpu_set_spin(h->cpu, env_int("STRATA_HY_CPU_SPIN_MS", (int)(HY_BELL_SPIN_S * 1e3), 0, 60000) * 1e-3);
-    // Opt-in STRATA_HY_CPU_BALANCE=1 (2026-12-02b, unmeasured): each layer job's rows split evenly over the threads
-    // (place/cpu_experts.h st_hy_cpu_set_balance) instead of fixed chunks whose last round leaves threads idle. At
-    // 16 GiB, tg128: 1.48 experts per layer job, 72 us on the CPU, the GPU waiting 61 us in 4.6 layers per token;
-    // predicted -5..-12 us per job: tg128 +0.5-2% at 16 GiB, more at 8 GiB (32.7 misses per token).
-    st_hy_cpu_set_balance(h->cpu, env_int("STRATA_HY_CPU_BALANCE", 0, 0, 1));
     h->cpu_knockout = env_int("STRATA_HY_CPU_KNOCKOUT", 0, 0, 1);
     if (h->cpu_knockout) st_warn("STRATA_HY_CPU_KNOCKOUT=1: CPU misses answered with zeros (a benchmark knockout; "
                                  "the output is wrong)");
@@ -679,6 +680,9 @@ static int hy_cpu_init(st_hybrid *h) {
             is_auto ? "auto -> " : "", f, 100.0 * f, threads, why);
     // The doorbell measured faster than host nodes at every budget (12 GiB 111 vs 91 tok/s, 16 GiB at F 0.75 170 vs
     // 123, 8 GiB 86 vs 59; bench/results/2026-11-30c-h200-knockout-hybrid.md).
+    // STRATA_HY_CPU_PROFILE=1: where the CPU misses' time goes, printed when the engine closes (after the timing
+    // above, which it would otherwise count).
+    if (env_int("STRATA_HY_CPU_PROFILE", 0, 0, 1) && st_hy_cpu_set_profile(h->cpu, 1)) return -1;
     return getenv("STRATA_HY_HOSTNODE") ? 0 : hy_bell_init(h);
 }
 
@@ -1121,6 +1125,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     // agent prompt, 16 GiB, d16384 (2026-12-02b): 330.94 / 332.99 vs 329.47 / 329.52 tok/s, and +0.3% over the gate
     // alone (333.52 vs 332.59). The default; STRATA_HY_RB_ASYNC=0 synchronises.
     h->rb_async = env_int("STRATA_HY_RB_ASYNC", 1, 0, 1);
+    h->tbl_l2 = env_int("STRATA_HY_TBL_L2", 0, 0, 1);
     if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 3ull * h->L), NULL)) return -1;
     HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {&h->ev_start, &h->ev_staged[0], &h->ev_staged[1], &h->ev_done[0], &h->ev_done[1],
@@ -1201,6 +1206,8 @@ void st_hybrid_free(st_hybrid *h) {
     if (h->bell_seq_d && h->ctx) st_cuda_free(h->ctx, h->bell_seq_d);
     if (h->bell_wait_d && h->ctx) st_cuda_free(h->ctx, h->bell_wait_d);
     if (h->join_leader_d && h->ctx) st_cuda_free(h->ctx, h->join_leader_d);
+    char prof[1024];
+    if (h->cpu && st_hy_cpu_profile_text(h->cpu, prof, sizeof prof)) st_info("hybrid CPU misses profile: %s", prof);
     st_hy_cpu_free(h->cpu);
     if (h->side) cudaStreamDestroy(h->side);
     if (h->ev_fork) cudaEventDestroy(h->ev_fork);
@@ -1268,12 +1275,12 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
 
 // ---- forward-pass hooks -----------------------------------------------------------------------------------------
 
-// The prefetch's progress word for this step's counts (hybrid.h rule 1), or NULL where no branch reads it. Opt-in
-// STRATA_HY_PF_LEAN=1 (2026-12-02b, unmeasured): with the gate's branch off, the step leaves out the word's reset
-// and each layer's atomic exchange + fence, which sit in the router's tail ahead of the classify's table reads.
-// The agent prompt at 16 GiB measured the gate (branch off) at 332.59 tok/s against 337.00 with no prefetch at
-// all; predicted +0.5-1.5% of that gap. A graph captured with the branch off keeps NULL; the branch's graph,
-// captured with it on, resets the word every step.
+// The prefetch's progress word for this step's counts (hybrid.h rule 1), or NULL where no branch reads it. With
+// the gate's branch off (STRATA_HY_PF_LEAN, default 1) the step leaves out the word's reset and each layer's atomic
+// exchange + fence, which sit in the router's tail ahead of the classify's table reads: the agent prompt at 16 GiB,
+// tg256 @ d16384, 333.08 / 333.94 -> 336.83 / 336.29 tok/s over two rounds (+0.9%; predicted +0.5-1.5%,
+// 2026-12-02c). A graph captured with the branch off keeps NULL; the branch's graph, captured with it on, resets
+// the word every step.
 static int32_t *hy_pf_progress(const st_hybrid *h) {
     return h->pf_lean && !h->pf_gate_state.live ? NULL : h->pf_progress_d;
 }
@@ -1286,6 +1293,7 @@ void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_coun
     a->vram_hi = h->slots + h->n_slots_alloc * h->stride;
     a->counts = h->cnt_d + (uint64_t)l * h->E;
     a->sel_miss = decode ? h->cnt_d + (uint64_t)h->L * h->E + 2ull * l : NULL;
+    a->table_l2 = decode && h->tbl_l2;
     if (decode && h->pf_on) {
         a->pf.progress = hy_pf_progress(h);
         a->pf.layer = (int)l;
@@ -1462,7 +1470,7 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);
-    h->pf_lean = env_int("STRATA_HY_PF_LEAN", 0, 0, 1);
+    h->pf_lean = env_int("STRATA_HY_PF_LEAN", 1, 0, 1);
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
             "%d copy blocks)", h->pf_P, pf->n_sets, h->pf_P, h->pf_own ? "own slots" : "in the prefill staging",
             max_copies, max_copies == 1 ? "y" : "ies", h->pf_blocks);

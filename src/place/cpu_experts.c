@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,19 +16,32 @@
 #include "util/err.h"
 #include "util/log.h"
 
-#define GU_ROWS 32    // gate/up rows per task (a multiple of 8: 8-row tiled types keep their order)
+// Single-token calls (decode), rows per task. Both are multiples of 8 (8-row repacked types keep the CPU engine's
+// order) and gate/up's of 16 (each task's SwiGLU takes the CPU engine's 16-element chunks; cpu/ops.c computes
+// leftovers with libm's expf). Smaller tasks measured slower: the layer job is DRAM-bound and each task's stream
+// starts cold (16 GiB, tg128, 2026-12-02c: 16 / 32 rows 375.4 tok/s vs 374.9, 16 / 16 358.7; 8 GiB 16 / 16 254.4
+// vs 264.3); so did one task per thread (docs/experiments/2026-12-02-cpu-miss-balance.patch).
+#define GU_ROWS 32    // gate/up rows per task
 #define DOWN_ROWS 64  // down rows per task
 #define TOK_GU_ROWS 64     // multi-token calls: gate/up rows per task (multiples of 8, as above)
 #define TOK_DOWN_ROWS 128  // multi-token calls: down rows per task
 #define TOK_PAIRS 16       // multi-token calls: pairs per quantization task, tokens per sum task
 
-// How one call's tasks cover the rows of its n experts laid end to end (per_expert rows each): task t takes `per`
-// rows, within one expert (chunk t % tasks_per_expert of expert t / tasks_per_expert; the last chunk of an expert
-// may be shorter), or with `cross` the global rows [t * per, (t + 1) * per), which may span two experts.
-typedef struct hy_rows {
-    int64_t per, per_expert, total, tasks_per_expert, n_tasks;
-    int cross;
-} hy_rows;
+// Opt-in profile of the single-token calls (st_hy_cpu_set_profile): where a call's time goes. Per pool run each
+// thread's first task start and last task end after the publish, and its busy time; per call the phases' walls.
+#define HY_PROF_THREADS 256  // threads past this are not profiled
+typedef struct hy_prof_run {
+    double t_pub;                                   // st_now() before st_pool_run
+    double first[HY_PROF_THREADS], last[HY_PROF_THREADS], busy[HY_PROF_THREADS];  // per thread; first 0: no task
+} hy_prof_run;
+typedef struct hy_prof {
+    hy_prof_run run;                  // the run in progress
+    uint64_t calls, experts;
+    // sums over calls, seconds: the input's quantization, the gate/up run's wall, the SwiGLU rows' quantization,
+    // the down run's wall; per run (index 0 gate/up, 1 down): the mean and the latest start of a thread that took
+    // a task, the threads' mean busy time and the longest, the threads that took part
+    double quant_x, wall[2], quant_g, start_mean[2], start_max[2], busy_mean[2], busy_max[2], took[2];
+} hy_prof;
 
 struct st_hy_cpu {
     const st_arena *a;
@@ -43,8 +57,8 @@ struct st_hy_cpu {
     int n;
     const int32_t *experts;
     float *const *out;
-    hy_rows gu_rows, down_rows;  // this call's tasks over the n x n_ff gate/up rows and the n x n_embd down rows
-    int balance;                 // st_hy_cpu_set_balance
+    int64_t n_gu_chunks, n_down_chunks;  // tasks per expert (GU_ROWS, DOWN_ROWS rows each)
+    hy_prof *prof;               // st_hy_cpu_set_profile, or NULL
     _Atomic int failed;
     // multi-token calls (st_hy_cpu_tokens): the chunk's CPU pairs in expert order, buffers grown on demand
     int64_t cap_pairs, cap_tk;
@@ -120,6 +134,8 @@ st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int
         st_hy_cpu_free(c);
         return st_err("CPU miss workers: out of memory"), NULL;
     }
+    c->n_gu_chunks = (n_ff + GU_ROWS - 1) / GU_ROWS;
+    c->n_down_chunks = (n_embd + DOWN_ROWS - 1) / DOWN_ROWS;
     c->n_tgu = (int)((n_ff + TOK_GU_ROWS - 1) / TOK_GU_ROWS);
     c->n_tdown = (int)((n_embd + TOK_DOWN_ROWS - 1) / TOK_DOWN_ROWS);
     return c;
@@ -127,6 +143,7 @@ st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int
 
 void st_hy_cpu_free(st_hy_cpu *c) {
     if (!c) return;
+    free(c->prof);
     st_pool_destroy(c->pool);
     free(c->xq);
     free(c->g);
@@ -151,57 +168,79 @@ int st_hy_cpu_threads(const st_hy_cpu *c) { return st_pool_threads(c->pool); }
 
 void st_hy_cpu_set_spin(st_hy_cpu *c, double seconds) { st_pool_set_spin(c->pool, seconds); }
 
-void st_hy_cpu_set_balance(st_hy_cpu *c, int on) { c->balance = on != 0; }
+int st_hy_cpu_set_profile(st_hy_cpu *c, int on) {
+    free(c->prof);
+    c->prof = on ? calloc(1, sizeof *c->prof) : NULL;
+    return on && !c->prof ? st_err("CPU miss workers: out of memory for the profile") : 0;
+}
+
+// Task of `thread` ran [t0, t1) in the profiled run (each thread writes only its own slots; the caller reads them
+// after the run's last task is done).
+static void prof_task(st_hy_cpu *c, int thread, double t0, double t1) {
+    hy_prof_run *r = &c->prof->run;
+    if (thread >= HY_PROF_THREADS) return;
+    if (r->first[thread] == 0) r->first[thread] = t0;
+    r->last[thread] = t1;
+    r->busy[thread] += t1 - t0;
+}
+
+// Runs the pool on fn, profiled as run k (0 gate/up, 1 down) when the profile is on.
+static void prof_pool_run(st_hy_cpu *c, int k, int64_t n_tasks, st_task_fn fn) {
+    if (!c->prof) {
+        st_pool_run(c->pool, n_tasks, fn, c);
+        return;
+    }
+    hy_prof *p = c->prof;
+    memset(&p->run, 0, sizeof p->run);
+    p->run.t_pub = st_now();
+    st_pool_run(c->pool, n_tasks, fn, c);
+    const double t_end = st_now();
+    int took = 0;
+    double s_sum = 0, s_max = 0, b_sum = 0, b_max = 0;
+    for (int t = 0; t < HY_PROF_THREADS; t++) {
+        if (p->run.first[t] == 0) continue;
+        const double s = p->run.first[t] - p->run.t_pub;
+        took++;
+        s_sum += s;
+        s_max = s > s_max ? s : s_max;
+        b_sum += p->run.busy[t];
+        b_max = p->run.busy[t] > b_max ? p->run.busy[t] : b_max;
+    }
+    p->wall[k] += t_end - p->run.t_pub;
+    p->start_mean[k] += took ? s_sum / took : 0;
+    p->start_max[k] += s_max;
+    p->busy_mean[k] += took ? b_sum / took : 0;
+    p->busy_max[k] += b_max;
+    p->took[k] += took;
+}
+
+int st_hy_cpu_profile_text(const st_hy_cpu *c, char *buf, size_t size) {
+    const hy_prof *p = c->prof;
+    if (!p || !p->calls || size == 0) return 0;
+    const double n = (double)p->calls, us = 1e6 / n;
+    int w = snprintf(buf, size, "%llu calls, %.2f experts each: quantize x %.1f us", (unsigned long long)p->calls,
+                     (double)p->experts / n, p->quant_x * us);
+    const char *name[2] = {"gate/up", "down"};
+    for (int k = 0; k < 2 && w >= 0 && (size_t)w < size; k++) {
+        w += snprintf(buf + w, size - (size_t)w,
+                      "; %s run %.1f us (%.1f threads took tasks, start mean %.1f / latest %.1f us, busy mean %.1f "
+                      "/ longest %.1f us)",
+                      name[k], p->wall[k] * us, p->took[k] / n, p->start_mean[k] * us, p->start_max[k] * us,
+                      p->busy_mean[k] * us, p->busy_max[k] * us);
+        if (k == 0 && w >= 0 && (size_t)w < size)
+            w += snprintf(buf + w, size - (size_t)w, "; quantize SwiGLU %.1f us", p->quant_g * us);
+    }
+    return 1;
+}
 
 static size_t ff_stride(const st_hy_cpu *c) { return align64(sizeof(float) * (size_t)c->n_ff) / sizeof(float); }
 
-// The tasks of n experts' per_expert rows each: fixed chunks of `rows` within each expert, or with balance (and
-// per_expert a multiple of 8) the fewest multiple-of-8 rows that give each thread one task, tasks spanning experts
-// where a range crosses one (each expert's segments then start at multiples of 8: the tiled types' order). Fixed
-// chunks leave threads idle in a call's last round: 1 expert of 768 gate/up rows on 15 threads is 24 chunks of 32
-// (2 rounds: 64 rows on the slowest thread against 56 balanced), its 2,048 down rows 32 of 64 (3 rounds: 192 rows
-// against 144).
-static hy_rows hy_rows_plan(const st_hy_cpu *c, int n, int64_t per_expert, int64_t rows) {
-    hy_rows r = {rows, per_expert, (int64_t)n * per_expert, (per_expert + rows - 1) / rows, 0, 0};
-    if (c->balance && per_expert % 8 == 0) {
-        const int64_t t = st_pool_threads(c->pool), per = ((r.total + t - 1) / t + 7) / 8 * 8;
-        r.per = per > 8 ? per : 8;
-        r.cross = 1;
-        r.n_tasks = (r.total + r.per - 1) / r.per;
-        return r;
-    }
-    r.n_tasks = (int64_t)n * r.tasks_per_expert;
-    return r;
-}
-
-// Task t's global rows [*g0, *g1) (see hy_rows).
-static void hy_rows_range(const hy_rows *r, int64_t t, int64_t *g0, int64_t *g1) {
-    if (r->cross) {
-        *g0 = t * r->per;
-        *g1 = *g0 + r->per < r->total ? *g0 + r->per : r->total;
-        return;
-    }
-    const int64_t i = t / r->tasks_per_expert, end = (i + 1) * r->per_expert;
-    *g0 = i * r->per_expert + (t % r->tasks_per_expert) * r->per;
-    *g1 = *g0 + r->per < end ? *g0 + r->per : end;
-}
-
-// Runs seg(c, i, r0, nr) on each expert's part of task t's rows (expert i's rows [r0, r0 + nr)); 0, or -1 when a
-// call failed.
-static int hy_rows_each(st_hy_cpu *c, const hy_rows *r, int64_t t, int (*seg)(st_hy_cpu *, int, int64_t, int64_t)) {
-    int64_t g, g1;
-    hy_rows_range(r, t, &g, &g1);
-    while (g < g1) {
-        const int i = (int)(g / r->per_expert);
-        const int64_t r0 = g % r->per_expert, nr = g1 - g < r->per_expert - r0 ? g1 - g : r->per_expert - r0;
-        if (seg(c, i, r0, nr)) return -1;
-        g += nr;
-    }
-    return 0;
-}
-
-// Gate/up rows [r0, r0 + nr) of expert i: both products, then their SwiGLU into g.
-static int gu_segment(st_hy_cpu *c, int i, int64_t r0, int64_t nr) {
+// Task (expert i, chunk j) of gate/up: rows [r0, r0 + nr) of both products, then their SwiGLU into g.
+static void gu_task(void *ud, int64_t task, int thread) {
+    st_hy_cpu *c = ud;
+    const double t0 = c->prof ? st_now() : 0;
+    const int i = (int)(task / c->n_gu_chunks);
+    const int64_t r0 = task % c->n_gu_chunks * GU_ROWS, nr = r0 + GU_ROWS <= c->n_ff ? GU_ROWS : c->n_ff - r0;
     const st_xlayer *x = &c->a->layers[c->layer].x;
     const uint32_t e = (uint32_t)c->experts[i];
     float *g = c->g + (size_t)i * ff_stride(c), *u = c->u + (size_t)i * ff_stride(c);
@@ -209,29 +248,24 @@ static int gu_segment(st_hy_cpu *c, int i, int64_t r0, int64_t nr) {
                              g + r0, c->n_ff, ST_MM_EXPERT) ||
         st_cpu_matmul_rows_q(NULL, x->type[1], st_arena_part(c->a, c->layer, e, 1), c->n_embd, r0, nr, c->xq, 0, 1,
                              u + r0, c->n_ff, ST_MM_EXPERT))
-        return -1;
-    st_swiglu(g + r0, g + r0, u + r0, nr);
-    return 0;
+        atomic_store(&c->failed, 1);
+    else
+        st_swiglu(g + r0, g + r0, u + r0, nr);
+    if (c->prof) prof_task(c, thread, t0, st_now());
 }
 
-// Down output rows [r0, r0 + nr) of expert i.
-static int down_segment(st_hy_cpu *c, int i, int64_t r0, int64_t nr) {
-    const st_xlayer *x = &c->a->layers[c->layer].x;
-    return st_cpu_matmul_rows_q(NULL, x->type[2], st_arena_part(c->a, c->layer, (uint32_t)c->experts[i], 2), c->n_ff,
-                                r0, nr, c->aq + (size_t)i * c->aq_stride, 0, 1, c->out[i] + r0, c->n_embd,
-                                ST_MM_EXPERT);
-}
-
-static void gu_task(void *ud, int64_t task, int thread) {
-    (void)thread;
-    st_hy_cpu *c = ud;
-    if (hy_rows_each(c, &c->gu_rows, task, gu_segment)) atomic_store(&c->failed, 1);
-}
-
+// Task (expert i, chunk j) of down: output rows [r0, r0 + nr) of expert i.
 static void down_task(void *ud, int64_t task, int thread) {
-    (void)thread;
     st_hy_cpu *c = ud;
-    if (hy_rows_each(c, &c->down_rows, task, down_segment)) atomic_store(&c->failed, 1);
+    const double t0 = c->prof ? st_now() : 0;
+    const int i = (int)(task / c->n_down_chunks);
+    const int64_t r0 = task % c->n_down_chunks * DOWN_ROWS,
+                  nr = r0 + DOWN_ROWS <= c->n_embd ? DOWN_ROWS : c->n_embd - r0;
+    const st_xlayer *x = &c->a->layers[c->layer].x;
+    if (st_cpu_matmul_rows_q(NULL, x->type[2], st_arena_part(c->a, c->layer, (uint32_t)c->experts[i], 2), c->n_ff,
+                             r0, nr, c->aq + (size_t)i * c->aq_stride, 0, 1, c->out[i] + r0, c->n_embd, ST_MM_EXPERT))
+        atomic_store(&c->failed, 1);
+    if (c->prof) prof_task(c, thread, t0, st_now());
 }
 
 int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out) {
@@ -244,22 +278,28 @@ int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const
             return st_err("CPU miss workers: layer %u: expert id %d of %u", layer, experts[i], c->a->n_expert);
     const st_xlayer *xl = &c->a->layers[layer].x;
     const st_cpu_isa isa = st_cpu_isa_active();
+    const double t0 = c->prof ? st_now() : 0;
     if (st_cpu_quantize_act(st_cpu_act_type(xl->type[0]), x, c->xq, c->n_embd, isa)) return -1;
+    if (c->prof) {
+        c->prof->calls++;
+        c->prof->experts += (uint64_t)n;
+        c->prof->quant_x += st_now() - t0;
+    }
     c->layer = layer;
     c->n = n;
     c->experts = experts;
     c->out = out;
     atomic_store(&c->failed, 0);
-    c->gu_rows = hy_rows_plan(c, n, c->n_ff, GU_ROWS);
-    c->down_rows = hy_rows_plan(c, n, c->n_embd, DOWN_ROWS);
-    st_pool_run(c->pool, c->gu_rows.n_tasks, gu_task, c);
+    prof_pool_run(c, 0, n * c->n_gu_chunks, gu_task);
     if (atomic_load(&c->failed)) return st_err("CPU miss workers: layer %u: gate/up product failed", layer);
     const int down_act = st_cpu_act_type(xl->type[2]);
+    const double t1 = c->prof ? st_now() : 0;
     for (int i = 0; i < n; i++)
         if (st_cpu_quantize_act(down_act, c->g + (size_t)i * ff_stride(c), c->aq + (size_t)i * c->aq_stride, c->n_ff,
                                 isa))
             return -1;
-    st_pool_run(c->pool, c->down_rows.n_tasks, down_task, c);
+    if (c->prof) c->prof->quant_g += st_now() - t1;
+    prof_pool_run(c, 1, n * c->n_down_chunks, down_task);
     if (atomic_load(&c->failed)) return st_err("CPU miss workers: layer %u: down product failed", layer);
     return 0;
 }

@@ -34,9 +34,11 @@ void st_hy_cpu_free(st_hy_cpu *c);
 int st_hy_cpu_threads(const st_hy_cpu *c);
 // The workers spin at least `seconds` after each call before they sleep (util/pool.h st_pool_set_spin).
 void st_hy_cpu_set_spin(st_hy_cpu *c, double seconds);
-// on: st_hy_cpu_experts splits each call's rows evenly over the threads (one task each, tasks may span two
-// experts) instead of fixed chunks per expert, whose last round leaves threads idle. Same results bit for bit.
-void st_hy_cpu_set_balance(st_hy_cpu *c, int on);
+// on: st_hy_cpu_experts records where its calls' time goes (the phases, each pool run's thread start latency and
+// busy time; a few clock reads per task); st_hy_cpu_profile_text writes the means so far into buf (1, or 0 when
+// the profile is off or empty). 0, or -1 with st_errmsg (out of memory).
+int st_hy_cpu_set_profile(st_hy_cpu *c, int on);
+int st_hy_cpu_profile_text(const st_hy_cpu *c, char *buf, size_t size);
 
 // out[i][0 .. n_embd) = y_{experts[i]} of layer `layer` for x [n_embd] f32, i < n (n <= max_experts; n == 0: no
 // work). Not reentrant (one call at a time per st_hy_cpu). 0, or -1 with st_errmsg (expert id out of range).

@@ -131,10 +131,12 @@ run_decode mid-prefill-refill $mid 128 1100 400 STRATA_HY_PREFILL_SWAPS=8
 run_decode mid-prefetch-gate $mid 128 1100 400 STRATA_HY_PF_GATE=1
 # the gate's second level: after a long prompt the own sets refilled as cache and the branch off; the second prompt
 # (also long) refills them again after decode steps, from the owners the decode left; with the branch off, no
-# progress word (STRATA_HY_PF_LEAN=1, opt-in)
+# progress word (the default, STRATA_HY_PF_LEAN=1), and with it (STRATA_HY_PF_LEAN=0)
 run_decode mid-prefetch-gate2 $mid 128 1100 400 STRATA_HY_PF_GATE=2 HYBRID_DECODE_PROMPT2=1100  # (the default level)
-run_decode mid-prefetch-lean $mid 128 1100 400 STRATA_HY_PF_LEAN=1 HYBRID_DECODE_PROMPT2=1100
+run_decode mid-prefetch-word $mid 128 1100 400 STRATA_HY_PF_LEAN=0 HYBRID_DECODE_PROMPT2=1100
 # the decode periods' read-back without a stream synchronisation (processed a step or two later); with the gate
+# the router launches bring the layer's address table into L2 before their dependency wait (opt-in STRATA_HY_TBL_L2=1)
+run_decode mid-tbl-l2 $mid 128 300 400 STRATA_HY_TBL_L2=1
 run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE=1
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
 run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8 STRATA_HY_PF_OWN=0 STRATA_HY_PREFETCH_MAX=8
@@ -209,7 +211,8 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
 }
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
-run_cpumiss mid-cpumiss-balance $mid 128 100 1000 0 STRATA_HY_CPU_BALANCE=1  # the rows split evenly (opt-in)
+run_cpumiss mid-cpumiss-profile $mid 128 100 300 0 STRATA_HY_CPU_PROFILE=1  # the workers' profile (printed at close)
+run_cpumiss mid-cpumiss-tbl-l2 $mid 128 100 300 0.5 STRATA_HY_TBL_L2=1  # the router split's table prefetch (opt-in)
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
 run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1

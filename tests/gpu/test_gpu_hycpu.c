@@ -598,6 +598,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
             memset(&cnt, 0, sizeof cnt);
             cnt.n_expert = E, cnt.table = L->tab_d, cnt.vram_lo = L->vram, cnt.vram_hi = L->vram + L->rec_bytes * E;
             cnt.counts = p->counts, cnt.sel_miss = p->sel_miss;
+            cnt.table_l2 = (int)(it % 2);  // odd replays: the router's L2 prefetch of the table (a hint, same results)
             if (w == 0) {
                 ST(st_cuda_router_topk_count(ST_TYPE_F32, W_d, D, E, b->xn, 1, K, 1, logits_d, p->ids, p->wts, rcnt,
                                              &cnt, st));

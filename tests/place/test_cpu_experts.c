@@ -6,7 +6,7 @@
 //   3. st_hy_pick_pcie_frac: both sides finish together inside (0, 0.95], clamps and bad inputs
 //   4. st_hy_cpu_experts on an arena built from a small Q4_K_M qwen3moe (Q4_K and Q6_K down stacks): bit-equal to
 //      st_cpu_matmul_rows over each whole expert matrix of the model (the CPU engine's products), with 1 and 3
-//      threads, and split evenly over 3 and 7 threads (st_hy_cpu_set_balance: tasks spanning experts); close to a
+//      threads, and 7 with the profile on (its counts); close to a
 //      float64 reference from the dequantized weights; bad ids refused; the timing helper
 //   5. st_hy_cpu_tokens (hybrid prefill's CPU share): a chunk of tokens routed top-K, a random subset of experts on
 //      the CPU: bit-equal to the CPU engine's batched products (st_cpu_matmul_rows over each expert's tokens as one
@@ -206,13 +206,14 @@ static void test_experts(const st_model *m, st_rng *r) {
     float *out[32];
     for (int k = 0; k < K; k++) out[k] = got + (size_t)k * d;
     st_cpu_scratch s = {0};
-    // fixed chunks on 1 and 3 threads, then the balanced split (st_hy_cpu_set_balance) on 3 and 7: tasks spanning
-    // two experts
-    const int cfg_threads[4] = {k_threads[0], k_threads[1], 3, 7}, cfg_balance[4] = {0, 0, 1, 1};
-    for (int ti = 0; ti < 4; ti++) {
+    // 1, 3 and 7 threads; the profile on with 7 (it must not change the results)
+    const int cfg_threads[3] = {k_threads[0], k_threads[1], 7};
+    for (int ti = 0; ti < 3; ti++) {
         st_hy_cpu *c = test_workers(a, hp, cfg_threads[ti]);
         if (!c) continue;
-        st_hy_cpu_set_balance(c, cfg_balance[ti]);
+        char txt[1024] = "";
+        CHECK(st_hy_cpu_profile_text(c, txt, sizeof txt) == 0, "the profile is off by default");
+        if (ti == 2) CHECK(st_hy_cpu_set_profile(c, 1) == 0, "profile: %s", st_errmsg());  // (results unchanged)
         for (uint32_t l = 0; l < hp->n_layer; l++) {
             for (int64_t i = 0; i < d; i++) x[i] = st_rng_normal(r);
             const int n = 1 + (int)st_rng_below(r, (uint32_t)K);
@@ -225,8 +226,8 @@ static void test_experts(const st_model *m, st_rng *r) {
                 int64_t bad = -1;
                 for (int64_t j = 0; j < d && bad < 0; j++)
                     if (memcmp(&got[(size_t)i * d + j], &want[j], sizeof(float))) bad = j;
-                CHECK(bad < 0, "%d threads%s, layer %u, expert %d (%s down): row %lld is %g, the CPU engine's %g",
-                      cfg_threads[ti], cfg_balance[ti] ? " balanced" : "", l, ids[i],
+                CHECK(bad < 0, "%d threads, layer %u, expert %d (%s down): row %lld is %g, the CPU engine's %g",
+                      cfg_threads[ti], l, ids[i],
                       st_type_name(a->layers[l].x.type[2]), (long long)bad,
                       bad >= 0 ? got[(size_t)i * d + bad] : 0.0, bad >= 0 ? want[bad] : 0.0);
                 if (ti == 0 && i == 0) {
@@ -240,6 +241,15 @@ static void test_experts(const st_model *m, st_rng *r) {
                     CHECK(rel < 0.05, "layer %u expert %d: relative RMS error %.4f against float64", l, ids[i], rel);
                 }
             }
+        }
+        if (ti == 2) {  // one call per layer, both runs on at most 7 threads
+            unsigned long long calls = 0;
+            double took = 0;
+            const char *gu = strstr(txt, "gate/up run");
+            CHECK(st_hy_cpu_profile_text(c, txt, sizeof txt) == 1 && sscanf(txt, "%llu calls", &calls) == 1 &&
+                      calls == hp->n_layer && (gu = strstr(txt, "gate/up run")) && strstr(txt, "down run") &&
+                      sscanf(strchr(gu, '(') + 1, "%lf threads", &took) == 1 && took >= 1 && took <= 7,
+                  "profile after %u calls: '%s'", hp->n_layer, txt);
         }
         int32_t bad_id = (int32_t)hp->n_expert;
         CHECK(st_hy_cpu_experts(c, 0, x, 1, &bad_id, out) == -1 && strstr(st_errmsg(), "expert id"),
