@@ -181,6 +181,14 @@ struct st_hybrid {
     pthread_t bell_thread;
     int bell_started;
     _Atomic int bell_stop;
+    // CPU warm-up of predicted CPU misses (opt-in STRATA_HY_CPU_WARM=1; hy_bell_main): the prefetch's plan exports
+    // the predictions it does not copy (cuda/hybrid.h st_hy_pf.hint) and the idle doorbell thread has the workers
+    // read those records into the caches until the next ring (place/cpu_experts.h st_hy_cpu_touch)
+    int32_t *hint_h, *hint_dp;    // mapped [3 + ST_HY_HINT_MAX] host / device address
+    uint32_t *hint_seq_d;         // device: the hints so far
+    int32_t warm_layer, warm_n, warm_ids[ST_HY_HINT_MAX];  // the last hint read (doorbell thread only)
+    uint64_t warm_hints, warm_bytes, warm_stopped;  // hints read, bytes read ahead, touches stopped by a ring
+    uint64_t warm_misses, warm_hit;  // CPU misses computed, and of them in the last hint of their layer
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
     // The prefetch's gate (STRATA_HY_PF_GATE, hy_pf_gate): pf_gate_state.live 0 leaves the side branch out of the
@@ -714,6 +722,14 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
         ids[i] = h->meta_h[1 + 32 + i];
         ok = rank >= 0 && rank < h->K;
         out[i] = h->ycpu_h + (size_t)(ok ? rank : 0) * d;
+        if (h->hint_h) {  // (the doorbell thread: the warm-up's statistics)
+            h->warm_misses++;
+            for (int j = 0; h->warm_layer == (int32_t)l && j < h->warm_n; j++)
+                if (h->warm_ids[j] == ids[i]) {
+                    h->warm_hit++;
+                    break;
+                }
+        }
     }
     if (ok && st_hy_cpu_experts(h->cpu, l, h->xrow_h, n, ids, out) == 0) return;
     if (!atomic_exchange(&h->cpu_failed, 1))
@@ -727,13 +743,40 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
 // HY_BELL_IDLE_S every millisecond (an idle engine costs no core, nor 50,000 wake-ups a second now that CPU misses are
 // on by default; the first split after a pause waits that long, once). The spin window spans several tokens: with the
 // prefetch, most layers have no CPU miss, and a doze between two of them would add its wake-up to the next one.
+// The warm-up (STRATA_HY_CPU_WARM=1): reads the hint the prefetch's plan exported (cuda/hybrid.h; a torn read only
+// picks other records) and has the workers read those records until the next ring moves bell[0] off `seen`.
+static void hy_warm(st_hybrid *h, const volatile uint32_t *bell, uint32_t seen) {
+    const volatile int32_t *hint = h->hint_h;
+    atomic_thread_fence(memory_order_acquire);  // the list was written before its sequence number (system fence)
+    const int32_t l = hint[1], n = hint[2];
+    if (l < 0 || (uint32_t)l >= h->L || n <= 0 || n > ST_HY_HINT_MAX) return;
+    for (int i = 0; i < n; i++) h->warm_ids[i] = hint[3 + i];
+    h->warm_layer = l;
+    h->warm_n = n;
+    h->warm_hints++;
+    const int64_t b = st_hy_cpu_touch(h->cpu, (uint32_t)l, h->warm_ids, n, bell, seen);
+    if (b < 0) {  // (an id out of range: a torn read; nothing to report)
+        h->warm_n = 0;
+        return;
+    }
+    h->warm_bytes += (uint64_t)b;
+    if (bell[0] != seen) h->warm_stopped++;
+}
+
 static void *hy_bell_main(void *ud) {
     st_hybrid *h = ud;
     volatile uint32_t *bell = h->bell_h;
     uint32_t seen = bell[0];
+    int32_t hint_seen = h->hint_h ? ((volatile int32_t *)h->hint_h)[0] : 0;
     double last = st_now();
     while (!atomic_load_explicit(&h->bell_stop, memory_order_relaxed)) {
         const uint32_t s = bell[0];
+        if (s == seen && h->hint_h && ((volatile int32_t *)h->hint_h)[0] != hint_seen) {
+            hint_seen = ((volatile int32_t *)h->hint_h)[0];
+            hy_warm(h, bell, seen);
+            last = st_now();
+            continue;
+        }
         if (s == seen) {
             const double idle = st_now() - last;
             if (idle > HY_BELL_SPIN_S) {
@@ -775,6 +818,20 @@ static int hy_bell_init(st_hybrid *h) {
     h->split_fused = env_int("STRATA_HY_SPLIT_FUSED", 1, 0, 1);
     if (!h->split_fused)
         st_info("hybrid decode: the split's classify and combine as launches of their own (STRATA_HY_SPLIT_FUSED=0)");
+    // Opt-in STRATA_HY_CPU_WARM=1 (2026-12-02c, unmeasured): the warm-up of predicted CPU misses (hy_warm). A job
+    // is DRAM-bound (~5 GB/s per thread, 15 threads ~75 GB/s, STRATA_HY_CPU_PROFILE); the hint comes ~40 us
+    // before its layer's ring (layer m-1's MoE and layer m's attention), time to read ~1 expert of the ~1.5 a job
+    // needs. Predicted where the lookahead prefetch runs (short depth): CPU jobs -15..-25 us, tg128 +2-4% at 16 GiB,
+    // more at 12 and 8 GiB, if the hints name the misses (printed at close) and the cache keeps them (first:
+    // tests/place/bench_cpu_tokens MODEL 15 1, its warm way against the cold one).
+    if (env_int("STRATA_HY_CPU_WARM", 0, 0, 1)) {
+        if (hy_map_alloc((void **)&h->hint_h, (void **)&h->hint_dp, sizeof(int32_t) * (3 + ST_HY_HINT_MAX),
+                         "CPU warm-up hints"))
+            return -1;
+        h->hint_seq_d = st_cuda_alloc(h->ctx, sizeof(uint32_t), "CPU warm-up hint counter");
+        if (!h->hint_seq_d || st_cuda_memset(h->ctx, h->hint_seq_d, 0, sizeof(uint32_t), NULL)) return -1;
+        h->warm_layer = -1;
+    }
     atomic_store(&h->bell_stop, 0);
     if (pthread_create(&h->bell_thread, NULL, hy_bell_main, h)) return st_err("cannot start the CPU-miss doorbell thread");
     h->bell_started = 1;
@@ -1208,6 +1265,14 @@ void st_hybrid_free(st_hybrid *h) {
     if (h->join_leader_d && h->ctx) st_cuda_free(h->ctx, h->join_leader_d);
     char prof[1024];
     if (h->cpu && st_hy_cpu_profile_text(h->cpu, prof, sizeof prof)) st_info("hybrid CPU misses profile: %s", prof);
+    if (h->hint_h) {  // (after the doorbell thread's join above)
+        st_info("hybrid CPU warm-up: %llu hints, %.3f GB read ahead, %llu reads stopped by a ring; %llu of %llu CPU "
+                "misses were in their layer's last hint",
+                (unsigned long long)h->warm_hints, (double)h->warm_bytes / 1e9, (unsigned long long)h->warm_stopped,
+                (unsigned long long)h->warm_hit, (unsigned long long)h->warm_misses);
+        cudaFreeHost(h->hint_h);
+    }
+    if (h->hint_seq_d && h->ctx) st_cuda_free(h->ctx, h->hint_seq_d);
     st_hy_cpu_free(h->cpu);
     if (h->side) cudaStreamDestroy(h->side);
     if (h->ev_fork) cudaEventDestroy(h->ev_fork);
@@ -1467,6 +1532,13 @@ static int hy_pf_init(st_hybrid *h) {
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
+    if (h->hint_h) {  // the CPU warm-up (hy_bell_init): the predictions among the first K that are not copied
+        pf->hint = h->hint_dp;
+        pf->hint_seq = h->hint_seq_d;
+        pf->hint_top = h->K < h->pf_P ? h->K : h->pf_P;
+        st_info("hybrid decode: CPU warm-up of predicted CPU misses (STRATA_HY_CPU_WARM=1): up to %d per layer",
+                ST_HY_HINT_MAX);
+    }
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);

@@ -202,7 +202,8 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd) $*"
   if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
-    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|prefetch:|control:|device memory" "$out/$label.log" | sed 's/^/   /'
+    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|prefetch:|control:|device memory|CPU warm-up:|misses profile" \
+      "$out/$label.log" | sed 's/^/   /'
     pass "$label ($((SECONDS - t)) s)"
   else
     grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
@@ -213,6 +214,12 @@ run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-profile $mid 128 100 300 0 STRATA_HY_CPU_PROFILE=1  # the workers' profile (printed at close)
 run_cpumiss mid-cpumiss-tbl-l2 $mid 128 100 300 0.5 STRATA_HY_TBL_L2=1  # the router split's table prefetch (opt-in)
+# the warm-up of predicted CPU misses (opt-in): same results, and the doorbell thread read the plans' hints
+run_cpumiss mid-cpumiss-warm $mid 128 100 1000 0 STRATA_HY_CPU_WARM=1
+if [[ mid-cpumiss-warm =~ $only ]]; then
+  if grep -qE "CPU warm-up: [1-9][0-9]* hints" "$out/mid-cpumiss-warm.log"; then pass "mid-cpumiss-warm: hints read"
+  else fail "mid-cpumiss-warm: no warm-up hint read"; fi
+fi
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
 run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1

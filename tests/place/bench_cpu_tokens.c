@@ -3,7 +3,14 @@
 // the weights come from DRAM), with `threads` threads; prints microseconds per expert and GFLOP/s (3 products of
 // 2 * n_embd * n_ff per token and expert). What gpu_hybrid.c measures at load to size the share, repeatable.
 //   usage: bench_cpu_tokens MODEL.gguf [threads [tokens [experts [reps]]]]   (defaults: all CPUs - 1, 32, 8, 5)
+// With tokens = 1: the hybrid decode's single-token layer jobs instead (st_hy_cpu_experts, `experts` experts per
+// call, default 2 here; `reps` calls, default 200, per way), three ways: cold (distinct records each call, from
+// DRAM), warm (the records read through once by the calling thread just before each call, as a background prefetch
+// into the last-level cache would leave them) and hot (the same records every call); prints microseconds per call,
+// GB/s of weights and the workers' profile (place/cpu_experts.h st_hy_cpu_set_profile) of each way. Whether the
+// warm way is faster than the cold one says whether prefetching predicted CPU misses into the cache can pay.
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +21,57 @@
 #include "util/err.h"
 #include "util/log.h"
 #include "util/pool.h"
+
+static volatile uint64_t g_sink;  // the touched words' sum: keeps the reads
+
+// Reads every byte of the records of (l, ids[0 .. n)) once (8-byte loads, summed into g_sink).
+static uint64_t touch_records(const st_arena *a, uint32_t l, const int32_t *ids, int n) {
+    uint64_t s = 0;
+    for (int i = 0; i < n; i++) {
+        const uint64_t *p = (const uint64_t *)a->rec[(uint64_t)l * a->n_expert + (uint32_t)ids[i]];
+        for (uint64_t k = 0; k < a->layers[l].record_bytes / 8; k++) s += p[k];
+    }
+    return s;
+}
+
+// The single-token layer jobs of the usage above: cold, warm and hot.
+static int decode_jobs(const st_arena *a, st_hy_cpu *c, const st_hparams *hp, int n_ex, int calls) {
+    const uint32_t L = a->n_layer, E = a->n_expert;
+    if (n_ex < 1 || n_ex > (int)hp->n_expert_used || calls < 1) {
+        fprintf(stderr, "bench_cpu_tokens: 1 to %u experts per decode job and at least one call\n",
+                hp->n_expert_used);
+        return 2;
+    }
+    float *x = malloc(sizeof(float) * (size_t)hp->n_embd), *y = malloc(sizeof(float) * (size_t)hp->n_embd * n_ex);
+    float *out[32];
+    if (!x || !y) return fprintf(stderr, "bench_cpu_tokens: out of memory\n"), 1;
+    for (int64_t i = 0; i < hp->n_embd; i++) x[i] = 0.5f * sinf(0.37f * (float)i);
+    for (int k = 0; k < n_ex; k++) out[k] = y + (size_t)k * hp->n_embd;
+    const char *way[3] = {"cold", "warm", "hot"};
+    uint64_t next = 1;
+    for (int w = 0; w < 3; w++) {
+        if (st_hy_cpu_set_profile(c, 1)) return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
+        double t = 0, bytes = 0;
+        for (int r = 0; r <= calls; r++) {  // r == 0: warm-up, not counted
+            int32_t ids[32];
+            uint32_t l = 0;
+            if (w < 2 || r == 0) next += (uint64_t)L * (uint64_t)n_ex + 1;  // distinct records (hot: the first ones)
+            l = (uint32_t)(next % L);
+            for (int k = 0; k < n_ex; k++) ids[k] = (int32_t)((next / L + (uint64_t)k) % E);
+            if (w == 1) g_sink += touch_records(a, l, ids, n_ex);
+            const double t0 = st_now();
+            if (st_hy_cpu_experts(c, l, x, n_ex, ids, out)) return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
+            if (r > 0) t += st_now() - t0, bytes += (double)a->layers[l].record_bytes * n_ex;
+        }
+        char prof[1024] = "";
+        st_hy_cpu_profile_text(c, prof, sizeof prof);
+        printf("%d threads, decode jobs of %d experts, %s: %.1f us per call (%.1f GB/s of weights); %s\n",
+               st_hy_cpu_threads(c), n_ex, way[w], t / calls * 1e6, bytes / t / 1e9, prof);
+    }
+    free(x);
+    free(y);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -44,6 +102,13 @@ int main(int argc, char **argv) {
     if (!c) {
         fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg());
         return 1;
+    }
+    if (tok == 1) {
+        const int rc = decode_jobs(a, c, hp, argc > 4 ? n_ex : 2, argc > 5 ? reps : 200);
+        st_hy_cpu_free(c);
+        st_arena_free(a);
+        st_model_free(m);
+        return rc;
     }
     double best = 1e30, sum = 0;
     for (int r = 0; r <= reps; r++) {  // r == 0: warm-up (threads, buffers); then other layers each time
