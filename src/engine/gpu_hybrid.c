@@ -189,6 +189,10 @@ struct st_hybrid {
     int32_t warm_layer, warm_n, warm_ids[ST_HY_HINT_MAX];  // the last hint read (doorbell thread only)
     uint64_t warm_hints, warm_bytes, warm_stopped;  // hints read, bytes read ahead, touches stopped by a ring
     uint64_t warm_misses, warm_hit;  // CPU misses computed, and of them in the last hint of their layer
+    // The workers' pool between a warm-up and the prefill CPU thread (which shares h->cpu): a warm-up can outlast
+    // its decode step (no ring comes to stop it), so it runs only under this lock (trylock: skipped while a prefill
+    // layer holds it) and a prefill layer waits for one in progress (~0.3 ms at most: 8 records at ~75 GB/s).
+    pthread_mutex_t warm_mu;
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
     // The prefetch's gate (STRATA_HY_PF_GATE, hy_pf_gate): pf_gate_state.live 0 leaves the side branch out of the
@@ -296,6 +300,10 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
     if (!o || o->gpu_mem_gib <= 0) return 0;
     st_hybrid *h = calloc(1, sizeof *h);
     if (!h) return st_err("out of memory");
+    if (pthread_mutex_init(&h->warm_mu, NULL)) {
+        free(h);
+        return st_err("hybrid: cannot create a mutex");
+    }
     h->m = m;
     h->opts = *o;
     if (st_place_desc_from_model(m, &h->desc)) goto fail;
@@ -754,7 +762,9 @@ static void hy_warm(st_hybrid *h, const volatile uint32_t *bell, uint32_t seen) 
     h->warm_layer = l;
     h->warm_n = n;
     h->warm_hints++;
+    if (pthread_mutex_trylock(&h->warm_mu)) return;  // a prefill layer has the workers
     const int64_t b = st_hy_cpu_touch(h->cpu, (uint32_t)l, h->warm_ids, n, bell, seen);
+    pthread_mutex_unlock(&h->warm_mu);
     if (b < 0) {  // (an id out of range: a torn read; nothing to report)
         h->warm_n = 0;
         return;
@@ -955,8 +965,11 @@ static void *hy_pc_main(void *ud) {
         taken = h->pc_req_seq;
         const uint32_t l = h->pc_req_layer;
         pthread_mutex_unlock(&h->pc_mu);
-        if (st_hy_cpu_tokens(h->pcpu, l, h->pc_x, h->pc_n_tok, h->pc_ids, h->pc_w, K, h->pc_on + (uint64_t)l * h->E,
-                             h->pc_y)) {
+        pthread_mutex_lock(&h->warm_mu);  // (a decode warm-up may still have the shared workers)
+        const int rc = st_hy_cpu_tokens(h->pcpu, l, h->pc_x, h->pc_n_tok, h->pc_ids, h->pc_w, K,
+                                        h->pc_on + (uint64_t)l * h->E, h->pc_y);
+        pthread_mutex_unlock(&h->warm_mu);
+        if (rc) {
             if (!atomic_exchange(&h->cpu_failed, 1))
                 snprintf(h->cpu_err, sizeof h->cpu_err, "prefill, layer %u: %s", l, st_errmsg());
             for (int64_t i = 0; i < (int64_t)h->pc_n_tok * h->m->hp.n_embd; i++) h->pc_y[i] = NAN;
@@ -1320,6 +1333,7 @@ void st_hybrid_free(st_hybrid *h) {
     st_plan_free(&h->plan);
     st_place_desc_free(&h->desc);
     if (h->have_prof) st_profile_free(&h->prof);
+    pthread_mutex_destroy(&h->warm_mu);
     free(h);
 }
 
