@@ -181,14 +181,16 @@ struct st_hybrid {
     pthread_t bell_thread;
     int bell_started;
     _Atomic int bell_stop;
-    // CPU warm-up of predicted CPU misses (opt-in STRATA_HY_CPU_WARM=1; hy_bell_main): the prefetch's plan exports
+    // CPU warm-up of predicted CPU misses (opt-in STRATA_HY_CPU_WARM=N; hy_bell_main): the prefetch's plan exports
     // the predictions it does not copy (cuda/hybrid.h st_hy_pf.hint) and the idle doorbell thread has the workers
-    // read those records into the caches until the next ring (place/cpu_experts.h st_hy_cpu_touch)
+    // read the first N of those records into the caches until the next ring (place/cpu_experts.h st_hy_cpu_touch)
+    int warm_max;                 // N: records read per hint at most, the likeliest first (0: off)
     int32_t *hint_h, *hint_dp;    // mapped [3 + ST_HY_HINT_MAX] host / device address
     uint32_t *hint_seq_d;         // device: the hints so far
     int32_t warm_layer, warm_n, warm_ids[ST_HY_HINT_MAX];  // the last hint read (doorbell thread only)
     uint64_t warm_hints, warm_bytes, warm_stopped;  // hints read, bytes read ahead, touches stopped by a ring
-    uint64_t warm_misses, warm_hit;  // CPU misses computed, and of them in the last hint of their layer
+    uint64_t warm_misses, warm_hit, warm_read;  // CPU misses computed; of them in their layer's last hint, and
+                                                // among the records read for it
     // The workers' pool between a warm-up and the prefill CPU thread (which shares h->cpu): a warm-up can outlast
     // its decode step (no ring comes to stop it), so it runs only under this lock (trylock: skipped while a prefill
     // layer holds it) and a prefill layer waits for one in progress (~0.3 ms at most: 8 records at ~75 GB/s).
@@ -735,6 +737,7 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
             for (int j = 0; h->warm_layer == (int32_t)l && j < h->warm_n; j++)
                 if (h->warm_ids[j] == ids[i]) {
                     h->warm_hit++;
+                    h->warm_read += j < h->warm_max;
                     break;
                 }
         }
@@ -751,8 +754,9 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
 // HY_BELL_IDLE_S every millisecond (an idle engine costs no core, nor 50,000 wake-ups a second now that CPU misses are
 // on by default; the first split after a pause waits that long, once). The spin window spans several tokens: with the
 // prefetch, most layers have no CPU miss, and a doze between two of them would add its wake-up to the next one.
-// The warm-up (STRATA_HY_CPU_WARM=1): reads the hint the prefetch's plan exported (cuda/hybrid.h; a torn read only
-// picks other records) and has the workers read those records until the next ring moves bell[0] off `seen`.
+// The warm-up (STRATA_HY_CPU_WARM=N): reads the hint the prefetch's plan exported (cuda/hybrid.h; a torn read only
+// picks other records) and has the workers read its first N records until the next ring moves bell[0] off `seen`
+// (N bounds a read that no ring stops: the next layer's hint comes ~55 us later).
 static void hy_warm(st_hybrid *h, const volatile uint32_t *bell, uint32_t seen) {
     const volatile int32_t *hint = h->hint_h;
     atomic_thread_fence(memory_order_acquire);  // the list was written before its sequence number (system fence)
@@ -763,7 +767,8 @@ static void hy_warm(st_hybrid *h, const volatile uint32_t *bell, uint32_t seen) 
     h->warm_n = n;
     h->warm_hints++;
     if (pthread_mutex_trylock(&h->warm_mu)) return;  // a prefill layer has the workers
-    const int64_t b = st_hy_cpu_touch(h->cpu, (uint32_t)l, h->warm_ids, n, bell, seen);
+    const int n_read = n < h->warm_max ? n : h->warm_max;
+    const int64_t b = st_hy_cpu_touch(h->cpu, (uint32_t)l, h->warm_ids, n_read, bell, seen);
     pthread_mutex_unlock(&h->warm_mu);
     if (b < 0) {  // (an id out of range: a torn read; nothing to report)
         h->warm_n = 0;
@@ -828,13 +833,14 @@ static int hy_bell_init(st_hybrid *h) {
     h->split_fused = env_int("STRATA_HY_SPLIT_FUSED", 1, 0, 1);
     if (!h->split_fused)
         st_info("hybrid decode: the split's classify and combine as launches of their own (STRATA_HY_SPLIT_FUSED=0)");
-    // Opt-in STRATA_HY_CPU_WARM=1 (2026-12-02c, unmeasured): the warm-up of predicted CPU misses (hy_warm). A job
-    // is DRAM-bound (~5 GB/s per thread, 15 threads ~75 GB/s, STRATA_HY_CPU_PROFILE); the hint comes ~40 us
-    // before its layer's ring (layer m-1's MoE and layer m's attention), time to read ~1 expert of the ~1.5 a job
-    // needs. Predicted where the lookahead prefetch runs (short depth): CPU jobs -15..-25 us, tg128 +2-4% at 16 GiB,
-    // more at 12 and 8 GiB, if the hints name the misses (printed at close) and the cache keeps them (first:
-    // tests/place/bench_cpu_tokens MODEL 15 1, its warm way against the cold one).
-    if (env_int("STRATA_HY_CPU_WARM", 0, 0, 1)) {
+    // Opt-in STRATA_HY_CPU_WARM=N (2026-12-02c, unmeasured; N records per hint, 1..8): the warm-up of predicted CPU
+    // misses (hy_warm). A job is DRAM-bound (~5 GB/s per thread, 15 threads ~75 GB/s, STRATA_HY_CPU_PROFILE); the
+    // hint comes ~40 us before its layer's ring (layer m-1's MoE and layer m's attention), time to read ~1 expert
+    // of the ~1.5 a job needs. Predicted where the lookahead prefetch runs (short depth): CPU jobs -15..-25 us,
+    // tg128 +2-4% at 16 GiB, more at 12 and 8 GiB, if the hints name the misses (printed at close) and the cache
+    // keeps them (first: tests/place/bench_cpu_tokens MODEL 15 1, its warm way against the cold one).
+    h->warm_max = env_int("STRATA_HY_CPU_WARM", 0, 0, ST_HY_HINT_MAX);
+    if (h->warm_max) {
         if (hy_map_alloc((void **)&h->hint_h, (void **)&h->hint_dp, sizeof(int32_t) * (3 + ST_HY_HINT_MAX),
                          "CPU warm-up hints"))
             return -1;
@@ -1279,10 +1285,11 @@ void st_hybrid_free(st_hybrid *h) {
     char prof[1024];
     if (h->cpu && st_hy_cpu_profile_text(h->cpu, prof, sizeof prof)) st_info("hybrid CPU misses profile: %s", prof);
     if (h->hint_h) {  // (after the doorbell thread's join above)
-        st_info("hybrid CPU warm-up: %llu hints, %.3f GB read ahead, %llu reads stopped by a ring; %llu of %llu CPU "
-                "misses were in their layer's last hint",
+        st_info("hybrid CPU warm-up: %llu hints, %.3f GB read ahead, %llu reads stopped by a ring; of %llu CPU "
+                "misses %llu were in their layer's last hint, %llu among the records read",
                 (unsigned long long)h->warm_hints, (double)h->warm_bytes / 1e9, (unsigned long long)h->warm_stopped,
-                (unsigned long long)h->warm_hit, (unsigned long long)h->warm_misses);
+                (unsigned long long)h->warm_misses, (unsigned long long)h->warm_hit,
+                (unsigned long long)h->warm_read);
         cudaFreeHost(h->hint_h);
     }
     if (h->hint_seq_d && h->ctx) st_cuda_free(h->ctx, h->hint_seq_d);
@@ -1550,8 +1557,8 @@ static int hy_pf_init(st_hybrid *h) {
         pf->hint = h->hint_dp;
         pf->hint_seq = h->hint_seq_d;
         pf->hint_top = h->K < h->pf_P ? h->K : h->pf_P;
-        st_info("hybrid decode: CPU warm-up of predicted CPU misses (STRATA_HY_CPU_WARM=1): up to %d per layer",
-                ST_HY_HINT_MAX);
+        st_info("hybrid decode: CPU warm-up of predicted CPU misses (STRATA_HY_CPU_WARM): up to %d per layer read",
+                h->warm_max);
     }
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};

@@ -215,7 +215,7 @@ run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-profile $mid 128 100 300 0 STRATA_HY_CPU_PROFILE=1  # the workers' profile (printed at close)
 run_cpumiss mid-cpumiss-tbl-l2 $mid 128 100 300 0.5 STRATA_HY_TBL_L2=1  # the router split's table prefetch (opt-in)
 # the warm-up of predicted CPU misses (opt-in): same results, and the doorbell thread read the plans' hints
-run_cpumiss mid-cpumiss-warm $mid 128 100 1000 0 STRATA_HY_CPU_WARM=1
+run_cpumiss mid-cpumiss-warm $mid 128 100 1000 0 STRATA_HY_CPU_WARM=2
 if [[ mid-cpumiss-warm =~ $only ]]; then
   if grep -qE "CPU warm-up: [1-9][0-9]* hints" "$out/mid-cpumiss-warm.log"; then pass "mid-cpumiss-warm: hints read"
   else fail "mid-cpumiss-warm: no warm-up hint read"; fi
