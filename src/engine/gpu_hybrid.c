@@ -137,15 +137,15 @@ struct st_hybrid {
     // its copies land in the pinned cnt_h / rb_h, ev_rb marks them complete, and a later st_hybrid_after_eval
     // processes them.
     int rb_async, rb_pending;
+    int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
+    unsigned long long *rb_h;     // pinned [6]: the prefetch statistics [5] (st_hy_pf, then hits), the CPU wait (ns)
+    cudaEvent_t ev_rb;
     // STRATA_HY_TBL_L2=1 (opt-in, 2026-12-02c, unmeasured): each decode router launch brings its layer's address table
     // (n_expert x 3 pointers, 3 KiB at 128 experts) and the split's carry into L2 before its dependency wait. The
     // step streams ~1.5 GB through the 50 MB L2, so a layer's table lines come from HBM a token after their last use:
     // three dependent reads per layer wait for them (the router tail's classify, the GLU's and the down kernel's row
     // addresses). Predicted: ~0.4 us off each, tg128 +1-3% at every budget (16 GiB: 2.66 ms per token).
     int tbl_l2;
-    int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
-    unsigned long long *rb_h;     // pinned [6]: the prefetch statistics [5] (st_hy_pf, then hits), the CPU wait (ns)
-    cudaEvent_t ev_rb;
     hy_pending pend[ST_HY_MAX_UPDATES];
     int n_pend;                   // swaps whose copies are in flight (0: none)
     cudaEvent_t ev_victims, ev_copied;
@@ -749,11 +749,6 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
     for (int k = 0; k < h->K * d; k++) h->ycpu_h[k] = NAN;  // the step's output shows it too
 }
 
-// The doorbell thread: polls bell[0] (the classify kernel's ring), runs that layer's CPU misses, answers in
-// bell[1]. Spins while splits keep coming; after HY_BELL_SPIN_S without one it polls every 20 us, after
-// HY_BELL_IDLE_S every millisecond (an idle engine costs no core, nor 50,000 wake-ups a second now that CPU misses are
-// on by default; the first split after a pause waits that long, once). The spin window spans several tokens: with the
-// prefetch, most layers have no CPU miss, and a doze between two of them would add its wake-up to the next one.
 // The warm-up (STRATA_HY_CPU_WARM=N): reads the hint the prefetch's plan exported (cuda/hybrid.h; a torn read only
 // picks other records) and has the workers read its first N records until the next ring moves bell[0] off `seen`
 // (N bounds a read that no ring stops: the next layer's hint comes ~55 us later).
@@ -778,21 +773,29 @@ static void hy_warm(st_hybrid *h, const volatile uint32_t *bell, uint32_t seen) 
     if (bell[0] != seen) h->warm_stopped++;
 }
 
+// The doorbell thread: polls bell[0] (the classify kernel's ring), runs that layer's CPU misses, answers in
+// bell[1]. Spins while splits keep coming; after HY_BELL_SPIN_S without one it polls every 20 us, after
+// HY_BELL_IDLE_S every millisecond (an idle engine costs no core, nor 50,000 wake-ups a second now that CPU misses are
+// on by default; the first split after a pause waits that long, once). The spin window spans several tokens: with the
+// prefetch, most layers have no CPU miss, and a doze between two of them would add its wake-up to the next one.
+// Idle, it runs the warm-up of each new hint (hy_warm).
 static void *hy_bell_main(void *ud) {
     st_hybrid *h = ud;
     volatile uint32_t *bell = h->bell_h;
     uint32_t seen = bell[0];
-    int32_t hint_seen = h->hint_h ? ((volatile int32_t *)h->hint_h)[0] : 0;
+    const volatile int32_t *hint = h->hint_h;
+    int32_t hint_seen = hint ? hint[0] : 0;
     double last = st_now();
     while (!atomic_load_explicit(&h->bell_stop, memory_order_relaxed)) {
         const uint32_t s = bell[0];
-        if (s == seen && h->hint_h && ((volatile int32_t *)h->hint_h)[0] != hint_seen) {
-            hint_seen = ((volatile int32_t *)h->hint_h)[0];
-            hy_warm(h, bell, seen);
-            last = st_now();
-            continue;
-        }
         if (s == seen) {
+            const int32_t hs = hint ? hint[0] : hint_seen;
+            if (hs != hint_seen) {
+                hint_seen = hs;
+                hy_warm(h, bell, seen);
+                last = st_now();
+                continue;
+            }
             const double idle = st_now() - last;
             if (idle > HY_BELL_SPIN_S) {
                 struct timespec ts = {0, idle > HY_BELL_IDLE_S ? 1000000 : 20000};

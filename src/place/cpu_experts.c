@@ -18,7 +18,7 @@
 
 // Single-token calls (decode), rows per task. Both are multiples of 8 (8-row repacked types keep the CPU engine's
 // order) and gate/up's of 16 (each task's SwiGLU takes the CPU engine's 16-element chunks; cpu/ops.c computes
-// leftovers with libm's expf). Smaller tasks measured slower: the layer job is DRAM-bound and each task's stream
+// leftovers with libm's expf). Smaller tasks measured no faster: the job is DRAM-bound and each task's stream
 // starts cold (16 GiB, tg128, 2026-12-02c: 16 / 32 rows 375.4 tok/s vs 374.9, 16 / 16 358.7; 8 GiB 16 / 16 254.4
 // vs 264.3); so did one task per thread (docs/experiments/2026-12-02-cpu-miss-balance.patch).
 #define GU_ROWS 32    // gate/up rows per task

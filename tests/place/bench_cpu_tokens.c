@@ -5,8 +5,8 @@
 //   usage: bench_cpu_tokens MODEL.gguf [threads [tokens [experts [reps]]]]   (defaults: all CPUs - 1, 32, 8, 5)
 // With tokens = 1: the hybrid decode's single-token layer jobs instead (st_hy_cpu_experts, `experts` experts per
 // call, default 2 here; `reps` calls, default 200, per way), three ways: cold (distinct records each call, from
-// DRAM), warm (the records read through once by the calling thread just before each call, as a background prefetch
-// into the last-level cache would leave them) and hot (the same records every call); prints microseconds per call,
+// DRAM), warm (the records read by the workers just before each call, st_hy_cpu_touch: as the hybrid decode's
+// warm-up of predicted CPU misses leaves them) and hot (the same records every call); prints microseconds per call,
 // GB/s of weights and the workers' profile (place/cpu_experts.h st_hy_cpu_set_profile) of each way. Whether the
 // warm way is faster than the cold one says whether prefetching predicted CPU misses into the cache can pay.
 #include <inttypes.h>
@@ -21,18 +21,6 @@
 #include "util/err.h"
 #include "util/log.h"
 #include "util/pool.h"
-
-static volatile uint64_t g_sink;  // the touched words' sum: keeps the reads
-
-// Reads every byte of the records of (l, ids[0 .. n)) once (8-byte loads, summed into g_sink).
-static uint64_t touch_records(const st_arena *a, uint32_t l, const int32_t *ids, int n) {
-    uint64_t s = 0;
-    for (int i = 0; i < n; i++) {
-        const uint64_t *p = (const uint64_t *)a->rec[(uint64_t)l * a->n_expert + (uint32_t)ids[i]];
-        for (uint64_t k = 0; k < a->layers[l].record_bytes / 8; k++) s += p[k];
-    }
-    return s;
-}
 
 // The single-token layer jobs of the usage above: cold, warm and hot.
 static int decode_jobs(const st_arena *a, st_hy_cpu *c, const st_hparams *hp, int n_ex, int calls) {
@@ -49,18 +37,20 @@ static int decode_jobs(const st_arena *a, st_hy_cpu *c, const st_hparams *hp, in
     for (int k = 0; k < n_ex; k++) out[k] = y + (size_t)k * hp->n_embd;
     const char *way[3] = {"cold", "warm", "hot"};
     uint64_t next = 1;
+    static const volatile uint32_t never = 0;  // the warm way's stop word (no ring here)
     for (int w = 0; w < 3; w++) {
         if (st_hy_cpu_set_profile(c, 1)) return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
         double t = 0, bytes = 0;
         for (int r = 0; r <= calls; r++) {  // r == 0: warm-up, not counted
             int32_t ids[32];
-            uint32_t l = 0;
             if (w < 2 || r == 0) next += (uint64_t)L * (uint64_t)n_ex + 1;  // distinct records (hot: the first ones)
-            l = (uint32_t)(next % L);
+            const uint32_t l = (uint32_t)(next % L);
             for (int k = 0; k < n_ex; k++) ids[k] = (int32_t)((next / L + (uint64_t)k) % E);
-            if (w == 1) g_sink += touch_records(a, l, ids, n_ex);
+            if (w == 1 && st_hy_cpu_touch(c, l, ids, n_ex, &never, 0) < 0)  // (not timed)
+                return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
             const double t0 = st_now();
-            if (st_hy_cpu_experts(c, l, x, n_ex, ids, out)) return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
+            if (st_hy_cpu_experts(c, l, x, n_ex, ids, out))
+                return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
             if (r > 0) t += st_now() - t0, bytes += (double)a->layers[l].record_bytes * n_ex;
         }
         char prof[1024] = "";
