@@ -259,10 +259,6 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     const bool have = task < E * n_tok;
     const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
     router_preload<T>(w, n4, lane, have, wp);
-    if (cnt.table_l2 && blockIdx.x == 0 && threadIdx.x == 0) {  // (a hint: entries a side stream rewrites stay valid)
-        st_prefetch_l2_range(cnt.table, (size_t)E * 3 * sizeof(void *));
-        if constexpr (SPLIT) st_prefetch_l2(split->carry);
-    }
     st_pdl_wait();
     st_pdl_trigger();
     if (have) {
@@ -484,35 +480,20 @@ struct glu_route {
     float *weights;       // [K] out
 };
 
-template <int TYPE, int R = 1, bool ROUTE = false>
-__global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
-    k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
-              const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
-              float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
-              int32_t *counters, const glu_route rt) {
-    dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
+// The rows of GLU block bx of pair p (token t): group g computes rows bx R DEC_GROUPS + g + j DEC_GROUPS, j < R,
+// from the gate / up matrices (gate NULL: NaN rows, for an invalid id or a rank the GPU skips), then the last block
+// of each chunk quantizes it.
+template <int TYPE, int R>
+__device__ __forceinline__ void glu_rows(int type, const uint8_t *gate, const uint8_t *up, int nitems,
+                                         long long row_bytes, int n_ff, const uint8_t *__restrict__ x, int p, int bx,
+                                         float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt,
+                                         int chunk_rows, int32_t *counters) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
-    const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
-    st_pdl_wait();  // ids (or logits), xq: earlier kernels
-    st_pdl_trigger();
-    int e;
-    if constexpr (ROUTE) {
-        __shared__ int32_t s_ids[G32];
-        __shared__ float s_w[G32];
-        if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
-        __syncthreads();
-        e = s_ids[p];
-        if (blockIdx.x == 0 && p == 0 && threadIdx.x < K)
-            rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
-    } else {
-        e = ids[p];
-    }
+    const int r = bx * R * DEC_GROUPS + g;
     float v[R];
 #pragma unroll
     for (int j = 0; j < R; j++) v[j] = f_nan();
-    if (e >= 0 && e < E) {
-        const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
-        const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
+    if (gate) {
         float a[R], b[R];
         if constexpr (TYPE == 0) {
 #pragma unroll
@@ -546,11 +527,88 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     if (!actq) return;  // f32 output only (st_cuda_moe_glu): the down kernel quantizes
     // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % (R DEC_GROUPS) == 0, so a
     // block lies in one chunk).
-    const int per_chunk = chunk_rows / (R * DEC_GROUPS), chunk = blockIdx.x / per_chunk;
+    const int per_chunk = chunk_rows / (R * DEC_GROUPS), chunk = bx / per_chunk;
     __shared__ int last;
     if (!st_block_arrive_last(counters + (size_t)p * (size_t)(n_ff / chunk_rows) + chunk, per_chunk, last)) return;
     block_quant<true>(fmt, arow + (size_t)chunk * chunk_rows, actq + (size_t)p * (size_t)aq_stride, n_ff / 32,
                       chunk * chunk_rows / 32, chunk_rows / 32);
+}
+
+template <int TYPE, int R = 1, bool ROUTE = false>
+__global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
+    k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
+              const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
+              float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
+              int32_t *counters, const glu_route rt) {
+    dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
+    const int g = threadIdx.x / G32;
+    const int p = blockIdx.y, t = p / K;
+    st_pdl_wait();  // ids (or logits), xq: earlier kernels
+    st_pdl_trigger();
+    int e;
+    if constexpr (ROUTE) {
+        __shared__ int32_t s_ids[G32];
+        __shared__ float s_w[G32];
+        if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+        __syncthreads();
+        e = s_ids[p];
+        if (blockIdx.x == 0 && p == 0 && threadIdx.x < K)
+            rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
+    } else {
+        e = ids[p];
+    }
+    const bool valid = e >= 0 && e < E;
+    glu_rows<TYPE, R>(type, valid ? st_tbl_entry(tbl, 3 * e) : NULL, valid ? st_tbl_entry(tbl, 3 * e + 1) : NULL,
+                      nitems, row_bytes, n_ff, xq + (size_t)t * (size_t)xq_stride, p, blockIdx.x, act, actq,
+                      aq_stride, fmt, chunk_rows, counters);
+}
+
+// The hybrid side-block GLU (st_cuda_moe_route_glu_hy), one token, two rows per group: a 1-D grid, block 0 the side
+// block, block 1 + p * nbx + bx the GLU block bx of rank p (nbx = n_ff / (2 DEC_GROUPS)), so all fit one wave as
+// the routing k_moe_glu<T, 2, true> does (the side block first: its ring starts the CPU as early as the router's
+// tail did).
+struct glu_hy_args {
+    st_hy_count_args cnt;  // the side block's count (pf.progress NULL)
+    st_hy_split_args split;
+    int has_split;         // 0: count only
+};
+
+template <int TYPE>
+__global__ void __launch_bounds__(DEC_THREADS, 3)
+    k_moe_glu_hy(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
+                 const uint8_t *__restrict__ xq, int K, float *act, uint8_t *__restrict__ actq, long long aq_stride,
+                 int fmt, int chunk_rows, int32_t *counters, const glu_route rt, const glu_hy_args hy) {
+    dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
+    const int g = threadIdx.x / G32;
+    st_pdl_wait();  // logits, xq: earlier kernels
+    st_pdl_trigger();
+    if (blockIdx.x == 0) {  // the side block: the router tail's work (warp 0 reads back the ids it wrote itself)
+        if (g == 0) route_group(rt.logits, E, K, rt.norm, rt.ids, rt.weights);
+        if (hy.has_split) {
+            hy_classify_block(hy.split, rt.ids, K, &hy.cnt);
+        } else if (hy.cnt.counts) {
+            __syncthreads();
+            hy_count_pairs(rt.ids, K, hy.cnt, threadIdx.x, blockDim.x);
+        }
+        return;
+    }
+    __shared__ int32_t s_ids[G32];
+    __shared__ float s_w[G32];
+    if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+    __syncthreads();
+    const int nbx = n_ff / (2 * DEC_GROUPS), q = blockIdx.x - 1, p = q / nbx;
+    const int e = s_ids[p];
+    const uint8_t *gate = NULL, *up = NULL;
+    if (e >= 0 && e < E) {
+        gate = st_tbl_entry(tbl, 3 * e);
+        // F 0: a miss is the CPU's rank, as the side block's classify reads the same entry
+        if (hy.has_split && (gate < (const uint8_t *)hy.split.vram_lo || gate >= (const uint8_t *)hy.split.vram_hi))
+            gate = NULL;
+        else
+            up = st_tbl_entry(tbl, 3 * e + 1);
+    }
+    glu_rows<TYPE, 2>(type, gate, up, nitems, row_bytes, n_ff, xq, p, q % nbx, act, actq, aq_stride, fmt, chunk_rows,
+                      counters);
 }
 
 // STRATA_GLU_ROWS=1: one row per group (A/B against the default 2).
@@ -566,9 +624,13 @@ static int glu_rows_env(void) {
 #define DEC_PICK_CASE_k_moe_glu2(T) \
     case T: fn = route ? k_moe_glu<T, 2, true> : k_moe_glu<T, 2>; break;
 
+#define DEC_PICK_CASE_k_moe_glu_hy(T) \
+    case T: fn = k_moe_glu_hy<T>; break;
+
+// hy (with rt): the side-block launch (st_cuda_moe_route_glu_hy).
 static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff, const void *xq,
                    const int32_t *ids, int n_tok, int n_used, float *act, void *actq, int act_format,
-                   int32_t *counters, const glu_route *rt, cudaStream_t stream) {
+                   int32_t *counters, const glu_route *rt, const glu_hy_args *hy, cudaStream_t stream) {
     const st_type_info *ti = st_type_get(gu_type);
     if (!ti || !st_cuda_dec_supported(gu_type) || n_embd <= 0 || n_embd % ti->block_size || n_embd > INT32_MAX / 2)
         return st_err("st_cuda_moe_glu_q: gate/up type %s with rows of %lld is not supported", st_type_name(gu_type),
@@ -587,6 +649,18 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
         return st_err("st_cuda_moe_route_glu_q: one token, at most 32 of %d experts, and logits / ids / weights "
                       "(got %d tokens, %d used)", ROUTER_MAX_PER_LANE * G32, n_tok, n_used);
     const int chunk_rows = n_ff % 256 == 0 ? 256 : 32;
+    if (hy) {
+        if (!route || n_ff % (2 * DEC_GROUPS))
+            return st_err("st_cuda_moe_route_glu_hy: the route and n_ff %% %d == 0", 2 * DEC_GROUPS);
+        decltype(&k_moe_glu_hy<0>) fn;
+        DEC_PICK(fn, k_moe_glu_hy, gu_type);
+        const unsigned grid = 1u + (unsigned)(n_ff / (2 * DEC_GROUPS)) * (unsigned)n_used;
+        st_dec_launch(fn, dim3(grid), dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
+                      (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
+                      n_used, act, (uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows,
+                      counters + 1, *rt, *hy);
+        return launch_check("moe_glu_hy");
+    }
     // Two rows per group (chunk_rows is a multiple of 2 DEC_GROUPS) unless the type has no instance.
     // The routing instances exist for two rows per group only.
     const int R = route || (glu_rows_env() == 2 && !dec_switch_forced()) ? 2 : 1;
@@ -613,7 +687,7 @@ extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_ex
                                  int act_format, int32_t *counters, cudaStream_t stream) {
     if (!actq) return st_err("st_cuda_moe_glu_q: no quantized output given");
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, actq, act_format, counters,
-                   NULL, stream);
+                   NULL, NULL, stream);
 }
 
 extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
@@ -623,13 +697,43 @@ extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, in
     if (!actq) return st_err("st_cuda_moe_route_glu_q: no quantized output given");
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
-                   stream);
+                   NULL, stream);
+}
+
+extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
+                                        int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
+                                        int32_t *ids, float *weights, float *act, void *actq, int act_format,
+                                        int32_t *counters, const st_hy_count_args *count, const st_hy_split_args *split,
+                                        cudaStream_t stream) {
+    const char *fn = "st_cuda_moe_route_glu_hy";
+    if (!actq || !count) return st_err("%s: no quantized output or count given", fn);
+    if (count->pf.progress)
+        return st_err("%s: no progress word (the side block decodes only with the prefetch's branch off)", fn);
+    if (count->counts && (count->n_expert != n_expert || (count->sel_miss && !count->table)))
+        return st_err("%s: the count's %d experts (of %d) or its table", fn, count->n_expert, n_expert);
+    if (split) {
+        if (split->n_expert != n_expert || split->table != table || !split->carry || !split->ids_gpu ||
+            !split->meta || !split->x || !split->hx || split->n_embd != (int)n_embd || !split->seq != !split->bell ||
+            split->cpu_q16 != ST_HY_Q16 || !count->counts)
+            return st_err("%s: the split does not match the layer (%d experts, %lld inputs, the table, every miss "
+                          "the CPU's, a count)", fn, n_expert, (long long)n_embd);
+        if (count->table != split->table || count->vram_lo != split->vram_lo || count->vram_hi != split->vram_hi)
+            return st_err("%s: the count and the split must name the same table and VRAM cache", fn);
+    }
+    glu_hy_args hy;
+    memset(&hy, 0, sizeof hy);
+    hy.cnt = *count;
+    if (split) hy.split = *split, hy.has_split = 1;
+    const glu_route rt = {logits, norm, ids, weights};
+    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
+                   &hy, stream);
 }
 
 extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                                const void *xq, const int32_t *ids, int n_tok, int n_used, float *act,
                                cudaStream_t stream) {
-    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, NULL, stream);
+    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, NULL, NULL,
+                   stream);
 }
 
 // ---- MoE down projection + weighted sum + residual -----------------------------------------------------------

@@ -80,6 +80,7 @@ int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expe
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           cudaStream_t stream);
+
 // One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
 // ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn
 // (may be NULL) and xq, and routes). ne0 % 32 == 0 (% 256 for Q8_K), ne0 <= 12288. A/B: STRATA_ROUTER_NORM=1.
@@ -109,6 +110,18 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
                             float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
+// Hybrid one-token decode (STRATA_HY_GLU_SIDE, after st_cuda_router_logits): st_cuda_moe_route_glu_q plus one
+// side block that routes (ids, weights written) and then counts by `count` (no progress word) or, with `split`,
+// runs the router tail's classify, count, exports and ring (st_cuda_router_topk_split's; ids_gpu written for
+// st_cuda_moe_down_join). With `split` every miss must be the CPU's (cpu_q16 ST_HY_Q16): a GLU block skips its rank
+// (NaN rows) when the rank's gate entry lies outside [vram_lo, vram_hi), as the side block's classify decides from
+// the same entry; so nothing may rewrite the layer's table entries during the launch (the lookahead prefetch's
+// copies publish entries at any time: the side block decodes only with its branch off). Bit for bit
+// st_cuda_router_topk_split / _count + st_cuda_moe_glu_q.
+int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
+                             float *act, void *actq, int act_format, int32_t *counters,
+                             const st_hy_count_args *count, const st_hy_split_args *split, cudaStream_t stream);
 
 // Down projection of the selected experts, the weighted sum in rank order and the residual add, per token t:
 //   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each

@@ -149,7 +149,7 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 // them waited for each home entry in turn); lane 0 then frees slots, restores their owners, checks the progress
 // word and writes the work list, as few steps as copies (at most max_copies).
 __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P) {
-    __shared__ int32_t s_own[32], s_need[32], s_pred[32];
+    __shared__ int32_t s_own[32], s_need[32];
     __shared__ unsigned s_keep;
     const int lane = threadIdx.x % 32, E = pf.E, set = m % pf.n_sets;
     int32_t *own = pf.owner + (size_t)set * pf.per_set;
@@ -175,8 +175,6 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
     const int cap = pf.max_copies > 0 && pf.max_copies < pf.per_set ? pf.max_copies : pf.per_set;
     const int rank = __popc(want_mask & ((1u << lane) - 1u));  // the likeliest first: prediction order
     if (want && rank < cap) s_need[rank] = e;
-    const uint32_t hint_mask = pf.hint ? __ballot_sync(0xffffffffu, want && rank >= cap && lane < pf.hint_top) : 0u;
-    s_pred[lane] = e;
     __syncwarp();
     if (lane != 0) return;
     const int n_need = min(__popc(want_mask), cap);
@@ -204,14 +202,6 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         pf.work[2 + 2 * i] = s_need[i];
     }
     pf.work[0] = n;
-    if (hint_mask && progress < m) {  // the CPU warm-up hint (hybrid.h): not for a late plan
-        int nh = 0;
-        for (uint32_t b = hint_mask; b && nh < ST_HY_HINT_MAX; b &= b - 1) pf.hint[3 + nh++] = s_pred[__ffs(b) - 1];
-        pf.hint[1] = m;
-        pf.hint[2] = nh;
-        __threadfence_system();
-        pf.hint[0] = (int32_t)(atomicAdd(pf.hint_seq, 1u) + 1u);
-    }
 }
 
 extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {

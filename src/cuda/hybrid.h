@@ -33,8 +33,6 @@ typedef struct st_hy_count_args {
     uint32_t *sel_miss;            // device [2] of this layer or NULL (decode statistics): [0] += n_pairs, [1] += 1
                                    // per pair whose gate address lies outside [vram_lo, vram_hi) (a PCIe miss)
     st_hy_count_pf pf;
-    int table_l2;                  // 1: the router launch's prologue brings the table (and the split's carry) into
-                                   // L2 before its dependency wait (STRATA_HY_TBL_L2; the router launches only)
 } st_hy_count_args;
 // Counts the routed experts ids [n_pairs] (valid ids in [0, n_expert)) by a's rules; integer atomics only
 // (order-independent).
@@ -157,15 +155,7 @@ typedef struct st_hy_pf {
     unsigned long long *stats;      // device [4]: plans run, plans skipped (late), records copied, bytes copied
     int n_sets, per_set, E;         // per_set <= 32
     int max_copies;                 // records copied per plan at most (the likeliest first); <= 0: per_set
-    // The CPU warm-up hint (NULL: none): a plan that is not late exports the predictions among its first hint_top
-    // that are neither resident, in the set, nor copied now (the likely CPU misses) to mapped host memory
-    // hint [3 + ST_HY_HINT_MAX]: [1] layer m, [2] n, [3 ..] expert ids in prediction order, then (system fence)
-    // [0] = the plan's sequence number from *hint_seq (device). A hint only: the host may read a torn list.
-    int32_t *hint;
-    uint32_t *hint_seq;
-    int hint_top;
 } st_hy_pf;
-#define ST_HY_HINT_MAX 8
 // Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One warp.
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.

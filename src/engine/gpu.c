@@ -860,14 +860,19 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int afmt = st_cuda_act_format(L->gate_exps.type);
             // One token all in VRAM (no experiment on): the router launch ends with the logits and the GLU launch
             // takes the route (no fence / counter tail between them), bit for bit the router_topk + moe_glu_q pair.
-            const int glu_routes =
-                n == 1 && s->glu_route && !g->hy && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2;
+            const int route_in_glu =
+                n == 1 && s->glu_route && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2;
+            const int glu_routes = route_in_glu && !g->hy;
+            // Hybrid without the prefetch's branch (gpu_hybrid.h st_hybrid_glu_side): the same, a side block of the
+            // GLU launch counting (classifying and ringing with CPU misses) in place of the router's tail.
+            const int hy_side = route_in_glu && g->hy && st_hybrid_glu_side(g->hy);
             // Hybrid: the router's last block counts the route (hits, misses, the prefetch's progress word) where
             // no experiment changes or repeats the ids after it; else a count launch of its own.
             st_hy_count_args hc;
             const int count_in_router = g->hy && !s->hy_count_launch && !s->fixed_ids && !s->router_norm &&
-                                        !glu_routes && !SKIPPED(DEC_SKIP_ROUTER) && !(dup & DEC_SKIP_ROUTER);
-            if (count_in_router) st_hybrid_count_args(g->hy, l, 1, &hc);
+                                        !glu_routes && !hy_side && !SKIPPED(DEC_SKIP_ROUTER) &&
+                                        !(dup & DEC_SKIP_ROUTER);
+            if (count_in_router || hy_side) st_hybrid_count_args(g->hy, l, 1, &hc);
             // Hybrid split folded into the router and down launches (STRATA_HY_SPLIT_FUSED=1): the router's last
             // block classifies after its count.
             const int routed_split = n == 1 && count_in_router && st_hybrid_split_fused(g->hy);
@@ -884,6 +889,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
                        (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
+                        : hy_side ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
                                                         hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
@@ -899,12 +905,13 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                 st) != cudaSuccess)
                 return st_err("STRATA_DEC_FIXED_ROUTE: copy failed");
             if (dump_act(s, l, 'a', n)) return -1;  // x = x + attention output (the FFN norm wrote it back)
-            if (g->hy && !count_in_router && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st))
+            if (g->hy && !count_in_router && !hy_side && st_hybrid_count(g->hy, l, s->d_ids, n * K, 1, st))
                 return -1;  // hybrid: hit/miss counters
             if (n == 1 && st_hybrid_cpu_split(g->hy)) {
                 // hybrid --pcie-frac < 1: a share of the misses computed by CPU workers in parallel (gpu_hybrid.h)
                 if (st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq, s->d_ids,
-                                         s->d_wts, s->ffn_a, s->xq2, s->dec_counters, s->x, routed_split, st))
+                                         s->d_wts, s->ffn_a, s->xq2, s->dec_counters, s->x,
+                                         hy_side ? 2 : routed_split, s->router, hp->expert_weights_norm, st))
                     return -1;
                 continue;
             }
@@ -919,9 +926,13 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             const int dfmt = st_cuda_act_format(L->down_exps.type);
+            if (hy_side) hc.pf.progress = NULL;  // (no branch reads it)
             if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
                                                       s->ffn_a, s->xq2, dfmt, s->dec_counters, st)
+                 : hy_side ? st_cuda_moe_route_glu_hy(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
+                                                      s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
+                                                      s->ffn_a, s->xq2, dfmt, s->dec_counters, &hc, NULL, st)
                             : RUN(DEC_SKIP_GLU, st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts,
                                                                   E, d, F, s->xq, s->d_ids, n, K, s->ffn_a, s->xq2,
                                                                   dfmt, s->dec_counters, st))) ||

@@ -140,12 +140,6 @@ struct st_hybrid {
     int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
     unsigned long long *rb_h;     // pinned [6]: the prefetch statistics [5] (st_hy_pf, then hits), the CPU wait (ns)
     cudaEvent_t ev_rb;
-    // STRATA_HY_TBL_L2=1 (opt-in, 2026-12-02c, unmeasured): each decode router launch brings its layer's address table
-    // (n_expert x 3 pointers, 3 KiB at 128 experts) and the split's carry into L2 before its dependency wait. The
-    // step streams ~1.5 GB through the 50 MB L2, so a layer's table lines come from HBM a token after their last use:
-    // three dependent reads per layer wait for them (the router tail's classify, the GLU's and the down kernel's row
-    // addresses). Predicted: ~0.4 us off each, tg128 +1-3% at every budget (16 GiB: 2.66 ms per token).
-    int tbl_l2;
     hy_pending pend[ST_HY_MAX_UPDATES];
     int n_pend;                   // swaps whose copies are in flight (0: none)
     cudaEvent_t ev_victims, ev_copied;
@@ -177,24 +171,20 @@ struct st_hybrid {
     int split_fused;              // classify in the router launch, combine in the down kernel (default; the
                                   // doorbell only; STRATA_HY_SPLIT_FUSED=0: launches of their own)
     uint32_t *join_leader_d;      // [3] device: the down kernel's waiting blocks' leader words (hybrid.h)
+    // STRATA_HY_GLU_SIDE (default 1): one-token decode steps without the lookahead prefetch's branch (off, or gated
+    // off after a long prompt) run each layer as all in VRAM does, the route in every GLU block, instead of the router
+    // launch's tail (route, classify, counts, exports, ring: ~4.8 us per layer at 16 GiB over all in VRAM): one side
+    // block of the GLU launch routes, counts, classifies, exports and rings while every other block routes the token
+    // itself and skips a rank whose gate entry is outside VRAM (F 0: every miss is the CPU's; where the CPU takes a
+    // share 0 < 1 - F < 1 the split stays in the router's tail). With the branch on, its copies may publish entries
+    // during the layer (hybrid.h rule 1): publish locks closed by the router launch before its dependency wait, and
+    // the progress word there too, measured 361.96 vs 366.17 tok/s at 16 GiB (the earlier deadline left 1.8 layers
+    // per token's plans late against 0.2; docs/experiments/2026-12-02d-glu-side-locks.patch).
+    int glu_side;
     _Atomic uint64_t cpu_jobs, cpu_job_ns;  // layers the doorbell thread computed, and its ns on them (stats)
     pthread_t bell_thread;
     int bell_started;
     _Atomic int bell_stop;
-    // CPU warm-up of predicted CPU misses (opt-in STRATA_HY_CPU_WARM=N; hy_bell_main): the prefetch's plan exports
-    // the predictions it does not copy (cuda/hybrid.h st_hy_pf.hint) and the idle doorbell thread has the workers
-    // read the first N of those records into the caches until the next ring (place/cpu_experts.h st_hy_cpu_touch)
-    int warm_max;                 // N: records read per hint at most, the likeliest first (0: off)
-    int32_t *hint_h, *hint_dp;    // mapped [3 + ST_HY_HINT_MAX] host / device address
-    uint32_t *hint_seq_d;         // device: the hints so far
-    int32_t warm_layer, warm_n, warm_ids[ST_HY_HINT_MAX];  // the last hint read (doorbell thread only)
-    uint64_t warm_hints, warm_bytes, warm_stopped;  // hints read, bytes read ahead, touches stopped by a ring
-    uint64_t warm_misses, warm_hit, warm_read;  // CPU misses computed; of them in their layer's last hint, and
-                                                // among the records read for it
-    // The workers' pool between a warm-up and the prefill CPU thread (which shares h->cpu): a warm-up can outlast
-    // its decode step (no ring comes to stop it), so it runs only under this lock (trylock: skipped while a prefill
-    // layer holds it) and a prefill layer waits for one in progress (~0.3 ms at most: 8 records at ~75 GB/s).
-    pthread_mutex_t warm_mu;
     // lookahead prefetch (see the top of this file)
     int pf_on;                    // prefetching in one-token decode steps
     // The prefetch's gate (STRATA_HY_PF_GATE, hy_pf_gate): pf_gate_state.live 0 leaves the side branch out of the
@@ -302,10 +292,6 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
     if (!o || o->gpu_mem_gib <= 0) return 0;
     st_hybrid *h = calloc(1, sizeof *h);
     if (!h) return st_err("out of memory");
-    if (pthread_mutex_init(&h->warm_mu, NULL)) {
-        free(h);
-        return st_err("hybrid: cannot create a mutex");
-    }
     h->m = m;
     h->opts = *o;
     if (st_place_desc_from_model(m, &h->desc)) goto fail;
@@ -732,15 +718,6 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
         ids[i] = h->meta_h[1 + 32 + i];
         ok = rank >= 0 && rank < h->K;
         out[i] = h->ycpu_h + (size_t)(ok ? rank : 0) * d;
-        if (h->hint_h) {  // (the doorbell thread: the warm-up's statistics)
-            h->warm_misses++;
-            for (int j = 0; h->warm_layer == (int32_t)l && j < h->warm_n; j++)
-                if (h->warm_ids[j] == ids[i]) {
-                    h->warm_hit++;
-                    h->warm_read += j < h->warm_max;
-                    break;
-                }
-        }
     }
     if (ok && st_hy_cpu_experts(h->cpu, l, h->xrow_h, n, ids, out) == 0) return;
     if (!atomic_exchange(&h->cpu_failed, 1))
@@ -749,53 +726,19 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
     for (int k = 0; k < h->K * d; k++) h->ycpu_h[k] = NAN;  // the step's output shows it too
 }
 
-// The warm-up (STRATA_HY_CPU_WARM=N): reads the hint the prefetch's plan exported (cuda/hybrid.h; a torn read only
-// picks other records) and has the workers read its first N records until the next ring moves bell[0] off `seen`
-// (N bounds a read that no ring stops: the next layer's hint comes ~55 us later).
-static void hy_warm(st_hybrid *h, const volatile uint32_t *bell, uint32_t seen) {
-    const volatile int32_t *hint = h->hint_h;
-    atomic_thread_fence(memory_order_acquire);  // the list was written before its sequence number (system fence)
-    const int32_t l = hint[1], n = hint[2];
-    if (l < 0 || (uint32_t)l >= h->L || n <= 0 || n > ST_HY_HINT_MAX) return;
-    for (int i = 0; i < n; i++) h->warm_ids[i] = hint[3 + i];
-    h->warm_layer = l;
-    h->warm_n = n;
-    h->warm_hints++;
-    if (pthread_mutex_trylock(&h->warm_mu)) return;  // a prefill layer has the workers
-    const int n_read = n < h->warm_max ? n : h->warm_max;
-    const int64_t b = st_hy_cpu_touch(h->cpu, (uint32_t)l, h->warm_ids, n_read, bell, seen);
-    pthread_mutex_unlock(&h->warm_mu);
-    if (b < 0) {  // (an id out of range: a torn read; nothing to report)
-        h->warm_n = 0;
-        return;
-    }
-    h->warm_bytes += (uint64_t)b;
-    if (bell[0] != seen) h->warm_stopped++;
-}
-
 // The doorbell thread: polls bell[0] (the classify kernel's ring), runs that layer's CPU misses, answers in
 // bell[1]. Spins while splits keep coming; after HY_BELL_SPIN_S without one it polls every 20 us, after
 // HY_BELL_IDLE_S every millisecond (an idle engine costs no core, nor 50,000 wake-ups a second now that CPU misses are
 // on by default; the first split after a pause waits that long, once). The spin window spans several tokens: with the
 // prefetch, most layers have no CPU miss, and a doze between two of them would add its wake-up to the next one.
-// Idle, it runs the warm-up of each new hint (hy_warm).
 static void *hy_bell_main(void *ud) {
     st_hybrid *h = ud;
     volatile uint32_t *bell = h->bell_h;
     uint32_t seen = bell[0];
-    const volatile int32_t *hint = h->hint_h;
-    int32_t hint_seen = hint ? hint[0] : 0;
     double last = st_now();
     while (!atomic_load_explicit(&h->bell_stop, memory_order_relaxed)) {
         const uint32_t s = bell[0];
         if (s == seen) {
-            const int32_t hs = hint ? hint[0] : hint_seen;
-            if (hs != hint_seen) {
-                hint_seen = hs;
-                hy_warm(h, bell, seen);
-                last = st_now();
-                continue;
-            }
             const double idle = st_now() - last;
             if (idle > HY_BELL_SPIN_S) {
                 struct timespec ts = {0, idle > HY_BELL_IDLE_S ? 1000000 : 20000};
@@ -836,21 +779,6 @@ static int hy_bell_init(st_hybrid *h) {
     h->split_fused = env_int("STRATA_HY_SPLIT_FUSED", 1, 0, 1);
     if (!h->split_fused)
         st_info("hybrid decode: the split's classify and combine as launches of their own (STRATA_HY_SPLIT_FUSED=0)");
-    // Opt-in STRATA_HY_CPU_WARM=N (2026-12-02c, unmeasured; N records per hint, 1..8): the warm-up of predicted CPU
-    // misses (hy_warm). A job is DRAM-bound (~5 GB/s per thread, 15 threads ~75 GB/s, STRATA_HY_CPU_PROFILE); the
-    // hint comes ~40 us before its layer's ring (layer m-1's MoE and layer m's attention), time to read ~1 expert
-    // of the ~1.5 a job needs. Predicted where the lookahead prefetch runs (short depth): CPU jobs -15..-25 us,
-    // tg128 +2-4% at 16 GiB, more at 12 and 8 GiB, if the hints name the misses (printed at close) and the cache
-    // keeps them (first: tests/place/bench_cpu_tokens MODEL 15 1, its warm way against the cold one).
-    h->warm_max = env_int("STRATA_HY_CPU_WARM", 0, 0, ST_HY_HINT_MAX);
-    if (h->warm_max) {
-        if (hy_map_alloc((void **)&h->hint_h, (void **)&h->hint_dp, sizeof(int32_t) * (3 + ST_HY_HINT_MAX),
-                         "CPU warm-up hints"))
-            return -1;
-        h->hint_seq_d = st_cuda_alloc(h->ctx, sizeof(uint32_t), "CPU warm-up hint counter");
-        if (!h->hint_seq_d || st_cuda_memset(h->ctx, h->hint_seq_d, 0, sizeof(uint32_t), NULL)) return -1;
-        h->warm_layer = -1;
-    }
     atomic_store(&h->bell_stop, 0);
     if (pthread_create(&h->bell_thread, NULL, hy_bell_main, h)) return st_err("cannot start the CPU-miss doorbell thread");
     h->bell_started = 1;
@@ -861,6 +789,15 @@ static int hy_bell_init(st_hybrid *h) {
 
 int st_hybrid_split_fused(const st_hybrid *h) { return st_hybrid_cpu_split(h) && h->doorbell && h->split_fused; }
 
+// The side block takes this split: no CPU misses, or every miss the CPU's through the fused doorbell split.
+static int hy_side_split_ok(const st_hybrid *h) {
+    return !st_hybrid_cpu_split(h) || (st_hybrid_split_fused(h) && h->cpu_q16 == ST_HY_Q16);
+}
+
+int st_hybrid_glu_side(const st_hybrid *h) {
+    return h && h->glu_side && !st_hybrid_prefetch_on(h) && hy_side_split_ok(h);
+}
+
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a) {
     const st_hy_split_args v = {(int)h->E, st_hybrid_layer_table(h, l), h->slots,
                                 h->slots + h->n_slots_alloc * h->stride, h->cpu_q16, h->carry_d + l, h->ids_gpu_d,
@@ -870,13 +807,25 @@ void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy
 }
 
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
-                         const int32_t *ids, const float *wts, float *act, void *actq, int32_t *counters, float *x,
-                         int routed_split, cudaStream_t st) {
+                         int32_t *ids, float *wts, float *act, void *actq, int32_t *counters, float *x,
+                         int routed_split, const float *logits, int norm, cudaStream_t st) {
     const st_hparams *hp = &h->m->hp;
     const int K = h->K, E = (int)h->E, d = (int)hp->n_embd, F = (int)hp->n_ff_exp;
     if (routed_split && !st_hybrid_split_fused(h)) return st_err("hybrid: a fused split without the doorbell");
+    if (routed_split == 2 && (!st_hybrid_glu_side(h) || !logits))
+        return st_err("hybrid: a side block without its mode");
     st_hy_split_args a;
     st_hybrid_split_args(h, l, xn, &a);
+    const int dfmt = st_cuda_act_format(down_type);
+    const st_hy_join_args j = {h->ycpu_dp, h->bell_seq_d, h->bell_dp, h->bell_wait_d, h->join_leader_d};
+    if (routed_split == 2) {  // the route, count, classify and ring in the GLU launch (STRATA_HY_GLU_SIDE)
+        st_hy_count_args c;
+        st_hybrid_count_args(h, l, 1, &c);
+        c.pf.progress = NULL;  // (no branch reads it)
+        return st_cuda_moe_route_glu_hy(gu_type, a.table, E, d, F, xq, logits, norm, K, ids, wts, act, actq, dfmt,
+                                        counters, &c, &a, st) ||
+               st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
+    }
     if (!routed_split) {  // classify (the doorbell variant rings); host nodes: fork, the CPU branch waits for it only
         if (h->doorbell ? st_cuda_hy_classify_bell(ids, K, E, a.table, a.vram_lo, a.vram_hi, a.cpu_q16, a.carry,
                                                    a.ids_gpu, a.meta, a.x, a.hx, d, a.cpu_count, a.seq, a.bell,
@@ -897,12 +846,8 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
     // (routed_split) the down kernel waits for the CPU's rows and sums them itself. (The split path used to run the
     // down kernel as K one-expert tokens, 8x its blocks, and cost ~50 us per layer: 180 vs 325 tok/s at 16 GiB with
     // almost no CPU misses, 2026-12-01.)
-    const int dfmt = st_cuda_act_format(down_type);
     if (st_cuda_moe_glu_q(gu_type, a.table, E, d, F, xq, a.ids_gpu, 1, K, act, actq, dfmt, counters, st)) return -1;
-    if (routed_split) {
-        const st_hy_join_args j = {h->ycpu_dp, h->bell_seq_d, h->bell_dp, h->bell_wait_d, h->join_leader_d};
-        return st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
-    }
+    if (routed_split) return st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
     if (st_cuda_moe_down_split(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, h->y_d, st)) return -1;
     if (h->doorbell)  // the combine waits for the doorbell thread's answer
         return st_cuda_hy_combine_bell(a.ids_gpu, wts, h->y_d, h->ycpu_dp, K, d, x, x, h->bell_seq_d, h->bell_dp,
@@ -974,11 +919,8 @@ static void *hy_pc_main(void *ud) {
         taken = h->pc_req_seq;
         const uint32_t l = h->pc_req_layer;
         pthread_mutex_unlock(&h->pc_mu);
-        pthread_mutex_lock(&h->warm_mu);  // (a decode warm-up may still have the shared workers)
-        const int rc = st_hy_cpu_tokens(h->pcpu, l, h->pc_x, h->pc_n_tok, h->pc_ids, h->pc_w, K,
-                                        h->pc_on + (uint64_t)l * h->E, h->pc_y);
-        pthread_mutex_unlock(&h->warm_mu);
-        if (rc) {
+        if (st_hy_cpu_tokens(h->pcpu, l, h->pc_x, h->pc_n_tok, h->pc_ids, h->pc_w, K, h->pc_on + (uint64_t)l * h->E,
+                             h->pc_y)) {
             if (!atomic_exchange(&h->cpu_failed, 1))
                 snprintf(h->cpu_err, sizeof h->cpu_err, "prefill, layer %u: %s", l, st_errmsg());
             for (int64_t i = 0; i < (int64_t)h->pc_n_tok * h->m->hp.n_embd; i++) h->pc_y[i] = NAN;
@@ -1204,7 +1146,6 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     // agent prompt, 16 GiB, d16384 (2026-12-02b): 330.94 / 332.99 vs 329.47 / 329.52 tok/s, and +0.3% over the gate
     // alone (333.52 vs 332.59). The default; STRATA_HY_RB_ASYNC=0 synchronises.
     h->rb_async = env_int("STRATA_HY_RB_ASYNC", 1, 0, 1);
-    h->tbl_l2 = env_int("STRATA_HY_TBL_L2", 0, 0, 1);
     if (st_cuda_memset(ctx, h->cnt_d, 0, sizeof(uint32_t) * (n_rec + 3ull * h->L), NULL)) return -1;
     HY_CHECK(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {&h->ev_start, &h->ev_staged[0], &h->ev_staged[1], &h->ev_done[0], &h->ev_done[1],
@@ -1253,7 +1194,12 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         for (uint64_t i = 0; i < n_rec; i++)
             h->freq[i] = h->prof.n_tokens ? (float)((double)h->prof.counts[i] * half / (double)h->prof.n_tokens) : 0;
 
+    h->glu_side = env_int("STRATA_HY_GLU_SIDE", 1, 0, 1);
     if (hy_cpu_init(h) || hy_pf_init(h) || hy_pc_init(h)) return -1;
+    if (h->glu_side && hy_side_split_ok(h))
+        st_info("hybrid decode: steps without the prefetch's branch route in the GLU launch, a side block counting%s "
+                "(STRATA_HY_GLU_SIDE=0: in the router's tail)",
+                st_hybrid_cpu_split(h) ? ", classifying and ringing" : "");
 
     size_t fr = 0, tot = 0;
     st_cuda_mem_info(ctx, &fr, &tot);
@@ -1287,15 +1233,6 @@ void st_hybrid_free(st_hybrid *h) {
     if (h->join_leader_d && h->ctx) st_cuda_free(h->ctx, h->join_leader_d);
     char prof[1024];
     if (h->cpu && st_hy_cpu_profile_text(h->cpu, prof, sizeof prof)) st_info("hybrid CPU misses profile: %s", prof);
-    if (h->hint_h) {  // (after the doorbell thread's join above)
-        st_info("hybrid CPU warm-up: %llu hints, %.3f GB read ahead, %llu reads stopped by a ring; of %llu CPU "
-                "misses %llu were in their layer's last hint, %llu among the records read",
-                (unsigned long long)h->warm_hints, (double)h->warm_bytes / 1e9, (unsigned long long)h->warm_stopped,
-                (unsigned long long)h->warm_misses, (unsigned long long)h->warm_hit,
-                (unsigned long long)h->warm_read);
-        cudaFreeHost(h->hint_h);
-    }
-    if (h->hint_seq_d && h->ctx) st_cuda_free(h->ctx, h->hint_seq_d);
     st_hy_cpu_free(h->cpu);
     if (h->side) cudaStreamDestroy(h->side);
     if (h->ev_fork) cudaEventDestroy(h->ev_fork);
@@ -1343,7 +1280,6 @@ void st_hybrid_free(st_hybrid *h) {
     st_plan_free(&h->plan);
     st_place_desc_free(&h->desc);
     if (h->have_prof) st_profile_free(&h->prof);
-    pthread_mutex_destroy(&h->warm_mu);
     free(h);
 }
 
@@ -1382,7 +1318,6 @@ void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_coun
     a->vram_hi = h->slots + h->n_slots_alloc * h->stride;
     a->counts = h->cnt_d + (uint64_t)l * h->E;
     a->sel_miss = decode ? h->cnt_d + (uint64_t)h->L * h->E + 2ull * l : NULL;
-    a->table_l2 = decode && h->tbl_l2;
     if (decode && h->pf_on) {
         a->pf.progress = hy_pf_progress(h);
         a->pf.layer = (int)l;
@@ -1556,13 +1491,6 @@ static int hy_pf_init(st_hybrid *h) {
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
-    if (h->hint_h) {  // the CPU warm-up (hy_bell_init): the predictions among the first K that are not copied
-        pf->hint = h->hint_dp;
-        pf->hint_seq = h->hint_seq_d;
-        pf->hint_top = h->K < h->pf_P ? h->K : h->pf_P;
-        st_info("hybrid decode: CPU warm-up of predicted CPU misses (STRATA_HY_CPU_WARM): up to %d per layer read",
-                h->warm_max);
-    }
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);

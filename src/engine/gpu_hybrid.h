@@ -61,14 +61,21 @@ int st_hybrid_cpu_split(const st_hybrid *h);
 //   xn: device f32 [n_embd] (the router's input); xq: its quantized row for the gate/up type; act: device scratch
 //   f32 [K][n_ff_exp]; actq: its quantized rows (st_cuda_moe_glu_q's, K rows of st_q8_1_row_bytes(n_ff_exp));
 //   counters: st_cuda_moe_glu_q's (zero between launches); x: device f32 [n_embd], the residual stream (updated).
-//   routed_split: the router launch already classified and rang (st_cuda_router_topk_split with
-//   st_hybrid_split_args): only GLU + the down kernel with the join folded in (st_cuda_moe_down_join) follow.
+//   routed_split: 1, the router launch already classified and rang (st_cuda_router_topk_split with
+//   st_hybrid_split_args): only GLU + the down kernel with the join folded in (st_cuda_moe_down_join) follow;
+//   2 (st_hybrid_glu_side), the router launch wrote only logits [n_expert] (st_cuda_router_logits): the GLU
+//   launch routes (ids, wts written: [K]), counts, classifies and rings in a side block (norm: the top-k weights
+//   renormalised), then the down kernel with the join.
 int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, const float *xn, const void *xq,
-                         const int32_t *ids, const float *wts, float *act, void *actq, int32_t *counters, float *x,
-                         int routed_split, cudaStream_t st);
+                         int32_t *ids, float *wts, float *act, void *actq, int32_t *counters, float *x,
+                         int routed_split, const float *logits, int norm, cudaStream_t st);
 // The split folded into the router and down launches (STRATA_HY_SPLIT_FUSED=1, A/B; doorbell path only): 1 when on.
 // st_hybrid_split_args gives the router launch layer l's classify arguments (xn: the router's input row).
 int st_hybrid_split_fused(const st_hybrid *h);
+// STRATA_HY_GLU_SIDE (default 1) and the mode applies now (the prefetch's branch off; no CPU misses, or all of a
+// layer's misses the CPU's through the fused doorbell split): one-token decode layers take st_cuda_router_logits +
+// st_cuda_moe_route_glu_hy (decode.h).
+int st_hybrid_glu_side(const st_hybrid *h);
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a);
 // Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h), one-token decode steps only, all capturable:
 // st_hybrid_step_begin at the step's start (progress word reset), st_hybrid_prefetch after layer l's FFN norm

@@ -26,8 +26,6 @@
 #define TOK_GU_ROWS 64     // multi-token calls: gate/up rows per task (multiples of 8, as above)
 #define TOK_DOWN_ROWS 128  // multi-token calls: down rows per task
 #define TOK_PAIRS 16       // multi-token calls: pairs per quantization task, tokens per sum task
-#define TOUCH_PIECE (64 << 10)  // st_hy_cpu_touch: bytes per task
-#define TOUCH_CHECK (4 << 10)   // st_hy_cpu_touch: bytes between two looks at the stop word
 
 // Opt-in profile of the single-token calls (st_hy_cpu_set_profile): where a call's time goes. Per pool run each
 // thread's first task start and last task end after the publish, and its busy time; per call the phases' walls.
@@ -59,11 +57,6 @@ struct st_hy_cpu {
     int n;
     const int32_t *experts;
     float *const *out;
-    // the touch in progress (st_hy_cpu_touch): n records of layer `layer` (experts), pieces of TOUCH_PIECE bytes
-    int64_t touch_pieces;                  // per record
-    const volatile uint32_t *touch_stop;
-    uint32_t touch_seen;
-    _Atomic uint64_t touch_bytes, touch_sink;  // bytes read; the words' sum (keeps the reads)
     int64_t n_gu_chunks, n_down_chunks;  // tasks per expert (GU_ROWS, DOWN_ROWS rows each)
     hy_prof *prof;               // st_hy_cpu_set_profile, or NULL
     _Atomic int failed;
@@ -273,46 +266,6 @@ static void down_task(void *ud, int64_t task, int thread) {
                              r0, nr, c->aq + (size_t)i * c->aq_stride, 0, 1, c->out[i] + r0, c->n_embd, ST_MM_EXPERT))
         atomic_store(&c->failed, 1);
     if (c->prof) prof_task(c, thread, t0, st_now());
-}
-
-// Piece t of the touch: record t / touch_pieces, bytes [piece * TOUCH_PIECE, + TOUCH_PIECE), one 8-byte word per
-// 64-byte line, checking the stop word every TOUCH_CHECK bytes.
-static void touch_task(void *ud, int64_t task, int thread) {
-    (void)thread;
-    st_hy_cpu *c = ud;
-    const uint32_t e = (uint32_t)c->experts[task / c->touch_pieces];
-    const uint64_t rb = c->a->layers[c->layer].record_bytes, o0 = (uint64_t)(task % c->touch_pieces) * TOUCH_PIECE;
-    const uint64_t o1 = o0 + TOUCH_PIECE < rb ? o0 + TOUCH_PIECE : rb;
-    const uint8_t *r = c->a->rec[(uint64_t)c->layer * c->a->n_expert + e];
-    uint64_t sum = 0, o = o0;
-    while (o < o1 && *c->touch_stop == c->touch_seen) {
-        const uint64_t end = o + TOUCH_CHECK < o1 ? o + TOUCH_CHECK : o1;
-        for (; o + 8 <= end; o += 64) {
-            uint64_t w;
-            memcpy(&w, r + o, 8);
-            sum += w;
-        }
-        o = end;
-    }
-    atomic_fetch_add_explicit(&c->touch_sink, sum, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->touch_bytes, o - o0, memory_order_relaxed);
-}
-
-int64_t st_hy_cpu_touch(st_hy_cpu *c, uint32_t layer, const int32_t *experts, int n, const volatile uint32_t *stop,
-                        uint32_t stop_seen) {
-    if (n <= 0) return 0;
-    if (layer >= c->a->n_layer) return st_err("CPU warm-up: layer %u of %u", layer, c->a->n_layer), -1;
-    for (int i = 0; i < n; i++)
-        if (experts[i] < 0 || (uint32_t)experts[i] >= c->a->n_expert)
-            return st_err("CPU warm-up: layer %u: expert id %d of %u", layer, experts[i], c->a->n_expert), -1;
-    c->layer = layer;
-    c->experts = experts;
-    c->touch_pieces = (int64_t)((c->a->layers[layer].record_bytes + TOUCH_PIECE - 1) / TOUCH_PIECE);
-    c->touch_stop = stop;
-    c->touch_seen = stop_seen;
-    atomic_store(&c->touch_bytes, 0);
-    st_pool_run(c->pool, (int64_t)n * c->touch_pieces, touch_task, c);
-    return (int64_t)atomic_load(&c->touch_bytes);
 }
 
 int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out) {

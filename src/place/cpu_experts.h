@@ -40,14 +40,6 @@ void st_hy_cpu_set_spin(st_hy_cpu *c, double seconds);
 int st_hy_cpu_set_profile(st_hy_cpu *c, int on);
 int st_hy_cpu_profile_text(const st_hy_cpu *c, char *buf, size_t size);
 
-// Reads the records of (layer, experts[0 .. n)) into the caches ahead of a likely st_hy_cpu_experts call on them
-// (the hybrid decode's warm-up of predicted CPU misses): the pool's threads take pieces of 64 KiB in record order
-// and read one word per cache line; every thread stops at the next 4 KiB once *stop != stop_seen, so a caller that
-// must run a real call waits ~1 us. Returns the bytes read; -1 with st_errmsg for a bad layer or expert id. Not
-// reentrant with the other calls (the same pool).
-int64_t st_hy_cpu_touch(st_hy_cpu *c, uint32_t layer, const int32_t *experts, int n, const volatile uint32_t *stop,
-                        uint32_t stop_seen);
-
 // out[i][0 .. n_embd) = y_{experts[i]} of layer `layer` for x [n_embd] f32, i < n (n <= max_experts; n == 0: no
 // work). Not reentrant (one call at a time per st_hy_cpu). 0, or -1 with st_errmsg (expert id out of range).
 int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out);

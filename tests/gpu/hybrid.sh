@@ -135,9 +135,11 @@ run_decode mid-prefetch-gate $mid 128 1100 400 STRATA_HY_PF_GATE=1
 run_decode mid-prefetch-gate2 $mid 128 1100 400 STRATA_HY_PF_GATE=2 HYBRID_DECODE_PROMPT2=1100  # (the default level)
 run_decode mid-prefetch-word $mid 128 1100 400 STRATA_HY_PF_LEAN=0 HYBRID_DECODE_PROMPT2=1100
 # the decode periods' read-back without a stream synchronisation (processed a step or two later); with the gate
-# the router launches bring the layer's address table into L2 before their dependency wait (opt-in STRATA_HY_TBL_L2=1)
-run_decode mid-tbl-l2 $mid 128 300 400 STRATA_HY_TBL_L2=1
 run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE=1
+# without the prefetch's branch the route in the GLU launch, a side block counting (STRATA_HY_GLU_SIDE, default 1):
+# still bitwise; and the router's tail in its place (=0)
+run_decode mid-glu-side $mid 128 300 400 STRATA_HY_PREFETCH=0
+run_decode mid-glu-side-off $mid 128 300 400 STRATA_HY_PREFETCH=0 STRATA_HY_GLU_SIDE=0
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
 run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8 STRATA_HY_PF_OWN=0 STRATA_HY_PREFETCH_MAX=8
 run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 \
@@ -202,8 +204,7 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd) $*"
   if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
-    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|prefetch:|control:|device memory|CPU warm-up:|misses profile" \
-      "$out/$label.log" | sed 's/^/   /'
+    grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|prefetch:|control:|device memory" "$out/$label.log" | sed 's/^/   /'
     pass "$label ($((SECONDS - t)) s)"
   else
     grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|device memory|error|hybrid" "$out/$label.log" | tail -20 | sed 's/^/   /'
@@ -213,16 +214,11 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
 run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-profile $mid 128 100 300 0 STRATA_HY_CPU_PROFILE=1  # the workers' profile (printed at close)
-run_cpumiss mid-cpumiss-tbl-l2 $mid 128 100 300 0.5 STRATA_HY_TBL_L2=1  # the router split's table prefetch (opt-in)
-# the warm-up of predicted CPU misses (opt-in): same results, and the doorbell thread read the plans' hints
-run_cpumiss mid-cpumiss-warm $mid 128 100 1000 0 STRATA_HY_CPU_WARM=2
-if [[ mid-cpumiss-warm =~ $only ]]; then
-  if grep -qE "CPU warm-up: [1-9][0-9]* hints" "$out/mid-cpumiss-warm.log"; then pass "mid-cpumiss-warm: hints read"
-  else fail "mid-cpumiss-warm: no warm-up hint read"; fi
-fi
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
 run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
+# without the prefetch's branch the side block classifies and rings (every miss the CPU's; STRATA_HY_GLU_SIDE)
+run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
 run_cpumiss mid-prefill-cpu $mid 128 600 1000 prefill-cpu

@@ -485,6 +485,10 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
 // st_cuda_hy_combine_bell. Path B: st_cuda_router_topk_split -> glu_q -> st_cuda_moe_down_join. Each path has its own
 // carry, counters, export and output; a host thread answers every ring at once, and the CPU rows are the same
 // random rows for both, so B must equal A bit for bit: ids, weights, ids_gpu, the export, carry, counters, out.
+// Path C (STRATA_HY_GLU_SIDE), on the replays where every miss is the CPU's or none is: st_cuda_router_logits ->
+// st_cuda_moe_route_glu_hy (its side block routes, counts, classifies and rings; the other blocks route and skip
+// the CPU's ranks) -> st_cuda_moe_down_join (or _down_sum without a CPU share), equal to A bit for bit on that
+// replay: ids, weights, ids_gpu, export, the replay's counts, out.
 
 typedef struct {
     volatile uint32_t *bell;
@@ -574,9 +578,12 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         printf("FAIL pthread_create\n");
         exit(1);
     }
-    fused_path pa, pb;
+    fused_path pa, pb, pc;
     make_path(&pa);
     make_path(&pb);
+    make_path(&pc);
+    int bad_c = 0, n_side = 0, n_side_cpu = 0;
+    char det_c[256] = "";
     const int dfmt = st_cuda_act_format(DN_TYPE);
     int bad = 0, n_cpu_layers = 0;
     char det[256] = "";
@@ -589,6 +596,8 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         CK(cudaMemcpy(b->x, x, sizeof x, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(b->xn, xn, sizeof xn, cudaMemcpyHostToDevice));
         ST(st_cuda_quantize_act(ctx, st_cuda_act_format(GU_TYPE), b->xn, b->xq, 1, D, st));
+        uint32_t ca0[PATH_COUNTERS];  // A's counters before this replay (path C's are zeroed each replay)
+        read_counters(&pa, ca0);
         fused_path *ps[2] = {&pa, &pb};
         for (int w = 0; w < 2; w++) {
             fused_path *p = ps[w];
@@ -598,7 +607,6 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
             memset(&cnt, 0, sizeof cnt);
             cnt.n_expert = E, cnt.table = L->tab_d, cnt.vram_lo = L->vram, cnt.vram_hi = L->vram + L->rec_bytes * E;
             cnt.counts = p->counts, cnt.sel_miss = p->sel_miss;
-            cnt.table_l2 = (int)(it % 2);  // odd replays: the router's L2 prefetch of the table (a hint, same results)
             if (w == 0) {
                 ST(st_cuda_router_topk_count(ST_TYPE_F32, W_d, D, E, b->xn, 1, K, 1, logits_d, p->ids, p->wts, rcnt,
                                              &cnt, st));
@@ -639,8 +647,66 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         for (int w = 0; w < 2; w++) {
             read_counters(ps2[w], cs[w]);
         }
-        const int n_cpu = pa.meta_h[0];
+        const int n_cpu = pa.meta_h[0] > 0 ? pa.meta_h[0] : 0;  // (the doorbell writes meta[0] only with CPU ranks)
         n_cpu_layers += n_cpu > 0;
+        if (q == ST_HY_Q16 || q == 0) {  // path C on this replay
+            fused_path *p = &pc;
+            const int split = q == ST_HY_Q16;
+            for (int i = 0; i < ST_HY_META_INTS; i++) p->meta_h[i] = -7;
+            CK(cudaMemsetAsync(p->out, 0xff, sizeof(float) * D, st));
+            CK(cudaMemsetAsync(p->ids_gpu, 0x7f, sizeof(int32_t) * K, st));
+            CK(cudaMemcpyAsync(p->carry, &ca0[0], sizeof(uint32_t), cudaMemcpyHostToDevice, st));
+            CK(cudaMemsetAsync(p->cnt, 0, sizeof(uint32_t), st));
+            CK(cudaMemsetAsync(p->counts, 0, sizeof(uint32_t) * E, st));
+            CK(cudaMemsetAsync(p->sel_miss, 0, sizeof(uint32_t) * 2, st));
+            st_hy_count_args cnt;
+            memset(&cnt, 0, sizeof cnt);
+            cnt.n_expert = E, cnt.table = L->tab_d, cnt.vram_lo = L->vram, cnt.vram_hi = L->vram + L->rec_bytes * E;
+            cnt.counts = p->counts, cnt.sel_miss = p->sel_miss;
+            const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
+                                         p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
+            const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
+            ST(st_cuda_router_logits(ST_TYPE_F32, W_d, D, E, b->xn, logits_d, st));
+            ST(st_cuda_moe_route_glu_hy(GU_TYPE, L->tab_d, E, D, FF, b->xq, logits_d, 1, K, p->ids, p->wts, b->act,
+                                        b->actq, dfmt, b->counters, &cnt, split ? &sa : NULL, st));
+            if (split)
+                ST(st_cuda_moe_down_join(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids_gpu, p->wts, K, p->out, b->x,
+                                         &j, st));
+            else
+                ST(st_cuda_moe_down_sum(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids, p->wts, 1, K, p->out, b->x,
+                                        st));
+            CK(cudaStreamSynchronize(st));
+            int32_t ic[K], gc[K];
+            float wc[K], oc[D];
+            uint32_t cc[PATH_COUNTERS], ca1[PATH_COUNTERS];
+            CK(cudaMemcpy(ic, pc.ids, sizeof ic, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(gc, pc.ids_gpu, sizeof gc, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(wc, pc.wts, sizeof wc, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(oc, pc.out, sizeof oc, cudaMemcpyDeviceToHost));
+            read_counters(&pc, cc);
+            read_counters(&pa, ca1);
+            int same_counts = 1;  // the replay's deltas (the carry: its value)
+            for (int i = 0; i < PATH_COUNTERS; i++)
+                if (i == 0 ? cc[0] != ca1[0] : i == 1 && !split ? cc[1] != 0 : cc[i] != ca1[i] - ca0[i])
+                    same_counts = 0;
+            const int same_route = !memcmp(ia, ic, sizeof ia) && !memcmp(wa, wc, sizeof wa) &&
+                                   (!split || !memcmp(ga, gc, sizeof ga));
+            const int same_export = !split || (!memcmp(pa.meta_h, pc.meta_h, sizeof(int32_t) * (1 + n_cpu)) &&
+                                               !memcmp(pa.meta_h + 33, pc.meta_h + 33, sizeof(int32_t) * n_cpu) &&
+                                               (n_cpu == 0 || !memcmp(pa.hx_h, pc.hx_h, sizeof(float) * D)));
+            int at_c = -1;
+            const int same_out = bitwise_eq(oc, oa, D, &at_c);
+            n_side++;
+            n_side_cpu += split && n_cpu > 0;
+            if (!(same_route && same_export && same_counts && same_out)) {
+                if (!bad_c)
+                    snprintf(det_c, sizeof det_c, "replay %d (%s, %d CPU ranks): route %s, export %s, counts %s, "
+                             "out %s", it, split ? "F 0" : "no CPU share", n_cpu, same_route ? "same" : "DIFFERS",
+                             same_export ? "same" : "DIFFERS", same_counts ? "same" : "DIFFER",
+                             same_out ? "same" : "DIFFERS");
+                bad_c++;
+            }
+        }
         int at = -1;
         const int same_route = !memcmp(ia, ib, sizeof ia) && !memcmp(wa, wb, sizeof wa) && !memcmp(ga, gb, sizeof ga);
         const int same_export = !memcmp(pa.meta_h, pb.meta_h, sizeof(int32_t) * (1 + n_cpu)) &&
@@ -666,6 +732,10 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
              det[0] ? "; " : "", det);
     report("fused split (router classifies, down joins) == the separate launches, bitwise", bad || timed_out ||
                n_cpu_layers == 0 || n_cpu_layers == reps, d);
+    snprintf(d, sizeof d, "%d replays, %d with CPU ranks%s%s", n_side, n_side_cpu, det_c[0] ? "; " : "", det_c);
+    report("side block (GLU launch routes, counts, classifies, rings) == the separate launches, bitwise",
+           bad_c || bell_h[3] != 0 || n_side_cpu == 0, d);
+    free_path(&pc);
     atomic_store(&ac.stop, 1);
     pthread_join(thr, NULL);
     free_path(&pa), free_path(&pb);

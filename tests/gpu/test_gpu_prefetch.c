@@ -7,8 +7,7 @@
 //   random     400 rounds of random layers, predictions (with invalid and duplicate-free ids), copy caps and
 //              progress values:
 //              after each, every entry is either its home or a prefetch slot whose bytes equal that record and whose
-//              owner names it, owners are unique, and the counters and (in half the rounds) the CPU warm-up hint
-//              match the host model
+//              owner names it, owners are unique, and the counters match the host model
 //   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots; the
 //              router launch counting in its last block (st_cuda_router_topk_count, random router and inputs) gives
 //              the same ids, weights, counters and progress as st_cuda_router_topk + st_cuda_hy_count
@@ -57,8 +56,6 @@ typedef struct {
     uint32_t *done_d;
     unsigned long long *stats_d;
     int32_t *pred_d;
-    int32_t *hint_h, *hint_dp;  // the CPU warm-up hint: mapped [3 + ST_HY_HINT_MAX]
-    uint32_t *hint_seq_d;
     st_hy_pf pf;
     int32_t owner[NSETS * P];  // host model
 } world;
@@ -106,11 +103,6 @@ static void setup(world *w, st_rng *r) {
     CK(cudaMalloc((void **)&w->done_d, sizeof(uint32_t) * P));
     CK(cudaMalloc((void **)&w->stats_d, sizeof(unsigned long long) * 5));
     CK(cudaMalloc((void **)&w->pred_d, sizeof(int32_t) * 32));
-    CK(cudaHostAlloc((void **)&w->hint_h, sizeof(int32_t) * (3 + ST_HY_HINT_MAX), cudaHostAllocMapped));
-    CK(cudaHostGetDevicePointer((void **)&w->hint_dp, w->hint_h, 0));
-    memset(w->hint_h, 0, sizeof(int32_t) * (3 + ST_HY_HINT_MAX));
-    CK(cudaMalloc((void **)&w->hint_seq_d, sizeof(uint32_t)));
-    CK(cudaMemset(w->hint_seq_d, 0, sizeof(uint32_t)));
     CK(cudaMemcpy(w->table_d, w->home_h, sizeof(void *) * NL * NE * 3, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->home_d, w->home_h, sizeof(void *) * NL * NE * 3, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->rec_d, rec_h, sizeof(void *) * NL * NE, cudaMemcpyHostToDevice));
@@ -163,24 +155,6 @@ static int model_plan(world *w, int m, const int32_t *pred, int np, int late, in
     if (late) return 0;
     for (int i = 0; i < n; i++) own[slots[i]] = m * NE + need[i];
     return n;
-}
-
-// The host model of a plan's CPU warm-up hint (k_hy_pf_plan, cuda/hybrid.h st_hy_pf.hint), from the owners before
-// the plan: the predictions among the first hint_top that are valid, not resident, not in the set and past the
-// copy cap, in prediction order (at most ST_HY_HINT_MAX); none for a late plan. Returns their number.
-static int model_hint(const world *w, int m, const int32_t *pred, int np, int late, int32_t *ids) {
-    const int32_t *own = w->owner + (m % NSETS) * P;
-    const int cap = w->pf.max_copies > 0 && w->pf.max_copies < P ? w->pf.max_copies : P;
-    int rank = 0, n = 0;
-    for (int i = 0; i < np; i++) {
-        const int e = pred[i];
-        if (e < 0 || e >= NE || e < NRES) continue;
-        int found = 0;
-        for (int j = 0; j < P; j++) found |= own[j] == m * NE + e;
-        if (found) continue;
-        if (rank++ >= cap && i < w->pf.hint_top && n < ST_HY_HINT_MAX) ids[n++] = e;
-    }
-    return late ? 0 : n;
 }
 
 // Every entry is home, or points into the prefetch slot its owner names, whose bytes are the record's.
@@ -301,25 +275,10 @@ int main(void) {
         static const int caps[] = {0, 1, 2, P};  // STRATA_HY_PREFETCH_MAX: none, or at most 1, 2, P copies
         w.pf.max_copies = caps[st_rng_below(&r, 4)];
         const int progress = late ? m + (int)st_rng_below(&r, 3) : m - 1 - (int)st_rng_below(&r, 2);
-        // the CPU warm-up hint on in half the rounds, over the first 0..P predictions
-        w.pf.hint = st_rng_below(&r, 2) ? w.hint_dp : NULL;
-        w.pf.hint_seq = w.hint_seq_d;
-        w.pf.hint_top = (int)st_rng_below(&r, P + 1);
-        int32_t want_hint[ST_HY_HINT_MAX], hint_before[3 + ST_HY_HINT_MAX];
-        const int n_hint = w.pf.hint ? model_hint(&w, m, pred, np, late, want_hint) : 0;
-        memcpy(hint_before, w.hint_h, sizeof hint_before);
         copies += (unsigned long long)model_plan(&w, m, pred, np, late, restored, &n_restored);
         lates += (unsigned long long)late;
         run_plan(&w, m, pred, np, progress);
         CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
-        const volatile int32_t *hint = w.hint_h;
-        if (n_hint ? hint[0] != hint_before[0] + 1 || hint[1] != m || hint[2] != n_hint ||
-                         memcmp((const int32_t *)hint + 3, want_hint, sizeof(int32_t) * (size_t)n_hint)
-                   : memcmp((const int32_t *)hint, hint_before, sizeof hint_before)) {
-            snprintf(detail, sizeof detail, "round %d: the warm-up hint (seq %d, layer %d, %d ids) is not the model's "
-                     "(%d ids%s)", round, hint[0], hint[1], hint[2], n_hint, n_hint ? "" : ": unchanged");
-            bad = 1;
-        }
         if (check_world(&w, detail, sizeof detail) || stats[2] != copies || stats[1] != lates) {
             if (!detail[0])
                 snprintf(detail, sizeof detail, "round %d: copies %llu (model %llu), late %llu (model %llu)", round,
@@ -327,8 +286,7 @@ int main(void) {
             bad = 1;
         }
     }
-    report("400 random plans (late ones, invalid ids, copy caps, every layer): entries, slot bytes, owners, counters, "
-           "CPU warm-up hints",
+    report("400 random plans (late ones, invalid ids, copy caps, every layer): entries, slot bytes, owners, counters",
            bad,
            detail);
 

@@ -4,11 +4,11 @@
 // 2 * n_embd * n_ff per token and expert). What gpu_hybrid.c measures at load to size the share, repeatable.
 //   usage: bench_cpu_tokens MODEL.gguf [threads [tokens [experts [reps]]]]   (defaults: all CPUs - 1, 32, 8, 5)
 // With tokens = 1: the hybrid decode's single-token layer jobs instead (st_hy_cpu_experts, `experts` experts per
-// call, default 2 here; `reps` calls, default 200, per way), three ways: cold (distinct records each call, from
-// DRAM), warm (the records read by the workers just before each call, st_hy_cpu_touch: as the hybrid decode's
-// warm-up of predicted CPU misses leaves them) and hot (the same records every call); prints microseconds per call,
-// GB/s of weights and the workers' profile (place/cpu_experts.h st_hy_cpu_set_profile) of each way. Whether the
-// warm way is faster than the cold one says whether prefetching predicted CPU misses into the cache can pay.
+// call, default 2 here; `reps` calls, default 200, per way), two ways: cold (distinct records each call, from
+// DRAM) and hot (the same records every call); prints microseconds per call, GB/s of weights and the workers'
+// profile (place/cpu_experts.h st_hy_cpu_set_profile) of each way. (H200 host, 2026-12-02d: 2 experts cold 109.8,
+// hot 83.4 us; the records read by the workers just before the call, warm, 102.7: docs/experiments/
+// 2026-12-02d-cpu-warm-tbl-l2.patch.)
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@
 #include "util/log.h"
 #include "util/pool.h"
 
-// The single-token layer jobs of the usage above: cold, warm and hot.
+// The single-token layer jobs of the usage above: cold and hot.
 static int decode_jobs(const st_arena *a, st_hy_cpu *c, const st_hparams *hp, int n_ex, int calls) {
     const uint32_t L = a->n_layer, E = a->n_expert;
     if (n_ex < 1 || n_ex > (int)hp->n_expert_used || calls < 1) {
@@ -35,19 +35,16 @@ static int decode_jobs(const st_arena *a, st_hy_cpu *c, const st_hparams *hp, in
     if (!x || !y) return fprintf(stderr, "bench_cpu_tokens: out of memory\n"), 1;
     for (int64_t i = 0; i < hp->n_embd; i++) x[i] = 0.5f * sinf(0.37f * (float)i);
     for (int k = 0; k < n_ex; k++) out[k] = y + (size_t)k * hp->n_embd;
-    const char *way[3] = {"cold", "warm", "hot"};
+    const char *way[2] = {"cold", "hot"};
     uint64_t next = 1;
-    static const volatile uint32_t never = 0;  // the warm way's stop word (no ring here)
-    for (int w = 0; w < 3; w++) {
+    for (int w = 0; w < 2; w++) {
         if (st_hy_cpu_set_profile(c, 1)) return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
         double t = 0, bytes = 0;
         for (int r = 0; r <= calls; r++) {  // r == 0: warm-up, not counted
             int32_t ids[32];
-            if (w < 2 || r == 0) next += (uint64_t)L * (uint64_t)n_ex + 1;  // distinct records (hot: the first ones)
+            if (w == 0 || r == 0) next += (uint64_t)L * (uint64_t)n_ex + 1;  // distinct records (hot: the first ones)
             const uint32_t l = (uint32_t)(next % L);
             for (int k = 0; k < n_ex; k++) ids[k] = (int32_t)((next / L + (uint64_t)k) % E);
-            if (w == 1 && st_hy_cpu_touch(c, l, ids, n_ex, &never, 0) < 0)  // (not timed)
-                return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
             const double t0 = st_now();
             if (st_hy_cpu_experts(c, l, x, n_ex, ids, out))
                 return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;

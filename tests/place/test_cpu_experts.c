@@ -6,8 +6,7 @@
 //   3. st_hy_pick_pcie_frac: both sides finish together inside (0, 0.95], clamps and bad inputs
 //   4. st_hy_cpu_experts on an arena built from a small Q4_K_M qwen3moe (Q4_K and Q6_K down stacks): bit-equal to
 //      st_cpu_matmul_rows over each whole expert matrix of the model (the CPU engine's products), with 1 and 3
-//      threads, and 7 with the profile on (its counts); the warm-up's touch (every byte, or none once its stop
-//      word has moved; bad ids refused); close to a
+//      threads, and 7 with the profile on (its counts); close to a
 //      float64 reference from the dequantized weights; bad ids refused; the timing helper
 //   5. st_hy_cpu_tokens (hybrid prefill's CPU share): a chunk of tokens routed top-K, a random subset of experts on
 //      the CPU: bit-equal to the CPU engine's batched products (st_cpu_matmul_rows over each expert's tokens as one
@@ -256,23 +255,6 @@ static void test_experts(const st_model *m, st_rng *r) {
         CHECK(st_hy_cpu_experts(c, 0, x, 1, &bad_id, out) == -1 && strstr(st_errmsg(), "expert id"),
               "an expert id out of range must fail: '%s'", st_errmsg());
         CHECK(st_hy_cpu_experts(c, 0, x, 0, NULL, out) == 0, "no experts: no work");
-        // the warm-up touch: every byte of the records while the stop word holds, none once it has moved
-        {
-            volatile uint32_t stop = 5;
-            const uint32_t tl = hp->n_layer - 1;
-            const int32_t tid[2] = {0, (int32_t)hp->n_expert - 1};
-            const int64_t want_b = 2 * (int64_t)a->layers[tl].record_bytes;
-            int64_t got_b = st_hy_cpu_touch(c, tl, tid, 2, &stop, 5);
-            CHECK(got_b == want_b, "%d threads: touched %lld bytes of %lld", cfg_threads[ti], (long long)got_b,
-                  (long long)want_b);
-            got_b = st_hy_cpu_touch(c, tl, tid, 2, &stop, 4);
-            CHECK(got_b == 0, "%d threads: a moved stop word still touched %lld bytes", cfg_threads[ti],
-                  (long long)got_b);
-            CHECK(st_hy_cpu_touch(c, tl, &bad_id, 1, &stop, 5) == -1 && strstr(st_errmsg(), "expert id"),
-                  "a touch of an expert id out of range must fail: '%s'", st_errmsg());
-            CHECK(st_hy_cpu_touch(c, hp->n_layer, tid, 1, &stop, 5) == -1 && strstr(st_errmsg(), "layer"),
-                  "a touch of a layer out of range must fail: '%s'", st_errmsg());
-        }
         const double t = st_hy_cpu_time_expert(c, 2);
         CHECK(t > 0 && t < 1.0, "timed expert: %g s", t);
         st_hy_cpu_free(c);
