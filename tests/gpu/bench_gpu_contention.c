@@ -1,0 +1,214 @@
+// Do the CPU miss workers and the GPU's reads of the host arena over PCIe share one bandwidth? The hybrid decode's
+// CPU job is DRAM-bound (~75 GB/s from 15 threads, 2026-12-02c); a miss split by columns between the CPU and a
+// zero-copy read (docs/STATUS-2026-12-02d.md, next step 2) pays only if the GPU's reads do not slow the CPU's. Three
+// phases on the model's page-locked arena (the engine's registration flags), the CPU's records and the GPU's in
+// different layers (no shared cache lines):
+//   cpu   decode jobs of `experts` experts each (st_hy_cpu_experts, distinct records: from DRAM), `threads` workers
+//   gpu   the prefetch's copy kernel (st_cuda_hy_pf_copy, the engine's 16 blocks) reading records into VRAM
+//   both  the copies queued on a stream while the CPU runs jobs until they complete
+// and prints each side's rate alone and together, and the sum.
+//   usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]]   (defaults: CPUs - 1, 2, 1920)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/hybrid.h"
+#include "engine/model.h"
+#include "place/arena.h"
+#include "place/cpu_experts.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/pool.h"  // st_cpu_count
+
+#define PER_LAUNCH 16  // records per copy launch (the work list's slots)
+#define BLOCKS 16      // copy blocks (STRATA_HY_PREFETCH_BLOCKS' default)
+
+static int reg_chunk(void *p, size_t n, void *ud) {
+    (void)ud;
+    const cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    return e == cudaSuccess ? 0 : st_err("cudaHostRegister: %s", cudaGetErrorString(e));
+}
+
+static void unreg_chunk(void *p, size_t n, void *ud) {
+    (void)n, (void)ud;
+    cudaHostUnregister(p);
+}
+
+#define CK(x)                                                                                                      \
+    do {                                                                                                           \
+        const cudaError_t e_ = (x);                                                                                \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "bench_gpu_contention: %s: %s\n", #x, cudaGetErrorString(e_));                         \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+typedef struct {
+    const st_arena *a;
+    st_hy_cpu *c;
+    int n_ex;
+    uint32_t l0, nl;   // the CPU's layers [l0, l0 + nl)
+    uint64_t next;     // record cursor (distinct records)
+    float *x, *y;
+    float *out[32];
+} cpu_side;
+
+// One decode job of n_ex distinct records; returns its seconds and adds its bytes.
+static double cpu_job(cpu_side *s, double *bytes) {
+    const uint32_t E = s->a->n_expert;
+    s->next += (uint64_t)s->n_ex + 1;
+    const uint32_t l = s->l0 + (uint32_t)(s->next % s->nl);
+    int32_t ids[32];
+    for (int k = 0; k < s->n_ex; k++) ids[k] = (int32_t)((s->next / s->nl + (uint64_t)k) % E);
+    const double t0 = st_now();
+    if (st_hy_cpu_experts(s->c, l, s->x, s->n_ex, ids, s->out)) {
+        fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
+        exit(1);
+    }
+    *bytes += (double)s->a->layers[l].record_bytes * s->n_ex;
+    return st_now() - t0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        printf("usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]]\n");
+        return argc < 2 ? 2 : 0;
+    }
+    const int n_cpu = st_cpu_count();
+    const int threads = argc > 2 ? atoi(argv[2]) : (n_cpu > 2 ? n_cpu - 1 : 1);
+    const int n_ex = argc > 3 ? atoi(argv[3]) : 2, n_rec = argc > 4 ? atoi(argv[4]) : 1920;
+    st_log_set_level(ST_LOG_WARN);
+    st_model *m = st_model_load(argv[1]);
+    if (!m) {
+        fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
+        return 1;
+    }
+    const st_hparams *hp = &m->hp;
+    if (!hp->n_expert || hp->n_layer < 2 || threads < 1 || n_ex < 1 || n_ex > 32 || n_ex > (int)hp->n_expert ||
+        n_rec < PER_LAUNCH) {
+        fprintf(stderr, "bench_gpu_contention: need a MoE model of 2+ layers, 1..32 experts per job, %d+ records\n",
+                PER_LAUNCH);
+        return 2;
+    }
+    CK(cudaSetDevice(0));
+    st_arena_opts ao;
+    memset(&ao, 0, sizeof ao);
+    ao.mode = ST_ARENA_ANON;
+    ao.register_chunk = reg_chunk;
+    ao.unregister_chunk = unreg_chunk;
+    ao.quiet = true;
+    st_arena *a = st_arena_create(m, &ao);
+    st_hy_cpu *c = a ? st_hy_cpu_create(a, hp->n_embd, hp->n_ff_exp, n_ex, threads) : NULL;
+    if (!c) {
+        fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
+        return 1;
+    }
+    st_hy_cpu_set_spin(c, 0.05);  // awake between jobs, as the engine's workers
+    const uint32_t L = a->n_layer, E = a->n_expert, Lg = L / 2;  // the GPU reads layers [0, Lg), the CPU the rest
+
+    // The copy kernel's view: records of layers [0, Lg) into PER_LAUNCH slots of the largest record.
+    size_t stride = 0;
+    for (uint32_t l = 0; l < L; l++)
+        if (a->layers[l].record_bytes > stride) stride = a->layers[l].record_bytes;
+    stride = (stride + 255) & ~(size_t)255;
+    const uint8_t **rec_h = malloc(sizeof(void *) * L * E);
+    long long *meta_h = malloc(sizeof(long long) * 4 * L);
+    for (uint64_t i = 0; i < (uint64_t)L * E; i++) {
+        void *d = NULL;
+        CK(cudaHostGetDevicePointer(&d, (void *)a->rec[i], 0));
+        rec_h[i] = d;
+    }
+    for (uint32_t l = 0; l < L; l++) {
+        meta_h[4 * l] = (long long)a->layers[l].record_bytes;
+        for (int k = 0; k < 3; k++) meta_h[4 * l + 1 + k] = (long long)a->layers[l].x.off[k];
+    }
+    st_hy_pf pf;
+    memset(&pf, 0, sizeof pf);
+    CK(cudaMalloc((void **)&pf.table, sizeof(void *) * L * E * 3));
+    CK(cudaMalloc((void **)&pf.rec, sizeof(void *) * L * E));
+    CK(cudaMalloc((void **)&pf.layer_meta, sizeof(long long) * 4 * L));
+    CK(cudaMalloc((void **)&pf.pf_slots, stride * PER_LAUNCH));
+    CK(cudaMalloc((void **)&pf.done, sizeof(uint32_t) * PER_LAUNCH));
+    CK(cudaMalloc((void **)&pf.stats, sizeof(unsigned long long) * 4));
+    CK(cudaMemcpy((void *)pf.rec, rec_h, sizeof(void *) * L * E, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy((void *)pf.layer_meta, meta_h, sizeof(long long) * 4 * L, cudaMemcpyHostToDevice));
+    CK(cudaMemset(pf.done, 0, sizeof(uint32_t) * PER_LAUNCH));
+    CK(cudaMemset(pf.stats, 0, sizeof(unsigned long long) * 4));
+    pf.stride = (long long)stride;
+    pf.n_sets = 1, pf.per_set = PER_LAUNCH, pf.E = (int)E;
+    // One work list per launch (device), written once: launch i copies PER_LAUNCH records of layer i % Lg.
+    const int n_launch = n_rec / PER_LAUNCH;
+    int32_t *work_d, *work_h = malloc(sizeof(int32_t) * (1 + 2 * PER_LAUNCH) * n_launch);
+    CK(cudaMalloc((void **)&work_d, sizeof(int32_t) * (1 + 2 * PER_LAUNCH) * n_launch));
+    double gpu_bytes = 0;
+    for (int i = 0; i < n_launch; i++) {
+        int32_t *w = work_h + (size_t)i * (1 + 2 * PER_LAUNCH);
+        const uint32_t l = (uint32_t)i % Lg;
+        w[0] = PER_LAUNCH;
+        for (int j = 0; j < PER_LAUNCH; j++) w[1 + 2 * j] = j, w[2 + 2 * j] = (int32_t)((i / Lg * PER_LAUNCH + j) % E);
+        gpu_bytes += (double)a->layers[l].record_bytes * PER_LAUNCH;
+    }
+    CK(cudaMemcpy(work_d, work_h, sizeof(int32_t) * (1 + 2 * PER_LAUNCH) * n_launch, cudaMemcpyHostToDevice));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    // Launch i reads its list: the copy kernel takes the list from pf.work, so each launch gets a pf with its own.
+    #define GPU_BATCH()                                                                                            \
+        do {                                                                                                       \
+            CK(cudaEventRecord(e0, st));                                                                           \
+            for (int i_ = 0; i_ < n_launch; i_++) {                                                                \
+                st_hy_pf p_ = pf;                                                                                  \
+                p_.work = work_d + (size_t)i_ * (1 + 2 * PER_LAUNCH);                                              \
+                if (st_cuda_hy_pf_copy(&p_, i_ % (int)Lg, BLOCKS, st)) {                                           \
+                    fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());                                    \
+                    return 1;                                                                                      \
+                }                                                                                                  \
+            }                                                                                                      \
+            CK(cudaEventRecord(e1, st));                                                                           \
+        } while (0)
+
+    cpu_side s = {a, c, n_ex, Lg, L - Lg, 1, NULL, NULL, {0}};
+    s.x = malloc(sizeof(float) * (size_t)hp->n_embd);
+    s.y = malloc(sizeof(float) * (size_t)hp->n_embd * (size_t)n_ex);
+    for (int64_t i = 0; i < hp->n_embd; i++) s.x[i] = 0.01f * (float)(i % 97) - 0.4f;
+    for (int k = 0; k < n_ex; k++) s.out[k] = s.y + (size_t)k * (size_t)hp->n_embd;
+
+    double b = 0, t = 0;
+    for (int r = 0; r < 20; r++) cpu_job(&s, &b);  // warm-up (threads, buffers)
+    b = 0;
+    const int cpu_n = 300;
+    for (int r = 0; r < cpu_n; r++) t += cpu_job(&s, &b);
+    const double cpu_us = t / cpu_n * 1e6, cpu_gbs = b / t / 1e9;
+    printf("cpu alone:  %d threads, jobs of %d experts: %.1f us per job, %.1f GB/s\n", threads, n_ex, cpu_us, cpu_gbs);
+
+    GPU_BATCH();  // warm-up
+    CK(cudaStreamSynchronize(st));
+    GPU_BATCH();
+    CK(cudaStreamSynchronize(st));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double gpu_gbs = gpu_bytes / (ms * 1e-3) / 1e9;
+    printf("gpu alone:  copy kernel (%d blocks), %d records: %.1f ms, %.1f GB/s\n", BLOCKS, n_launch * PER_LAUNCH, ms,
+           gpu_gbs);
+
+    GPU_BATCH();
+    int n_both = 0;
+    b = 0, t = 0;
+    const double w0 = st_now();
+    while (cudaEventQuery(e1) == cudaErrorNotReady) t += cpu_job(&s, &b), n_both++;
+    const double wall = st_now() - w0;
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double both_gpu = gpu_bytes / (ms * 1e-3) / 1e9, both_cpu = n_both ? b / t / 1e9 : 0;
+    printf("together:   cpu %.1f us per job (%d jobs, %.1f GB/s), gpu %.1f GB/s; sum %.1f GB/s against %.1f + %.1f "
+           "apart (%.0f%%)\n", n_both ? t / n_both * 1e6 : 0, n_both, both_cpu, both_gpu, both_cpu * t / wall + both_gpu,
+           cpu_gbs, gpu_gbs, 100.0 * (both_cpu * t / wall + both_gpu) / (cpu_gbs + gpu_gbs));
+    st_hy_cpu_free(c);
+    st_arena_free(a);
+    st_model_free(m);
+    return 0;
+}
