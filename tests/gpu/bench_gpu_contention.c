@@ -20,7 +20,9 @@
 #include "place/cpu_experts.h"
 #include "util/err.h"
 #include "util/log.h"
-#include "util/pool.h"  // st_cpu_count
+#include "util/pool.h"
+
+#include "../place/decode_jobs.h"
 
 #define PER_LAUNCH 16  // records per copy launch (the work list's slots)
 #define BLOCKS 16      // copy blocks (STRATA_HY_PREFETCH_BLOCKS' default)
@@ -45,30 +47,14 @@ static void unreg_chunk(void *p, size_t n, void *ud) {
         }                                                                                                          \
     } while (0)
 
-typedef struct {
-    const st_arena *a;
-    st_hy_cpu *c;
-    int n_ex;
-    uint32_t l0, nl;   // the CPU's layers [l0, l0 + nl)
-    uint64_t next;     // record cursor (distinct records)
-    float *x, *y;
-    float *out[32];
-} cpu_side;
-
-// One decode job of n_ex distinct records; returns its seconds and adds its bytes.
-static double cpu_job(cpu_side *s, double *bytes) {
-    const uint32_t E = s->a->n_expert;
-    s->next += (uint64_t)s->n_ex + 1;
-    const uint32_t l = s->l0 + (uint32_t)(s->next % s->nl);
-    int32_t ids[32];
-    for (int k = 0; k < s->n_ex; k++) ids[k] = (int32_t)((s->next / s->nl + (uint64_t)k) % E);
-    const double t0 = st_now();
-    if (st_hy_cpu_experts(s->c, l, s->x, s->n_ex, ids, s->out)) {
+// One cold decode job (tests/place/decode_jobs.h): its seconds; exits on a failure.
+static double cpu_job(decode_jobs *s, double *bytes) {
+    const double t = decode_jobs_run(s, 0, bytes);
+    if (t < 0) {
         fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
         exit(1);
     }
-    *bytes += (double)s->a->layers[l].record_bytes * s->n_ex;
-    return st_now() - t0;
+    return t;
 }
 
 int main(int argc, char **argv) {
@@ -76,34 +62,21 @@ int main(int argc, char **argv) {
         printf("usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]]\n");
         return argc < 2 ? 2 : 0;
     }
-    const int n_cpu = st_cpu_count();
-    const int threads = argc > 2 ? atoi(argv[2]) : (n_cpu > 2 ? n_cpu - 1 : 1);
     const int n_ex = argc > 3 ? atoi(argv[3]) : 2, n_rec = argc > 4 ? atoi(argv[4]) : 1920;
-    st_log_set_level(ST_LOG_WARN);
-    st_model *m = st_model_load(argv[1]);
-    if (!m) {
-        fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
-        return 1;
-    }
-    const st_hparams *hp = &m->hp;
-    if (!hp->n_expert || hp->n_layer < 2 || threads < 1 || n_ex < 1 || n_ex > 32 || n_ex > (int)hp->n_expert ||
-        n_rec < PER_LAUNCH) {
-        fprintf(stderr, "bench_gpu_contention: need a MoE model of 2+ layers, 1..32 experts per job, %d+ records\n",
-                PER_LAUNCH);
+    if (n_ex < 1 || n_ex > 32 || n_rec < PER_LAUNCH) {
+        fprintf(stderr, "bench_gpu_contention: 1..32 experts per job, %d+ records\n", PER_LAUNCH);
         return 2;
     }
     CK(cudaSetDevice(0));
-    st_arena_opts ao;
-    memset(&ao, 0, sizeof ao);
-    ao.mode = ST_ARENA_ANON;
-    ao.register_chunk = reg_chunk;
-    ao.unregister_chunk = unreg_chunk;
-    ao.quiet = true;
-    st_arena *a = st_arena_create(m, &ao);
-    st_hy_cpu *c = a ? st_hy_cpu_create(a, hp->n_embd, hp->n_ff_exp, n_ex, threads) : NULL;
-    if (!c) {
-        fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
-        return 1;
+    bench_setup bs;
+    if (bench_setup_open(&bs, "bench_gpu_contention", argc, argv, 2, n_ex, reg_chunk, unreg_chunk)) return 1;
+    const st_hparams *hp = &bs.m->hp;
+    const st_arena *a = bs.a;
+    st_hy_cpu *c = bs.c;
+    if (hp->n_layer < 2 || n_ex > (int)hp->n_expert) {
+        fprintf(stderr, "bench_gpu_contention: need 2+ layers and at most %u experts per job\n", hp->n_expert);
+        bench_setup_close(&bs);
+        return 2;
     }
     st_hy_cpu_set_spin(c, 0.05);  // awake between jobs, as the engine's workers
     const uint32_t L = a->n_layer, E = a->n_expert, Lg = L / 2;  // the GPU reads layers [0, Lg), the CPU the rest
@@ -171,11 +144,11 @@ int main(int argc, char **argv) {
             CK(cudaEventRecord(e1, st));                                                                           \
         } while (0)
 
-    cpu_side s = {a, c, n_ex, Lg, L - Lg, 1, NULL, NULL, {0}};
-    s.x = malloc(sizeof(float) * (size_t)hp->n_embd);
-    s.y = malloc(sizeof(float) * (size_t)hp->n_embd * (size_t)n_ex);
-    for (int64_t i = 0; i < hp->n_embd; i++) s.x[i] = 0.01f * (float)(i % 97) - 0.4f;
-    for (int k = 0; k < n_ex; k++) s.out[k] = s.y + (size_t)k * (size_t)hp->n_embd;
+    decode_jobs s;
+    if (decode_jobs_init(&s, a, c, hp->n_embd, n_ex, Lg, L - Lg)) {
+        fprintf(stderr, "bench_gpu_contention: out of memory\n");
+        return 1;
+    }
 
     double b = 0, t = 0;
     for (int r = 0; r < 20; r++) cpu_job(&s, &b);  // warm-up (threads, buffers)
@@ -183,7 +156,8 @@ int main(int argc, char **argv) {
     const int cpu_n = 300;
     for (int r = 0; r < cpu_n; r++) t += cpu_job(&s, &b);
     const double cpu_us = t / cpu_n * 1e6, cpu_gbs = b / t / 1e9;
-    printf("cpu alone:  %d threads, jobs of %d experts: %.1f us per job, %.1f GB/s\n", threads, n_ex, cpu_us, cpu_gbs);
+    printf("cpu alone:  %d threads, jobs of %d experts: %.1f us per job, %.1f GB/s\n", bs.threads, n_ex, cpu_us,
+           cpu_gbs);
 
     GPU_BATCH();  // warm-up
     CK(cudaStreamSynchronize(st));
@@ -204,11 +178,11 @@ int main(int argc, char **argv) {
     CK(cudaStreamSynchronize(st));
     CK(cudaEventElapsedTime(&ms, e0, e1));
     const double both_gpu = gpu_bytes / (ms * 1e-3) / 1e9, both_cpu = n_both ? b / t / 1e9 : 0;
+    const double sum = both_cpu * t / wall + both_gpu;  // (the CPU's bytes over the whole wall)
     printf("together:   cpu %.1f us per job (%d jobs, %.1f GB/s), gpu %.1f GB/s; sum %.1f GB/s against %.1f + %.1f "
-           "apart (%.0f%%)\n", n_both ? t / n_both * 1e6 : 0, n_both, both_cpu, both_gpu, both_cpu * t / wall + both_gpu,
-           cpu_gbs, gpu_gbs, 100.0 * (both_cpu * t / wall + both_gpu) / (cpu_gbs + gpu_gbs));
-    st_hy_cpu_free(c);
-    st_arena_free(a);
-    st_model_free(m);
+           "apart (%.0f%%)\n", n_both ? t / n_both * 1e6 : 0, n_both, both_cpu, both_gpu, sum, cpu_gbs, gpu_gbs,
+           100.0 * sum / (cpu_gbs + gpu_gbs));
+    decode_jobs_free(&s);
+    bench_setup_close(&bs);
     return 0;
 }

@@ -22,41 +22,33 @@
 #include "util/log.h"
 #include "util/pool.h"
 
+#include "decode_jobs.h"
+
 // The single-token layer jobs of the usage above: cold and hot.
-static int decode_jobs(const st_arena *a, st_hy_cpu *c, const st_hparams *hp, int n_ex, int calls) {
-    const uint32_t L = a->n_layer, E = a->n_expert;
-    if (n_ex < 1 || n_ex > (int)hp->n_expert_used || calls < 1) {
-        fprintf(stderr, "bench_cpu_tokens: 1 to %u experts per decode job and at least one call\n",
+static int decode_ways(const st_arena *a, st_hy_cpu *c, const st_hparams *hp, int n_ex, int calls) {
+    decode_jobs d;
+    memset(&d, 0, sizeof d);
+    if (n_ex > (int)hp->n_expert_used || calls < 1 || decode_jobs_init(&d, a, c, hp->n_embd, n_ex, 0, a->n_layer)) {
+        fprintf(stderr, "bench_cpu_tokens: 1 to %u experts per decode job, at least one call (or out of memory)\n",
                 hp->n_expert_used);
+        decode_jobs_free(&d);
         return 2;
     }
-    float *x = malloc(sizeof(float) * (size_t)hp->n_embd), *y = malloc(sizeof(float) * (size_t)hp->n_embd * n_ex);
-    float *out[32];
-    if (!x || !y) return fprintf(stderr, "bench_cpu_tokens: out of memory\n"), 1;
-    for (int64_t i = 0; i < hp->n_embd; i++) x[i] = 0.5f * sinf(0.37f * (float)i);
-    for (int k = 0; k < n_ex; k++) out[k] = y + (size_t)k * hp->n_embd;
     const char *way[2] = {"cold", "hot"};
-    uint64_t next = 1;
     for (int w = 0; w < 2; w++) {
         if (st_hy_cpu_set_profile(c, 1)) return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
-        double t = 0, bytes = 0;
-        for (int r = 0; r <= calls; r++) {  // r == 0: warm-up, not counted
-            int32_t ids[32];
-            if (w == 0 || r == 0) next += (uint64_t)L * (uint64_t)n_ex + 1;  // distinct records (hot: the first ones)
-            const uint32_t l = (uint32_t)(next % L);
-            for (int k = 0; k < n_ex; k++) ids[k] = (int32_t)((next / L + (uint64_t)k) % E);
-            const double t0 = st_now();
-            if (st_hy_cpu_experts(c, l, x, n_ex, ids, out))
-                return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
-            if (r > 0) t += st_now() - t0, bytes += (double)a->layers[l].record_bytes * n_ex;
+        double t = 0, bytes = 0, b0 = 0;
+        for (int r = 0; r <= calls; r++) {  // r == 0: warm-up, not counted (hot: the records it reads)
+            const double s = decode_jobs_run(&d, w == 1 && r > 0, r > 0 ? &bytes : &b0);
+            if (s < 0) return fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg()), 1;
+            if (r > 0) t += s;
         }
         char prof[1024] = "";
         st_hy_cpu_profile_text(c, prof, sizeof prof);
         printf("%d threads, decode jobs of %d experts, %s: %.1f us per call (%.1f GB/s of weights); %s\n",
                st_hy_cpu_threads(c), n_ex, way[w], t / calls * 1e6, bytes / t / 1e9, prof);
     }
-    free(x);
-    free(y);
+    decode_jobs_free(&d);
     return 0;
 }
 
@@ -65,36 +57,21 @@ int main(int argc, char **argv) {
         printf("usage: bench_cpu_tokens MODEL.gguf [threads [tokens [experts [reps]]]]\n");
         return argc < 2 ? 2 : 0;
     }
-    const int n_cpu = st_cpu_count();
-    const int threads = argc > 2 ? atoi(argv[2]) : (n_cpu > 2 ? n_cpu - 1 : 1);
     const int tok = argc > 3 ? atoi(argv[3]) : 32, n_ex = argc > 4 ? atoi(argv[4]) : 8, reps = argc > 5 ? atoi(argv[5]) : 5;
-    st_log_set_level(ST_LOG_WARN);
-    st_model *m = st_model_load(argv[1]);
-    if (!m) {
-        fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg());
-        return 1;
-    }
-    const st_hparams *hp = &m->hp;
+    bench_setup b;
+    if (bench_setup_open(&b, "bench_cpu_tokens", argc, argv, 2, 0, NULL, NULL)) return 1;
+    st_hy_cpu *c = b.c;
+    const st_arena *a = b.a;
+    const st_hparams *hp = &b.m->hp;
     const int K = (int)hp->n_expert_used, E = (int)hp->n_expert;
-    if (!E || K < 1 || tok < 1 || n_ex < 1 || n_ex > E || threads < 1 || reps < 1) {
-        fprintf(stderr, "bench_cpu_tokens: need a MoE model and positive sizes (experts <= %d)\n", E);
+    if (K < 1 || tok < 1 || n_ex < 1 || n_ex > E || reps < 1) {
+        fprintf(stderr, "bench_cpu_tokens: need positive sizes (experts <= %d)\n", E);
+        bench_setup_close(&b);
         return 2;
     }
-    st_arena_opts ao;
-    memset(&ao, 0, sizeof ao);
-    ao.mode = ST_ARENA_ANON;
-    ao.quiet = true;
-    st_arena *a = st_arena_create(m, &ao);
-    st_hy_cpu *c = a ? st_hy_cpu_create(a, hp->n_embd, hp->n_ff_exp, K, threads) : NULL;
-    if (!c) {
-        fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg());
-        return 1;
-    }
     if (tok == 1) {
-        const int rc = decode_jobs(a, c, hp, argc > 4 ? n_ex : 2, argc > 5 ? reps : 200);
-        st_hy_cpu_free(c);
-        st_arena_free(a);
-        st_model_free(m);
+        const int rc = decode_ways(a, c, hp, argc > 4 ? n_ex : 2, argc > 5 ? reps : 200);
+        bench_setup_close(&b);
         return rc;
     }
     double best = 1e30, sum = 0;
@@ -102,6 +79,7 @@ int main(int argc, char **argv) {
         const double t = st_hy_cpu_time_tokens(c, (uint32_t)r % hp->n_layer, K, tok, n_ex);
         if (t < 0) {
             fprintf(stderr, "bench_cpu_tokens: %s\n", st_errmsg());
+            bench_setup_close(&b);
             return 1;
         }
         if (r == 0) continue;
@@ -110,10 +88,8 @@ int main(int argc, char **argv) {
     }
     const double flop = 3.0 * 2.0 * (double)hp->n_embd * (double)hp->n_ff_exp * tok;
     printf("%d threads, %d experts x %d tokens: %.1f us per expert (best %.1f), %.1f GFLOP/s (%.1f per thread)\n",
-           threads, n_ex, tok, sum / reps * 1e6, best * 1e6, flop / (sum / reps) / 1e9,
-           flop / (sum / reps) / 1e9 / threads);
-    st_hy_cpu_free(c);
-    st_arena_free(a);
-    st_model_free(m);
+           b.threads, n_ex, tok, sum / reps * 1e6, best * 1e6, flop / (sum / reps) / 1e9,
+           flop / (sum / reps) / 1e9 / b.threads);
+    bench_setup_close(&b);
     return 0;
 }
