@@ -534,6 +534,17 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *gate, const ui
                       chunk * chunk_rows / 32, chunk_rows / 32);
 }
 
+// One token's route from the router's logits, by warp 0 of the block (route_group, as the router kernel's last block
+// would), into the block's shared memory; returns rank p's expert. write: also ids and weights to rt (one block).
+__device__ __forceinline__ int glu_route_rank(const glu_route &rt, int E, int K, int p, bool write) {
+    __shared__ int32_t s_ids[G32];
+    __shared__ float s_w[G32];
+    if (threadIdx.x / G32 == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+    __syncthreads();
+    if (write && threadIdx.x < K) rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
+    return s_ids[p];
+}
+
 template <int TYPE, int R = 1, bool ROUTE = false>
 __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
@@ -541,22 +552,12 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
               int32_t *counters, const glu_route rt) {
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
-    const int g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K;
     st_pdl_wait();  // ids (or logits), xq: earlier kernels
     st_pdl_trigger();
     int e;
-    if constexpr (ROUTE) {
-        __shared__ int32_t s_ids[G32];
-        __shared__ float s_w[G32];
-        if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
-        __syncthreads();
-        e = s_ids[p];
-        if (blockIdx.x == 0 && p == 0 && threadIdx.x < K)
-            rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
-    } else {
-        e = ids[p];
-    }
+    if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, blockIdx.x == 0 && p == 0);
+    else e = ids[p];
     const bool valid = e >= 0 && e < E;
     glu_rows<TYPE, R>(type, valid ? st_tbl_entry(tbl, 3 * e) : NULL, valid ? st_tbl_entry(tbl, 3 * e + 1) : NULL,
                       nitems, row_bytes, n_ff, xq + (size_t)t * (size_t)xq_stride, p, blockIdx.x, act, actq,
@@ -568,7 +569,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
 // the routing k_moe_glu<T, 2, true> does (the side block first: its ring starts the CPU as early as the router's
 // tail did).
 struct glu_hy_args {
-    st_hy_count_args cnt;  // the side block's count (pf.progress NULL)
+    st_hy_count_args cnt;  // the side block's count (pf.progress cleared)
     st_hy_split_args split;
     int has_split;         // 0: count only
 };
@@ -592,12 +593,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 3)
         }
         return;
     }
-    __shared__ int32_t s_ids[G32];
-    __shared__ float s_w[G32];
-    if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
-    __syncthreads();
     const int nbx = n_ff / (2 * DEC_GROUPS), q = blockIdx.x - 1, p = q / nbx;
-    const int e = s_ids[p];
+    const int e = glu_route_rank(rt, E, K, p, false);
     const uint8_t *gate = NULL, *up = NULL;
     if (e >= 0 && e < E) {
         gate = st_tbl_entry(tbl, 3 * e);
@@ -707,8 +704,6 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
                                         cudaStream_t stream) {
     const char *fn = "st_cuda_moe_route_glu_hy";
     if (!actq || !count) return st_err("%s: no quantized output or count given", fn);
-    if (count->pf.progress)
-        return st_err("%s: no progress word (the side block decodes only with the prefetch's branch off)", fn);
     if (count->counts && (count->n_expert != n_expert || (count->sel_miss && !count->table)))
         return st_err("%s: the count's %d experts (of %d) or its table", fn, count->n_expert, n_expert);
     if (split) {
@@ -723,6 +718,7 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
     glu_hy_args hy;
     memset(&hy, 0, sizeof hy);
     hy.cnt = *count;
+    hy.cnt.pf.progress = NULL;  // (the side block decodes only with the prefetch's branch off: no plan reads it)
     if (split) hy.split = *split, hy.has_split = 1;
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,

@@ -111,9 +111,9 @@ int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
                             float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
 // Hybrid one-token decode (STRATA_HY_GLU_SIDE, after st_cuda_router_logits): st_cuda_moe_route_glu_q plus one
-// side block that routes (ids, weights written) and then counts by `count` (no progress word) or, with `split`,
-// runs the router tail's classify, count, exports and ring (st_cuda_router_topk_split's; ids_gpu written for
-// st_cuda_moe_down_join). With `split` every miss must be the CPU's (cpu_q16 ST_HY_Q16): a GLU block skips its rank
+// side block that routes (ids, weights written) and then counts by `count` (its progress word left alone) or, with
+// `split`, runs the router tail's classify, count, exports and ring (st_cuda_router_topk_split's; ids_gpu written
+// for st_cuda_moe_down_join). With `split` every miss must be the CPU's (cpu_q16 ST_HY_Q16): a GLU block skips its rank
 // (NaN rows) when the rank's gate entry lies outside [vram_lo, vram_hi), as the side block's classify decides from
 // the same entry; so nothing may rewrite the layer's table entries during the launch (the lookahead prefetch's
 // copies publish entries at any time: the side block decodes only with its branch off). Bit for bit

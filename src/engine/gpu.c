@@ -926,7 +926,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             const int dfmt = st_cuda_act_format(L->down_exps.type);
-            if (hy_side) hc.pf.progress = NULL;  // (no branch reads it)
             if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
                                                       s->ffn_a, s->xq2, dfmt, s->dec_counters, st)

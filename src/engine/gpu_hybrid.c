@@ -817,15 +817,6 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
     st_hy_split_args a;
     st_hybrid_split_args(h, l, xn, &a);
     const int dfmt = st_cuda_act_format(down_type);
-    const st_hy_join_args j = {h->ycpu_dp, h->bell_seq_d, h->bell_dp, h->bell_wait_d, h->join_leader_d};
-    if (routed_split == 2) {  // the route, count, classify and ring in the GLU launch (STRATA_HY_GLU_SIDE)
-        st_hy_count_args c;
-        st_hybrid_count_args(h, l, 1, &c);
-        c.pf.progress = NULL;  // (no branch reads it)
-        return st_cuda_moe_route_glu_hy(gu_type, a.table, E, d, F, xq, logits, norm, K, ids, wts, act, actq, dfmt,
-                                        counters, &c, &a, st) ||
-               st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
-    }
     if (!routed_split) {  // classify (the doorbell variant rings); host nodes: fork, the CPU branch waits for it only
         if (h->doorbell ? st_cuda_hy_classify_bell(ids, K, E, a.table, a.vram_lo, a.vram_hi, a.cpu_q16, a.carry,
                                                    a.ids_gpu, a.meta, a.x, a.hx, d, a.cpu_count, a.seq, a.bell,
@@ -846,8 +837,18 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
     // (routed_split) the down kernel waits for the CPU's rows and sums them itself. (The split path used to run the
     // down kernel as K one-expert tokens, 8x its blocks, and cost ~50 us per layer: 180 vs 325 tok/s at 16 GiB with
     // almost no CPU misses, 2026-12-01.)
-    if (st_cuda_moe_glu_q(gu_type, a.table, E, d, F, xq, a.ids_gpu, 1, K, act, actq, dfmt, counters, st)) return -1;
-    if (routed_split) return st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
+    // With the side block (2) the GLU launch routes, counts, classifies and rings itself (STRATA_HY_GLU_SIDE).
+    st_hy_count_args c;
+    if (routed_split == 2) st_hybrid_count_args(h, l, 1, &c);
+    if (routed_split == 2 ? st_cuda_moe_route_glu_hy(gu_type, a.table, E, d, F, xq, logits, norm, K, ids, wts, act,
+                                                     actq, dfmt, counters, &c, &a, st)
+                          : st_cuda_moe_glu_q(gu_type, a.table, E, d, F, xq, a.ids_gpu, 1, K, act, actq, dfmt,
+                                              counters, st))
+        return -1;
+    if (routed_split) {
+        const st_hy_join_args j = {h->ycpu_dp, h->bell_seq_d, h->bell_dp, h->bell_wait_d, h->join_leader_d};
+        return st_cuda_moe_down_join(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, &j, st);
+    }
     if (st_cuda_moe_down_split(down_type, a.table, E, d, F, actq, a.ids_gpu, wts, K, x, x, h->y_d, st)) return -1;
     if (h->doorbell)  // the combine waits for the doorbell thread's answer
         return st_cuda_hy_combine_bell(a.ids_gpu, wts, h->y_d, h->ycpu_dp, K, d, x, x, h->bell_seq_d, h->bell_dp,

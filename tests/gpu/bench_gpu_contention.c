@@ -57,6 +57,22 @@ static double cpu_job(decode_jobs *s, double *bytes) {
     return t;
 }
 
+// The copies of n_launch work lists (launch i: list i, layer i % Lg) queued on st between events e0 and e1; the
+// copy kernel takes its list from pf.work, so each launch gets a pf of its own. Exits on a launch failure.
+static void gpu_batch(const st_hy_pf *pf, int32_t *work_d, int n_launch, uint32_t Lg, cudaStream_t st, cudaEvent_t e0,
+                      cudaEvent_t e1) {
+    CK(cudaEventRecord(e0, st));
+    for (int i = 0; i < n_launch; i++) {
+        st_hy_pf p = *pf;
+        p.work = work_d + (size_t)i * (1 + 2 * PER_LAUNCH);
+        if (st_cuda_hy_pf_copy(&p, i % (int)Lg, BLOCKS, st)) {
+            fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
+            exit(1);
+        }
+    }
+    CK(cudaEventRecord(e1, st));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]]\n");
@@ -129,20 +145,6 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    // Launch i reads its list: the copy kernel takes the list from pf.work, so each launch gets a pf with its own.
-    #define GPU_BATCH()                                                                                            \
-        do {                                                                                                       \
-            CK(cudaEventRecord(e0, st));                                                                           \
-            for (int i_ = 0; i_ < n_launch; i_++) {                                                                \
-                st_hy_pf p_ = pf;                                                                                  \
-                p_.work = work_d + (size_t)i_ * (1 + 2 * PER_LAUNCH);                                              \
-                if (st_cuda_hy_pf_copy(&p_, i_ % (int)Lg, BLOCKS, st)) {                                           \
-                    fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());                                    \
-                    return 1;                                                                                      \
-                }                                                                                                  \
-            }                                                                                                      \
-            CK(cudaEventRecord(e1, st));                                                                           \
-        } while (0)
 
     decode_jobs s;
     if (decode_jobs_init(&s, a, c, hp->n_embd, n_ex, Lg, L - Lg)) {
@@ -159,9 +161,9 @@ int main(int argc, char **argv) {
     printf("cpu alone:  %d threads, jobs of %d experts: %.1f us per job, %.1f GB/s\n", bs.threads, n_ex, cpu_us,
            cpu_gbs);
 
-    GPU_BATCH();  // warm-up
+    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1);  // warm-up
     CK(cudaStreamSynchronize(st));
-    GPU_BATCH();
+    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1);
     CK(cudaStreamSynchronize(st));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -169,7 +171,7 @@ int main(int argc, char **argv) {
     printf("gpu alone:  copy kernel (%d blocks), %d records: %.1f ms, %.1f GB/s\n", BLOCKS, n_launch * PER_LAUNCH, ms,
            gpu_gbs);
 
-    GPU_BATCH();
+    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1);
     int n_both = 0;
     b = 0, t = 0;
     const double w0 = st_now();

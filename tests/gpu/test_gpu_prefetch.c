@@ -338,7 +338,7 @@ int main(void) {
         CK(cudaMemset(hits_d, 0, sizeof hits));
         const st_hy_count_pf cp = {w.progress_d, m, w.pf.pf_slots, w.pf.pf_slots + (size_t)NSETS * P * STRIDE, hits_d};
         const st_hy_count_args ca = {NE, (const void *const *)(w.table_d + (size_t)m * NE * 3), w.slots,
-                                     w.slots + (size_t)(NL * NRES + NSETS * P) * STRIDE, cnt_d, sel_d, cp, 0};
+                                     w.slots + (size_t)(NL * NRES + NSETS * P) * STRIDE, cnt_d, sel_d, cp};
         CKE(st_cuda_hy_count(ids_d, 8, &ca, 0));
         int32_t progress = -5;
         uint32_t sel[2];

@@ -28,7 +28,6 @@ typedef struct bench_setup {
     int threads;
 } bench_setup;
 
-// 0, or 1 with the error printed under `tool`'s name (b is then closed).
 static inline void bench_setup_close(bench_setup *b) {
     if (b->c) st_hy_cpu_free(b->c);
     if (b->a) st_arena_free(b->a);
@@ -36,6 +35,7 @@ static inline void bench_setup_close(bench_setup *b) {
     memset(b, 0, sizeof *b);
 }
 
+// 0, or 1 with the error printed under `tool`'s name (b is then closed).
 static inline int bench_setup_open(bench_setup *b, const char *tool, int argc, char **argv, int ti, int max_ex,
                                    st_arena_register_fn reg, st_arena_unregister_fn unreg) {
     memset(b, 0, sizeof *b);
