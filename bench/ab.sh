@@ -5,8 +5,8 @@
 #   usage: bench/ab.sh [-m MODEL] [-p N] [-n N] [-d DEPTH] [-r REPS] [--rounds K] [--gpu-mem G] [-x "ARGS"] NAME=SPEC...
 #   -x: more `strata bench` arguments for every variant (e.g. "--pcie-frac 0.5")
 #   SPEC: base | env:VAR=VAL[,VAR=VAL...] | args:BENCH-ARGS[;env:...] (e.g. "args:-ub 4096") |
-#         cflags:FLAGS[;env:VAR=VAL,...] | src:DIR (another source tree, e.g. an earlier commit carried to the GPU
-#         machine: `mkdir -p .carry/ab-base && git archive REV | tar -x -C .carry/ab-base`, carry .carry/ab-base)
+#         cflags:FLAGS[;env:VAR=VAL,...] | src:DIR[;env:...] (another source tree, e.g. an earlier commit carried to
+#         the GPU machine: `mkdir -p .carry/ab-base && git archive REV | tar -x -C .carry/ab-base`, carry it)
 #   e.g.  bench/ab.sh base=base switch=env:STRATA_DEC_SWITCH=1 serial="cflags:-DST_DOWN_ROWS4=0"
 # The model defaults to the Qwen3-30B-A3B-shaped Q4_K_M file (made when missing); -p 0 -n 128 -r 3 by default, so
 # the number is tg128. Logs under $OUT (default /tmp/strata-ab).
@@ -36,7 +36,7 @@ done
 eval "$(scripts/gpu-deps.sh)"
 
 # Per variant: build directory and environment.
-names=(); dirs=(); envs=(); vargs=(); builds=()
+names=(); dirs=(); envs=(); vargs=(); builds=(); srcdirs=(); srcbuilds=()
 for sp in "${specs[@]}"; do
   name=${sp%%=*}; spec=${sp#*=}
   dir=build-gpu; env=""; va=""
@@ -55,8 +55,17 @@ for sp in "${specs[@]}"; do
         tests/gpu/build.sh > "$out/build-$name/result" 2>&1 || echo "ab.sh: build of $name failed" >> "$out/build-$name/result") &
       builds+=("$name") ;;
     src:*)
-      srcdir=${spec#src:}; dir=$PWD/build-gpu-$name
+      rest=${spec#src:}; srcdir=${rest%%;env:*}; dir=$PWD/build-gpu-$name
+      [ "$rest" != "$srcdir" ] && env=${rest#*;env:}
       [ -x "$srcdir/tests/gpu/build.sh" ] || { echo "ab.sh: $srcdir is not a Strata source tree" >&2; exit 2; }
+      # One build per tree: a later variant of the same tree (other environment) runs the first one's binary.
+      seen=""
+      for ((k = 0; k < ${#srcdirs[@]}; k++)); do [ "${srcdirs[$k]}" = "$srcdir" ] && seen=${srcbuilds[$k]}; done
+      if [ -n "$seen" ]; then
+        names+=("$name"); dirs+=("$seen"); envs+=("${env//,/ }"); vargs+=("$va")
+        continue
+      fi
+      srcdirs+=("$srcdir"); srcbuilds+=("$dir")
       mkdir -p "$out/build-$name"
       (cd "$srcdir" && OUT=$out/build-$name STRATA_GPU_BUILD="$dir" STRATA_GPU_TARGETS=strata tests/gpu/build.sh \
         > "$out/build-$name/result" 2>&1 || echo "ab.sh: build of $name ($srcdir) failed" >> "$out/build-$name/result") &

@@ -400,17 +400,6 @@ struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on th
 #ifndef ATC_MERGE_BATCH
 #define ATC_MERGE_BATCH 8
 #endif
-// ATC_MERGE_WIDE (A/B build, default 0; written 2026-12-02d, unmeasured): one merge level, spread over blocks: the
-// last nm blocks of a KV head to arrive each merge hp of its G heads over all active splits (hp heads = one
-// activation block of the output's format: 2 heads of 128 for Q8_K, else 1), several threads per output float4
-// (each a share of the partials, combined by shuffles), then quantize their own heads. A merger waits for the
-// head's last arrival (every block of the launch is resident: one per SM); the last merger to finish resets both
-// counters. Replaces the two levels' fence / counter / L2 round-trip chain (~7 us of the 17.3 at 16K) by one wait
-// and ~2 batches of loads. Predicted: attention at 16K -3..-4 us per layer, tg128 @ d16384 +5-8%; nothing at depths
-// of one split.
-#ifndef ATC_MERGE_WIDE
-#define ATC_MERGE_WIDE 0
-#endif
 // The cross-block merge (bench_gpu_decode on the H200, 2026-12-01j, ATC_TMA 2, grid 66): depth 1 (one split, no
 // merge) 4.3 us, depth 256 (5 splits, one level) 9.2 us, 1024 (17 splits, two levels) 11.1, 4096 12.8, 16384 17.9;
 // from 4096 to 16384 the 25 MB more cost 5.1 us (4.9 TB/s): the data streams at the roofline, and the merge levels'
@@ -494,84 +483,6 @@ __device__ void atc_merge(const float *o, const float *ml, int stride, int s0, i
     }
     __syncthreads();
 }
-
-#if ATC_MERGE_WIDE
-// ATC_MERGE_WIDE's merge (above), called by every thread of every active block of KV head kvh after its partial is
-// in ws_o / ws_ml: counters[kvh] counts the arrivals, counters[n_head_kv + kvh * ATC_NG] the finished mergers.
-template <int HD>
-__device__ void atc_merge_wide(const float *ws_o, const float *ws_ml, int n_split, int n_act, int G, int kvh,
-                               int n_head_kv, int32_t *counters, float *out, float *sout, uint8_t *outq, int fmt) {
-    __shared__ int s_arr;
-    int32_t *arrived = counters + kvh, *finished = counters + n_head_kv + kvh * ATC_NG;
-    __syncthreads();  // the partial's writes, then one release by thread 0 (as st_block_arrive_last)
-    if (threadIdx.x == 0) {
-        int old;
-        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(arrived) : "memory");
-        s_arr = old;
-    }
-    __syncthreads();
-    int hp = outq && fmt == ST_TYPE_Q8_K ? 256 / HD : 1;  // heads per merger: one Q8_K block, else one head
-    if (hp < 1 || G % hp) hp = G;
-    const int n_grp = G / hp, nm = min(n_grp, n_act), j = s_arr - (n_act - nm);
-    if (j < 0) return;  // not among the last nm arrivals
-    if (threadIdx.x == 0) {
-        while (*(volatile int32_t *)arrived < n_act) __nanosleep(32);
-        __threadfence();
-    }
-    __syncthreads();
-    constexpr int NF = HD / 4;  // float4 per head
-    for (int grp = j; grp < n_grp; grp += nm) {
-        const int h0 = kvh * G + grp * hp, n_out = hp * NF;  // this group's heads h0 .. h0 + hp - 1
-        int R = ATC_NT / n_out;                              // threads per output float4 (a power of two)
-        R = R >= 8 ? 8 : R >= 4 ? 4 : R >= 2 ? 2 : 1;
-        for (int idx = threadIdx.x; idx < n_out * R; idx += ATC_NT) {
-            const int oi = idx / R, r = idx % R, hh = oi / NF, d4 = oi % NF;
-            const int64_t h = h0 + hh;
-            const float4 *src = (const float4 *)(ws_o + h * n_split * HD) + d4;
-            const float2 *mls = (const float2 *)(ws_ml + 2 * h * n_split);
-            float M = -INFINITY, L = 0.0f;
-            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            for (int s1 = r; s1 < n_act; s1 += R * ATC_MERGE_BATCH) {
-                float4 v[ATC_MERGE_BATCH];
-                float2 q[ATC_MERGE_BATCH];
-#pragma unroll
-                for (int b = 0; b < ATC_MERGE_BATCH; b++) {
-                    const int s = s1 + b * R;
-                    if (s < n_act) v[b] = __ldcg(src + (int64_t)s * NF), q[b] = __ldcg(mls + s);
-                }
-#pragma unroll
-                for (int b = 0; b < ATC_MERGE_BATCH; b++)
-                    if (s1 + b * R < n_act) atc_merge_step(M, L, acc, q[b].x, q[b].y, v[b]);
-            }
-            for (int off = 1; off < R; off <<= 1) {  // the R threads' states (adjacent lanes; all 128 take part)
-                const unsigned fm = ST_WARP_FULL_MASK;
-                const float mo = __shfl_xor_sync(fm, M, off), lo = __shfl_xor_sync(fm, L, off);
-                const float4 vo = make_float4(__shfl_xor_sync(fm, acc.x, off), __shfl_xor_sync(fm, acc.y, off),
-                                              __shfl_xor_sync(fm, acc.z, off), __shfl_xor_sync(fm, acc.w, off));
-                atc_merge_step(M, L, acc, mo, lo, vo);
-            }
-            if (r == 0) {
-                const float inv = 1.0f / L;
-                acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
-                *(float4 *)(out + h * HD + 4 * d4) = acc;
-                *(float4 *)&sout[hh * HD + 4 * d4] = acc;
-            }
-        }
-        __syncthreads();
-        if (outq) {
-            block_quant<false>(fmt, sout, outq, G * HD * n_head_kv / 32, (int)(h0 * HD / 32), hp * HD / 32);
-            __syncthreads();  // sout is the next group's
-        }
-    }
-    if (threadIdx.x == 0) {
-        __threadfence();
-        if (atomicAdd(finished, 1) == nm - 1) {  // every merger has left its wait: both counters back to 0
-            *finished = 0;
-            *(volatile int32_t *)arrived = 0;
-        }
-    }
-}
-#endif
 
 // One tile's online softmax (atc_tiles, atc_tiles_tma): lane (g, t)'s scores sc[j] (hi rows + lo rows) of
 // positions p0 + 8 j + 2 t + e, masked from end on; updates head g's running max m and this lane's sum lsum,
@@ -990,10 +901,6 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
         return;
     }
 
-#if ATC_MERGE_WIDE
-    atc_merge_wide<HD>(ws_o, ws_ml, n_split, n_act, G, kvh, n_head_kv, counters, out, sout, outq, fmt);
-    return;
-#endif
     // Cross-block merge: level 1 (groups of ATC_SG splits) when there are more than ATC_SG, then the last block.
     const int n_grp = (n_act + ATC_SG - 1) / ATC_SG;
     int target = n_act;

@@ -1428,7 +1428,12 @@ static int hy_pf_init(st_hybrid *h) {
         st_info("hybrid: lookahead prefetch off (too few slots or layers for sets of %d)", h->pf_P);
         return 0;
     }
-    h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 16, 1, 1024);
+    // Copy blocks: 4 since 2026-12-02e. The copies' PCIe reads and the CPU-miss workers' DRAM reads share the host's
+    // memory (bench_gpu_contention: the workers alone 63.6 GB/s, beside a 16-block copy 54.7), and a copy runs beside
+    // the CPU job of the layer before its own. Fewer blocks copy slower but leave the job its bandwidth: 16 GiB
+    // tg128 375.8 vs 362.5 tok/s (3 rounds; 2 blocks 364.1), the job 60.5 vs 69.1 us, layers late 4.2 vs 0.2 per
+    // token; 8 GiB 261.3 vs 261.8. Pausing the copies while a job runs instead (STRATA_HY_PF_YIELD) lost: 312.6.
+    h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 4, 1, 1024);
     // Knockout (A/B of the branch's cost, output unchanged): 1 only predicts (no plan: the sets keep what the load
     // put there), 0 leaves the fork and join alone. (No 2: a plan without its copies would name owners whose slots
     // never got their bytes, which a prefill then reads.)
