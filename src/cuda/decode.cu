@@ -480,19 +480,19 @@ struct glu_route {
     float *weights;       // [K] out
 };
 
-// The rows of GLU block bx of pair p (token t): group g computes rows bx R DEC_GROUPS + g + j DEC_GROUPS, j < R,
-// from expert e's gate / up matrices (e outside [0, E): NaN rows, for an invalid id or a rank the GPU skips), then
-// the last block of each chunk quantizes it. (The check, the table's loads and the input row inside the branch, as
-// the kernel had them before it was shared: with the addresses loaded before the branch the routing kernel spilled
-// more and all in VRAM lost 4.6%, tg128 489 vs 512 tok/s, 2026-12-02e.)
+// The rows of GLU block bx of pair p (token t): the group of `lane` computes rows r + j DEC_GROUPS, j < R (r = bx R
+// DEC_GROUPS + group), from expert e's gate / up matrices (e outside [0, E): NaN rows, for an invalid id or a rank
+// the GPU skips), then the last block of each chunk quantizes it. The shape is the kernel's before it was shared
+// (the check, the table's loads and the input row inside the branch; lane and r computed by the caller before its
+// dependency wait): sharing it with the table's loads before the branch made the routing instance spill more (Q4_K
+// 16/12 bytes against 12/8) and all in VRAM lost 4.6% (tg128 489 vs 512 tok/s, 2026-12-02e). In this shape ptxas
+// gives every two-row instance the registers and spills of 7d65b25's kernel.
 template <int TYPE, int R>
 __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restrict__ tbl, int e, int E, int nitems,
                                          long long row_bytes, int n_ff, const uint8_t *__restrict__ xq,
-                                         long long xq_stride, int t, int p, int bx, float *act,
+                                         long long xq_stride, int t, int p, int bx, int lane, int r, float *act,
                                          uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
                                          int32_t *counters) {
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
-    const int r = bx * R * DEC_GROUPS + g;
     float v[R];
 #pragma unroll
     for (int j = 0; j < R; j++) v[j] = f_nan();
@@ -541,10 +541,10 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
 
 // One token's route from the router's logits, by warp 0 of the block (route_group, as the router kernel's last block
 // would), into the block's shared memory; returns rank p's expert. write: also ids and weights to rt (one block).
-__device__ __forceinline__ int glu_route_rank(const glu_route &rt, int E, int K, int p, bool write) {
+__device__ __forceinline__ int glu_route_rank(const glu_route &rt, int E, int K, int p, int g, bool write) {
     __shared__ int32_t s_ids[G32];
     __shared__ float s_w[G32];
-    if (threadIdx.x / G32 == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+    if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
     __syncthreads();
     const int e = s_ids[p];
     if (write && threadIdx.x < K) rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
@@ -558,14 +558,15 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
               int32_t *counters, const glu_route rt) {
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
-    const int p = blockIdx.y, t = p / K;
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
+    const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
     st_pdl_wait();  // ids (or logits), xq: earlier kernels
     st_pdl_trigger();
     int e;
-    if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, blockIdx.x == 0 && p == 0);
+    if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
     else e = ids[p];
-    glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, act, actq, aq_stride,
-                      fmt, chunk_rows, counters);
+    glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
+                      aq_stride, fmt, chunk_rows, counters);
 }
 
 // The hybrid side-block GLU (st_cuda_moe_route_glu_hy), one token, two rows per group: a 1-D grid, block 0 the side
@@ -598,13 +599,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 3)
         return;
     }
     const int nbx = n_ff / (2 * DEC_GROUPS), q = blockIdx.x - 1, p = q / nbx;
-    int e = glu_route_rank(rt, E, K, p, false);
+    int e = glu_route_rank(rt, E, K, p, g, false);
     if (hy.has_split && e >= 0 && e < E) {  // F 0: a miss is the CPU's rank, as the side block's classify reads it
         const uint8_t *gate = st_tbl_entry(tbl, 3 * e);
         if (gate < (const uint8_t *)hy.split.vram_lo || gate >= (const uint8_t *)hy.split.vram_hi) e = -1;
     }
-    glu_rows<TYPE, 2>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, 0, 0, p, q % nbx, act, actq, aq_stride, fmt,
-                      chunk_rows, counters);
+    const int bx = q % nbx;
+    glu_rows<TYPE, 2>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, 0, 0, p, bx, threadIdx.x % G32,
+                      bx * 2 * DEC_GROUPS + g, act, actq, aq_stride, fmt, chunk_rows, counters);
 }
 
 // STRATA_GLU_ROWS=1: one row per group (A/B against the default 2).
