@@ -202,6 +202,7 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         pf.work[2 + 2 * i] = s_need[i];
     }
     pf.work[0] = n;
+    if (pf.next) *pf.next = 0;  // the copy kernel's chunk counter (it runs after this kernel on the same stream)
 }
 
 extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {
@@ -213,13 +214,36 @@ extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>>", __FILE__, __LINE__);
 }
 
+// Thread 0 of a copy block: the next chunk to copy (st_hy_pf.next), after holding back while a CPU-miss job runs
+// if this block is one of the extra ones (st_hy_pf.busy_blocks); *hold_left: the block's remaining hold (ns).
+__device__ int hy_pf_claim(const st_hy_pf &pf, int total, unsigned long long *hold_left) {
+    if (pf.ring && (int)blockIdx.x >= pf.busy_blocks && *hold_left) {
+        const volatile uint32_t *ring = pf.ring, *seen = pf.seen, *next = pf.next;
+        unsigned long long t0 = st_globaltimer_ns(), e = 0;
+        while (*ring != seen[1] && (int)*next < total && (e = st_elapsed_ns(&t0)) < *hold_left) {
+#if __CUDA_ARCH__ >= 700
+            __nanosleep(500);
+#endif
+        }
+        *hold_left = e < *hold_left ? *hold_left - e : 0;
+    }
+    return (int)atomicAdd(pf.next, 1u);
+}
+
 __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
     const int n = *(volatile const int32_t *)pf.work;
     if (n <= 0) return;
     const long long bytes = pf.layer_meta[4 * (size_t)m];
-    const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets;
-    __shared__ int s_last;
-    for (int c = blockIdx.x; c < n * per_rec; c += gridDim.x) {
+    const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets, total = n * per_rec;
+    __shared__ int s_last, s_c;
+    unsigned long long hold_left = ST_HY_PF_HOLD_NS;
+    for (int c = blockIdx.x;; c += gridDim.x) {
+        if (pf.next) {  // claimed (the loop's last barrier orders s_c's reuse)
+            if (threadIdx.x == 0) s_c = hy_pf_claim(pf, total, &hold_left);
+            __syncthreads();
+            c = s_c;
+        }
+        if (c >= total) break;
         const int i = c / per_rec, part = c % per_rec;
         const int j = pf.work[1 + 2 * i], e = pf.work[2 + 2 * i];
         const long long off = (long long)part * PF_CHUNK, len = min((long long)PF_CHUNK, bytes - off);

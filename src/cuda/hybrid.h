@@ -155,7 +155,16 @@ typedef struct st_hy_pf {
     unsigned long long *stats;      // device [4]: plans run, plans skipped (late), records copied, bytes copied
     int n_sets, per_set, E;         // per_set <= 32
     int max_copies;                 // records copied per plan at most (the likeliest first); <= 0: per_set
+    // Chunks claimed from a counter instead of block-strided (NULL: strided). next: device uint32 [1], zeroed by the
+    // plan kernel. With ring (device, the doorbell's ring counter) and seen (device, the join leader's words: seen[1]
+    // is the last ring the join saw answered), a CPU-miss job runs while *ring != seen[1]; blocks from busy_blocks on
+    // claim no chunk then (they wait in L2, never over PCIe), at most ST_HY_PF_HOLD_NS per block and launch, and
+    // leave once every chunk is claimed: the copy runs on busy_blocks blocks beside a job, on all of them otherwise.
+    uint32_t *next;
+    const uint32_t *ring, *seen;
+    int busy_blocks;
 } st_hy_pf;
+#define ST_HY_PF_HOLD_NS 150000ull
 // Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One warp.
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.

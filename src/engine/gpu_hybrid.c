@@ -208,7 +208,7 @@ struct st_hybrid {
     int32_t *pf_owner_h;          // pinned host [n_sets * P]: pf_owner_d as last read (own-slot sets, for the pmap)
     int pf_owner_stale;           // decode steps ran since that read (their plans may have moved the owners)
     uint64_t pf_in_pmap;          // non-resident experts the current pmap reads from prefetch copies
-    uint32_t *pf_done_d;
+    uint32_t *pf_done_d;          // [P + 1]: st_hy_pf done [P], then its chunk counter `next` (STRATA_HY_PF_ADAPT)
     unsigned long long *pf_stats_d;  // [5]: st_hy_pf stats [4], then hits (st_hy_count_pf)
     float *pred_logits_d, *pred_w_d;  // [E], [32]
     int32_t *pred_ids_d, *pred_cnt_d;  // [32], [1] (the router kernel's completion counter)
@@ -1433,7 +1433,13 @@ static int hy_pf_init(st_hybrid *h) {
     // the CPU job of the layer before its own. Fewer blocks copy slower but leave the job its bandwidth: 16 GiB
     // tg128 375.8 vs 362.5 tok/s (3 rounds; 2 blocks 364.1), the job 60.5 vs 69.1 us, layers late 4.2 vs 0.2 per
     // token; 8 GiB 261.3 vs 261.8. Pausing the copies while a job runs instead (STRATA_HY_PF_YIELD) lost: 312.6.
-    h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 4, 1, 1024);
+    // STRATA_HY_PF_ADAPT=1 (A/B, 2026-12-02e, unmeasured): 16 blocks, of which all but STRATA_HY_PF_BUSY_BLOCKS (4)
+    // hold back while a CPU-miss job runs (watching device words in L2: the doorbell's ring counter and the join
+    // leader's last answered ring; the pause that polled host memory lost, see above). The 4-block default gave the
+    // job its bandwidth but left 4.2 layers per token's copies late (16 blocks: 0.2); this should keep both.
+    // Predicted at 16 GiB: +0.5-1.5% over 4 blocks, layers late ~1 per token.
+    const int adapt = env_int("STRATA_HY_PF_ADAPT", 0, 0, 1);
+    h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", adapt ? 16 : 4, 1, 1024);
     // Knockout (A/B of the branch's cost, output unchanged): 1 only predicts (no plan: the sets keep what the load
     // put there), 0 leaves the fork and join alone. (No 2: a plan without its copies would name owners whose slots
     // never got their bytes, which a prefill then reads.)
@@ -1449,7 +1455,7 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_owner_d = st_cuda_alloc(ctx, sizeof(int32_t) * n_sets * (size_t)h->pf_P, "prefetch owners");
     h->pf_work_d = st_cuda_alloc(ctx, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), "prefetch work list");
     h->pf_progress_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch progress");
-    h->pf_done_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (size_t)h->pf_P, "prefetch counters");
+    h->pf_done_d = st_cuda_alloc(ctx, sizeof(uint32_t) * ((size_t)h->pf_P + 1), "prefetch counters");
     h->pf_stats_d = st_cuda_alloc(ctx, sizeof(unsigned long long) * 5, "prefetch statistics");
     h->pred_logits_d = st_cuda_alloc(ctx, sizeof(float) * h->E, "prefetch router logits");
     h->pred_w_d = st_cuda_alloc(ctx, sizeof(float) * 32, "prefetch router weights");
@@ -1469,7 +1475,7 @@ static int hy_pf_init(st_hybrid *h) {
              st_cuda_memcpy_h2d(ctx, (void *)h->home_d, h->tab_h, sizeof(void *) * n_rec * 3, NULL) ||
              st_cuda_memcpy_h2d(ctx, (void *)h->rec_d, h->rec_dev, sizeof(void *) * n_rec, NULL) ||
              st_cuda_memset(ctx, h->pf_owner_d, 0xff, sizeof(int32_t) * n_sets * (size_t)h->pf_P, NULL) ||
-             st_cuda_memset(ctx, h->pf_done_d, 0, sizeof(uint32_t) * (size_t)h->pf_P, NULL) ||
+             st_cuda_memset(ctx, h->pf_done_d, 0, sizeof(uint32_t) * ((size_t)h->pf_P + 1), NULL) ||
              st_cuda_memset(ctx, h->pf_work_d, 0, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), NULL) ||
              st_cuda_memset(ctx, h->pf_stats_d, 0, sizeof(unsigned long long) * 5, NULL) ||
              st_cuda_memset(ctx, h->pred_cnt_d, 0, sizeof(int32_t), NULL) ||
@@ -1497,6 +1503,18 @@ static int hy_pf_init(st_hybrid *h) {
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
+    if (adapt) {
+        pf->next = h->pf_done_d + h->pf_P;
+        // Only where every CPU-miss layer joins through the leader words (the fused split): a ring the join never
+        // marks answered would hold the extra blocks to their limit on every copy.
+        if (st_hybrid_split_fused(h)) {
+            pf->ring = h->bell_seq_d;
+            pf->seen = h->join_leader_d;
+            pf->busy_blocks = env_int("STRATA_HY_PF_BUSY_BLOCKS", 4, 1, 1024);
+        }
+        st_info("hybrid: the prefetch's copies claim chunks; %s (STRATA_HY_PF_ADAPT=1)",
+                pf->ring ? "beside a CPU-miss job only the first STRATA_HY_PF_BUSY_BLOCKS copy" : "no CPU-miss split");
+    }
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);

@@ -53,7 +53,8 @@ typedef struct {
     const uint8_t **rec_d;
     long long *meta_d;
     int32_t *owner_d, *work_d, *progress_d;
-    uint32_t *done_d;
+    uint32_t *done_d;          // [P + 1]: the records' counters, then the claimed-chunk counter (st_hy_pf.next)
+    uint32_t *words_d;         // [4]: a doorbell ring counter [0], the join leader's words [1..3] (st_hy_pf ring, seen)
     unsigned long long *stats_d;
     int32_t *pred_d;
     st_hy_pf pf;
@@ -100,7 +101,9 @@ static void setup(world *w, st_rng *r) {
     CK(cudaMalloc((void **)&w->owner_d, sizeof(int32_t) * NSETS * P));
     CK(cudaMalloc((void **)&w->work_d, sizeof(int32_t) * (1 + 2 * P)));
     CK(cudaMalloc((void **)&w->progress_d, sizeof(int32_t)));
-    CK(cudaMalloc((void **)&w->done_d, sizeof(uint32_t) * P));
+    CK(cudaMalloc((void **)&w->done_d, sizeof(uint32_t) * (P + 1)));
+    CK(cudaMalloc((void **)&w->words_d, sizeof(uint32_t) * 4));
+    CK(cudaMemset(w->words_d, 0, sizeof(uint32_t) * 4));
     CK(cudaMalloc((void **)&w->stats_d, sizeof(unsigned long long) * 5));
     CK(cudaMalloc((void **)&w->pred_d, sizeof(int32_t) * 32));
     CK(cudaMemcpy(w->table_d, w->home_h, sizeof(void *) * NL * NE * 3, cudaMemcpyHostToDevice));
@@ -108,7 +111,7 @@ static void setup(world *w, st_rng *r) {
     CK(cudaMemcpy(w->rec_d, rec_h, sizeof(void *) * NL * NE, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->meta_d, meta, sizeof meta, cudaMemcpyHostToDevice));
     CK(cudaMemset(w->owner_d, 0xff, sizeof(int32_t) * NSETS * P));
-    CK(cudaMemset(w->done_d, 0, sizeof(uint32_t) * P));
+    CK(cudaMemset(w->done_d, 0, sizeof(uint32_t) * (P + 1)));
     CK(cudaMemset(w->stats_d, 0, sizeof(unsigned long long) * 5));
     free(rec_h);
     for (int i = 0; i < NSETS * P; i++) w->owner[i] = -1;
@@ -208,6 +211,18 @@ static int check_world(world *w, char *detail, size_t dn) {
     return bad;
 }
 
+// How the copy kernel takes its chunks (st_hy_pf.next / ring / seen / busy_blocks): way 0 strided, 1 claimed,
+// 2 claimed with an idle doorbell, 3 claimed with a busy one (a ring the join has not seen answered), the blocks from
+// busy on held then.
+static void set_claim(world *w, int way, int busy) {
+    uint32_t words[4] = {way == 3 ? 9u : 8u, 0, 8u, 0};  // ring, then the leader's words: [1 + 1] = seen ring
+    CK(cudaMemcpy(w->words_d, words, sizeof words, cudaMemcpyHostToDevice));
+    w->pf.next = way ? w->done_d + P : NULL;
+    w->pf.ring = way >= 2 ? w->words_d : NULL;
+    w->pf.seen = way >= 2 ? w->words_d + 1 : NULL;
+    w->pf.busy_blocks = busy;
+}
+
 static void run_plan(world *w, int m, const int32_t *pred, int np, int progress) {
     CK(cudaMemcpy(w->pred_d, pred, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
@@ -256,6 +271,36 @@ int main(void) {
     bad = check_world(&w, detail, sizeof detail) || n != 0 || stats[1] != 1 || stats[2] != 7 || n_restored != 3;
     report("late plan (its layer's MoE started): no copy, freed entries home", bad, detail);
 
+    // A busy doorbell holds the extra blocks, but they leave as soon as every chunk is claimed: the copy does not
+    // wait out ST_HY_PF_HOLD_NS when the first block alone copies it all (layer 2's set is still empty here).
+    {
+        set_claim(&w, 3, 1);
+        const int32_t pb[] = {20, 21, 22, 23};
+        const int progress = 0;
+        CK(cudaMemcpy(w.pred_d, pb, sizeof pb, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(w.progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
+        const int n_new = model_plan(&w, 2, pb, 4, 0, restored, &n_restored);
+        CKE(st_cuda_hy_pf_plan(&w.pf, 2, w.pred_d, 4, 0));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        CK(cudaEventRecord(e0, 0));
+        CKE(st_cuda_hy_pf_copy(&w.pf, 2, 5, 0));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaDeviceSynchronize());
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        set_claim(&w, 0, 0);
+        detail[0] = 0;
+        bad = check_world(&w, detail, sizeof detail) || n_new < 1 || ms > 0.5e-6f * ST_HY_PF_HOLD_NS;
+        if (!detail[0]) snprintf(detail, sizeof detail, "%d records by one of 5 blocks in %.3f ms", n_new, ms);
+        report("busy doorbell: the held blocks leave once every chunk is claimed (no wait to the hold's limit)", bad,
+               detail);
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+    }
+    CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
+
     // Random rounds.
     bad = 0;
     unsigned long long copies = stats[2], lates = stats[1];
@@ -272,6 +317,7 @@ int main(void) {
             pred[i] = e == NE ? 1000 : e;
         }
         const int late = st_rng_below(&r, 5) == 0;
+        set_claim(&w, (int)st_rng_below(&r, 4), 1 + (int)st_rng_below(&r, 4));
         static const int caps[] = {0, 1, 2, P};  // STRATA_HY_PREFETCH_MAX: none, or at most 1, 2, P copies
         w.pf.max_copies = caps[st_rng_below(&r, 4)];
         const int progress = late ? m + (int)st_rng_below(&r, 3) : m - 1 - (int)st_rng_below(&r, 2);
@@ -286,9 +332,11 @@ int main(void) {
             bad = 1;
         }
     }
-    report("400 random plans (late ones, invalid ids, copy caps, every layer): entries, slot bytes, owners, counters",
-           bad,
-           detail);
+    set_claim(&w, 0, 0);
+    report("400 random plans (late ones, invalid ids, copy caps, every layer; chunks strided or claimed, the extra "
+           "blocks held by a busy doorbell or not): entries, slot bytes, owners, counters",
+           bad, detail);
+
 
     // Partial reset (a prefill that borrows the first slots as its second staging buffer): slots [0, cut) home and
     // unowned, the rest as they were.
