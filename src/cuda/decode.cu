@@ -59,6 +59,15 @@
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
+// The router kernels' declared block size (they launch ROUTER_GROUPS * G32 threads). A/B build (2026-12-02e,
+// unmeasured): -DROUTER_LB_TIGHT=1 declares the launch's own size; ptxas then gives k_router<float> 128 registers
+// and no spill (4/4 bytes at DEC_THREADS since the table-in-L2 hint's code left it) and k_router_split<float> 104,
+// but the bf16 / f16 split instances 12/12. Predicted all in VRAM tg128 +0.3-0.7% (the F32 router of the
+// Qwen3-30B-A3B-shaped file).
+#ifndef ROUTER_LB_TIGHT
+#define ROUTER_LB_TIGHT 0
+#endif
+#define ROUTER_LB (ROUTER_LB_TIGHT ? ROUTER_GROUPS * G32 : DEC_THREADS)
 
 // ---- weight-type instances ----------------------------------------------------------------------------------
 //
@@ -281,7 +290,7 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
 }
 
 template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(ROUTER_LB)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
              const st_hy_count_args cnt) {
@@ -289,7 +298,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(ROUTER_LB)
     k_router_split(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int K, int norm,
                    float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
                    const st_hy_count_args cnt, const st_hy_split_args split) {
