@@ -71,27 +71,6 @@ typedef struct {
 
 #define PF_AHEAD 2048
 
-// A/B knobs of the weight prefetch (read once; unmeasured, 2026-12-02d): STRATA_CPU_PF_AHEAD=BYTES (default
-// PF_AHEAD) and STRATA_CPU_PF_HEAD=1, which also prefetches a task's first `ahead` bytes when it starts (the rows the
-// running prefetch only reaches from its second row on). The hybrid decode's CPU miss job reads ~5 GB/s per thread
-// from DRAM (2026-12-02c: 15 threads ~75 GB/s) in tasks of 32 or 64 rows that each start cold; a deeper or earlier
-// prefetch may keep more misses in flight per core. `tests/place/bench_cpu_tokens MODEL THREADS 1 2 200` times it.
-static size_t pf_ahead_bytes(void) {
-    static size_t v = 0;
-    if (!v) {
-        const char *e = getenv("STRATA_CPU_PF_AHEAD");
-        const long n = e ? atol(e) : 0;
-        v = n >= 64 && n <= (1 << 20) ? (size_t)n : PF_AHEAD;
-    }
-    return v;
-}
-
-static int pf_head(void) {
-    static int v = -1;
-    if (v < 0) v = getenv("STRATA_CPU_PF_HEAD") && atoi(getenv("STRATA_CPU_PF_HEAD")) > 0;
-    return v;
-}
-
 
 static void mm_task(void *ud, int64_t task, int thread) {
     const mm_job *j = ud;
@@ -101,13 +80,8 @@ static void mm_task(void *ud, int64_t task, int thread) {
     // Software prefetch of the weights PF_AHEAD bytes ahead: a one-token matvec does too little work per byte for
     // the out-of-order window to keep enough cache misses in flight, and the hardware prefetchers alone left DRAM
     // reads at 2.5 GB/s per core here (6.4 GB/s with this, st-cpu-bench Q4_1 576 x 262144).
-    const size_t pf = pf_ahead_bytes(), ahead = pf > j->w_stride ? pf : j->w_stride;
+    const size_t ahead = PF_AHEAD > j->w_stride ? PF_AHEAD : j->w_stride;
     int64_t r = r0;
-    if (pf_head() && !j->gemm8) {
-        const uint8_t *w0 = j->W + (size_t)r0 * j->w_stride;
-        const size_t head = ahead < (size_t)(r1 - r0) * j->w_stride ? ahead : (size_t)(r1 - r0) * j->w_stride;
-        for (size_t off = 0; off < head; off += 64) __builtin_prefetch(w0 + off, 0, 3);
-    }
     if (j->gemm8) {
         // 8 rows repacked once into this thread's buffer, then swept over every token of the tile 4 at a time.
         void *w8 = j->w8 + (size_t)thread * j->w8_bytes;
