@@ -255,8 +255,10 @@ __device__ __forceinline__ bool last_block_done(int32_t *counter) {
 }
 
 // The router launch's body; SPLIT (one token, hybrid CPU misses): after the route and the count the last block
-// also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch.
-template <typename T, bool SPLIT>
+// also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch. ENTER (the
+// hybrid side-block decode with the prefetch's branch on, logits only): the last block only sets the progress word
+// and closes the layer's publish lock (hy_layer_enter), at the point where the full tail sets the word.
+template <typename T, bool SPLIT, bool ENTER = false>
 __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x,
                                             int n_tok, int K, int norm, float *logits, int32_t *__restrict__ ids,
                                             float *__restrict__ weights, int32_t *counter,
@@ -276,6 +278,10 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
+    if constexpr (ENTER) {
+        if (threadIdx.x == 0) hy_layer_enter(cnt.pf);
+        return;
+    }
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
     if constexpr (SPLIT) {
@@ -295,6 +301,13 @@ __global__ void __launch_bounds__(ROUTER_LB)
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
              const st_hy_count_args cnt) {
     router_body<T, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(ROUTER_LB)
+    k_router_enter(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, float *logits,
+                   int32_t *counter, const st_hy_count_args cnt) {
+    router_body<T, false, true>(W, ne0, E, x, 1, 1, 0, logits, nullptr, nullptr, counter, cnt, nullptr);
 }
 
 template <typename T>
@@ -439,6 +452,27 @@ extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int
                       (long long)ne0, n_expert);
     return router_launch("st_cuda_router_logits", w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL,
                          NULL, stream);
+}
+
+extern "C" int st_cuda_router_logits_enter(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
+                                           float *logits, int32_t *counters, const st_hy_count_pf *pf,
+                                           cudaStream_t stream) {
+    const char *fn = "st_cuda_router_logits_enter";
+    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || !pf || !pf->progress || !counters)
+        return st_err("%s: ne0 %lld (multiple of 4), %d experts, a progress word and counters", fn, (long long)ne0,
+                      n_expert);
+    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
+        return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
+    st_hy_count_args cnt;
+    memset(&cnt, 0, sizeof cnt);
+    cnt.pf = *pf;
+    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
+#define RE_GO(T)                                                                                                   \
+    st_dec_launch(k_router_enter<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0,     \
+                  n_expert, x, logits, counters, cnt)
+    ROUTER_TYPE_DISPATCH(w_type, RE_GO, fn);
+#undef RE_GO
+    return launch_check(fn);
 }
 
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
@@ -728,7 +762,8 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
     glu_hy_args hy;
     memset(&hy, 0, sizeof hy);
     hy.cnt = *count;
-    hy.cnt.pf.progress = NULL;  // (the side block decodes only with the prefetch's branch off: no plan reads it)
+    // (no branch, or the router launch set the progress word and closed the lock: st_cuda_router_logits_enter)
+    hy.cnt.pf.progress = NULL, hy.cnt.pf.lock = NULL;
     if (split) hy.split = *split, hy.has_split = 1;
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,

@@ -178,6 +178,18 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
     __syncwarp();
     if (lane != 0) return;
     const int n_need = min(__popc(want_mask), cap);
+    if (pf.next) *pf.next = 0;  // the copy kernel's chunk counter (it runs after this kernel on the same stream)
+    // With publish locks (hybrid.h): the lock first, then the progress word; a late plan changes nothing.
+    if (pf.lock) {
+        atomicExch(pf.lock + m, ST_HY_LOCK_BUSY);  // (no other publisher of layer m runs: stream order)
+        __threadfence();
+        if (atomicAdd(pf.progress, 0) >= m) {
+            atomicExch(pf.lock + m, ST_HY_LOCK_CLOSED);  // layer m's router ran: its MoE reads the table now
+            atomicAdd(&pf.stats[1], 1ull);
+            pf.work[0] = 0;
+            return;
+        }
+    }
     // Free slots in index order; a reassigned slot's owner goes back home first.
     int slot[32], n = 0;
     for (int j = 0; j < pf.per_set && n < n_need; j++) {
@@ -188,13 +200,25 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         own[j] = -1;
         slot[n++] = j;
     }
-    __threadfence();  // the restores are visible before the progress word is read (hybrid.h, rule 1)
-    const int progress = atomicAdd(pf.progress, 0);
-    if (progress >= m) {  // layer m's MoE may be running: leave its slots unowned, copy nothing
-        n = 0;
-        atomicAdd(&pf.stats[1], 1ull);
-    } else {
+    if (pf.lock) {  // the set's records of layer m that keep their slot, published (a copy left them if closed)
+        for (int j = 0; j < pf.per_set; j++) {
+            const int o = own[j];
+            if (o < 0 || o / E != m) continue;
+            const uint8_t *rs = pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
+            for (int k = 0; k < 3; k++) pf.table[3 * (size_t)o + k] = rs + pf.layer_meta[4 * (size_t)m + 1 + k];
+        }
+        __threadfence();
+        atomicExch(pf.lock + m, ST_HY_LOCK_OPEN);
         atomicAdd(&pf.stats[0], 1ull);
+    } else {
+        __threadfence();  // the restores are visible before the progress word is read (hybrid.h, rule 1)
+        const int progress = atomicAdd(pf.progress, 0);
+        if (progress >= m) {  // layer m's MoE may be running: leave its slots unowned, copy nothing
+            n = 0;
+            atomicAdd(&pf.stats[1], 1ull);
+        } else {
+            atomicAdd(&pf.stats[0], 1ull);
+        }
     }
     for (int i = 0; i < n; i++) {
         own[slot[i]] = m * E + s_need[i];
@@ -202,7 +226,6 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         pf.work[2 + 2 * i] = s_need[i];
     }
     pf.work[0] = n;
-    if (pf.next) *pf.next = 0;  // the copy kernel's chunk counter (it runs after this kernel on the same stream)
 }
 
 extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {
@@ -235,7 +258,7 @@ __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
     if (n <= 0) return;
     const long long bytes = pf.layer_meta[4 * (size_t)m];
     const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets, total = n * per_rec;
-    __shared__ int s_last, s_c;
+    __shared__ int s_last, s_c, s_pub;
     unsigned long long hold_left = ST_HY_PF_HOLD_NS;
     for (int c = blockIdx.x;; c += gridDim.x) {
         if (pf.next) {  // claimed (the loop's last barrier orders s_c's reuse)
@@ -270,17 +293,31 @@ __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
         __syncthreads();
         if (threadIdx.x == 0) s_last = atomicAdd(&pf.done[i], 1u) == (unsigned)per_rec - 1;
         __syncthreads();
-        if (s_last && threadIdx.x < 3) {  // every part is in place: publish the record's entry
-            if (threadIdx.x == 0) pf.done[i] = 0;
-            const size_t idx = (size_t)m * pf.E + e;
-            __threadfence();
-            pf.table[3 * idx + threadIdx.x] = slot + pf.layer_meta[4 * (size_t)m + 1 + threadIdx.x];
+        if (s_last) {  // every part is in place: publish the record's entry (under the lock when there is one)
             if (threadIdx.x == 0) {
+                pf.done[i] = 0;
                 atomicAdd(&pf.stats[2], 1ull);
                 atomicAdd(&pf.stats[3], (unsigned long long)bytes);
+                unsigned old = ST_HY_LOCK_OPEN;
+                if (pf.lock)  // another block publishing (BUSY) is waited out; CLOSED leaves the entry home
+                    while ((old = atomicCAS(pf.lock + m, ST_HY_LOCK_OPEN, ST_HY_LOCK_BUSY)) == ST_HY_LOCK_BUSY) {
+#if __CUDA_ARCH__ >= 700
+                        __nanosleep(64);
+#endif
+                    }
+                s_pub = old == ST_HY_LOCK_OPEN;
             }
+            __syncthreads();
+            if (s_pub && threadIdx.x < 3) {
+                const size_t idx = (size_t)m * pf.E + e;
+                __threadfence();
+                pf.table[3 * idx + threadIdx.x] = slot + pf.layer_meta[4 * (size_t)m + 1 + threadIdx.x];
+                __threadfence();  // (before the lock reopens)
+            }
+            __syncthreads();
+            if (s_pub && pf.lock && threadIdx.x == 0) atomicExch(pf.lock + m, ST_HY_LOCK_OPEN);
         }
-        __syncthreads();  // s_last is reused by the next chunk
+        __syncthreads();  // s_last and s_pub are reused by the next chunk
     }
 }
 

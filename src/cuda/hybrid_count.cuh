@@ -20,6 +20,21 @@ __device__ __forceinline__ void hy_count_stats(const st_hy_count_args &a, unsign
     if (pf_hits && a.pf.hits) atomicAdd(a.pf.hits, (unsigned long long)pf_hits);
 }
 
+// One thread, in layer pf.layer's router launch after its last block's arrival (the side-block decode with the
+// prefetch's branch on, hybrid.h publish locks): the progress word, a fence, then the layer's publish lock closed,
+// waiting out a BUSY holder (a plan or a copy publishing, well under a microsecond). The holder fenced its entries
+// before reopening, so the MoE kernels that follow the launch see them.
+__device__ inline void hy_layer_enter(const st_hy_count_pf &pf) {
+    if (pf.progress) atomicExch(pf.progress, pf.layer);
+    __threadfence();
+    if (pf.lock)
+        while (atomicCAS(pf.lock, ST_HY_LOCK_OPEN, ST_HY_LOCK_CLOSED) == ST_HY_LOCK_BUSY) {
+#if __CUDA_ARCH__ >= 700
+            __nanosleep(64);
+#endif
+        }
+}
+
 // Threads tid < nthreads of one block; ids [n_pairs] written before (and visible to) them.
 __device__ inline void hy_count_pairs(const int32_t *ids, int n_pairs, const st_hy_count_args &a, int tid,
                                       int nthreads) {

@@ -181,6 +181,12 @@ struct st_hybrid {
     // the progress word there too, measured 361.96 vs 366.17 tok/s at 16 GiB (the earlier deadline left 1.8 layers
     // per token's plans late against 0.2; docs/experiments/2026-12-02d-glu-side-locks.patch).
     int glu_side;
+    // STRATA_HY_GLU_SIDE_PF=1 (A/B, 2026-12-02e, unmeasured): the side block also with the branch on, the table held
+    // still by publish locks (hybrid.h) that the router launch's last block closes where the full tail sets the
+    // progress word today (st_cuda_router_logits_enter: a light tail, the deadline of the copies unchanged; the
+    // 2026-12-02d locks closed before the router's wait moved it earlier). Predicted 16 GiB tg128 +1.5-3% (the
+    // branch-off steps gained 2.8% from the same move).
+    uint32_t *pf_lock_d;          // device [L]: the prefetch's publish locks (glu_side_pf), zeroed (OPEN)
     _Atomic uint64_t cpu_jobs, cpu_job_ns;  // layers the doorbell thread computed, and its ns on them (stats)
     pthread_t bell_thread;
     int bell_started;
@@ -795,7 +801,7 @@ static int hy_side_split_ok(const st_hybrid *h) {
 }
 
 int st_hybrid_glu_side(const st_hybrid *h) {
-    return h && h->glu_side && !st_hybrid_prefetch_on(h) && hy_side_split_ok(h);
+    return h && h->glu_side && (!st_hybrid_prefetch_on(h) || h->pf_lock_d) && hy_side_split_ok(h);
 }
 
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a) {
@@ -1267,7 +1273,7 @@ void st_hybrid_free(st_hybrid *h) {
     if (ctx) {
         void *pb[] = {(void *)h->home_d, (void *)h->rec_d, h->pf_meta_d, h->pf_owner_d, h->pf_work_d,
                       h->pf_progress_d, h->pf_done_d, h->pf_stats_d, h->pred_logits_d, h->pred_w_d, h->pred_ids_d,
-                      h->pred_cnt_d};
+                      h->pred_cnt_d, h->pf_lock_d};
         for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++)
             if (pb[i]) st_cuda_free(ctx, pb[i]);
     }
@@ -1325,6 +1331,7 @@ void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_coun
         a->pf.lo = h->pf.pf_slots;
         a->pf.hi = h->pf.pf_slots + (uint64_t)h->pf.n_sets * (uint64_t)h->pf_P * h->stride;
         a->pf.hits = h->pf_stats_d + 4;
+        a->pf.lock = h->pf_lock_d && a->pf.progress ? h->pf_lock_d + l : NULL;
     }
 }
 
@@ -1503,6 +1510,13 @@ static int hy_pf_init(st_hybrid *h) {
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
+    if (h->glu_side && env_int("STRATA_HY_GLU_SIDE_PF", 0, 0, 1)) {
+        h->pf_lock_d = st_cuda_alloc(ctx, sizeof(uint32_t) * h->L, "prefetch publish locks");
+        if (!h->pf_lock_d || st_cuda_memset(ctx, h->pf_lock_d, 0, sizeof(uint32_t) * h->L, NULL)) return -1;
+        pf->lock = h->pf_lock_d;
+        st_info("hybrid decode: the side block also with the prefetch's branch on, under publish locks "
+                "(STRATA_HY_GLU_SIDE_PF=1)");
+    }
     if (adapt) {
         pf->next = h->pf_done_d + h->pf_P;
         // Only where every CPU-miss layer joins through the leader words (the fused split): a ring the join never
