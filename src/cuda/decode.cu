@@ -305,9 +305,10 @@ __global__ void __launch_bounds__(ROUTER_LB)
 
 template <typename T>
 __global__ void __launch_bounds__(ROUTER_LB)
-    k_router_enter(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, float *logits,
-                   int32_t *counter, const st_hy_count_args cnt) {
-    router_body<T, false, true>(W, ne0, E, x, 1, 1, 0, logits, nullptr, nullptr, counter, cnt, nullptr);
+    k_router_enter(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
+                   float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
+                   const st_hy_count_args cnt) {
+    router_body<T, false, true>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr);
 }
 
 template <typename T>
@@ -373,18 +374,19 @@ __global__ void __launch_bounds__(DEC_THREADS)
         else return st_err("%s: router type %s (F32, F16 or BF16)", fn, st_type_name(w_type));                     \
     } while (0)
 
-// k_router over n_tok tokens (counters NULL: the logits only, no route).
+// k_router over n_tok tokens (counters NULL: the logits only, no route); enter: k_router_enter (one token's logits,
+// the last block entering count->pf's layer).
 static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                          int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,
-                         int32_t *counters, const st_hy_count_args *count, cudaStream_t stream) {
+                         int32_t *counters, const st_hy_count_args *count, bool enter, cudaStream_t stream) {
     const st_hy_count_args cnt = count ? *count : st_hy_count_args{};
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
         return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
     const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
 #define RT_GO(T)                                                                                                   \
-    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
-                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
+    st_dec_launch(enter ? k_router_enter<T> : k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream,       \
+                  (const T *)W, (int)ne0, n_expert, x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
     ROUTER_TYPE_DISPATCH(w_type, RT_GO, fn);
 #undef RT_GO
     return launch_check(fn);
@@ -410,7 +412,7 @@ extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0,
     if (router_route_check("st_cuda_router_topk", ne0, n_expert, n_tok, n_used, ids, weights, counters, count))
         return -1;
     return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
-                         weights, counters, count, stream);
+                         weights, counters, count, false, stream);
 }
 
 extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
@@ -445,34 +447,23 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
                                      counters, NULL, stream);
 }
 
-extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
-                                     float *logits, cudaStream_t stream) {
-    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
-        return st_err("st_cuda_router_logits: unsupported shape: ne0 %lld (multiple of 4), %d experts",
-                      (long long)ne0, n_expert);
-    return router_launch("st_cuda_router_logits", w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL,
-                         NULL, stream);
-}
-
 extern "C" int st_cuda_router_logits_enter(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                                            float *logits, int32_t *counters, const st_hy_count_pf *pf,
                                            cudaStream_t stream) {
-    const char *fn = "st_cuda_router_logits_enter";
-    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0 || !pf || !pf->progress || !counters)
-        return st_err("%s: ne0 %lld (multiple of 4), %d experts, a progress word and counters", fn, (long long)ne0,
-                      n_expert);
-    if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
-        return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
-    st_hy_count_args cnt;
-    memset(&cnt, 0, sizeof cnt);
+    const char *fn = pf && pf->progress ? "st_cuda_router_logits_enter" : "st_cuda_router_logits";
+    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
+        return st_err("%s: unsupported shape: ne0 %lld (multiple of 4), %d experts", fn, (long long)ne0, n_expert);
+    if (!pf || !pf->progress)
+        return router_launch(fn, w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL, NULL, false, stream);
+    if (!counters) return st_err("%s: no completion counter", fn);
+    st_hy_count_args cnt{};
     cnt.pf = *pf;
-    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
-#define RE_GO(T)                                                                                                   \
-    st_dec_launch(k_router_enter<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0,     \
-                  n_expert, x, logits, counters, cnt)
-    ROUTER_TYPE_DISPATCH(w_type, RE_GO, fn);
-#undef RE_GO
-    return launch_check(fn);
+    return router_launch(fn, w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, counters, &cnt, true, stream);
+}
+
+extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
+                                     float *logits, cudaStream_t stream) {
+    return st_cuda_router_logits_enter(w_type, W, ne0, n_expert, x, logits, NULL, NULL, stream);
 }
 
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,

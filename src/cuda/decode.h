@@ -80,10 +80,10 @@ int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expe
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           cudaStream_t stream);
-// The same for the hybrid side-block decode with the lookahead prefetch's branch on (st_cuda_moe_route_glu_hy after
-// it): the launch's last block (counters[0], zero between launches, as st_cuda_router_topk's) sets pf->progress =
-// pf->layer and closes pf->lock (cuda/hybrid.h publish locks; NULL: no lock), so the table holds still for the
-// layer's MoE.
+// The same for the hybrid side-block decode (st_cuda_moe_route_glu_hy after it): with the lookahead prefetch's branch
+// on (pf->progress set) the launch's last block (counters[0], zero between launches, as st_cuda_router_topk's) sets
+// pf->progress = pf->layer and closes pf->lock (cuda/hybrid.h publish locks; NULL: no lock), so the table holds
+// still for the layer's MoE; pf NULL or without a progress word: st_cuda_router_logits.
 int st_cuda_router_logits_enter(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                                 int32_t *counters, const st_hy_count_pf *pf, cudaStream_t stream);
 

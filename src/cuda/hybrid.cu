@@ -141,6 +141,14 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 
 // ---- lookahead prefetch (hybrid.h) ------------------------------------------------------------------------------
 
+// Slot j of set `set`, and entry k (gate, up, down) of layer m's record idx pointed into the record copied there.
+__device__ __forceinline__ uint8_t *hy_pf_slot(const st_hy_pf &pf, int set, int j) {
+    return pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
+}
+__device__ __forceinline__ void hy_pf_point(const st_hy_pf &pf, int m, size_t idx, const uint8_t *slot, int k) {
+    pf.table[3 * idx + k] = slot + pf.layer_meta[4 * (size_t)m + 1 + k];
+}
+
 #define PF_CHUNK (64 << 10)  // bytes of a record one block copies at a time
 #define PF_UNROLL 8          // 16-byte loads in flight per thread (PCIe latency: many loads outstanding)
 
@@ -204,8 +212,7 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         for (int j = 0; j < pf.per_set; j++) {
             const int o = own[j];
             if (o < 0 || o / E != m) continue;
-            const uint8_t *rs = pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
-            for (int k = 0; k < 3; k++) pf.table[3 * (size_t)o + k] = rs + pf.layer_meta[4 * (size_t)m + 1 + k];
+            for (int k = 0; k < 3; k++) hy_pf_point(pf, m, (size_t)o, hy_pf_slot(pf, set, j), k);
         }
         __threadfence();
         atomicExch(pf.lock + m, ST_HY_LOCK_OPEN);
@@ -243,11 +250,7 @@ __device__ int hy_pf_claim(const st_hy_pf &pf, int total, unsigned long long *ho
     if (pf.ring && (int)blockIdx.x >= pf.busy_blocks && *hold_left) {
         const volatile uint32_t *ring = pf.ring, *seen = pf.seen, *next = pf.next;
         unsigned long long t0 = st_globaltimer_ns(), e = 0;
-        while (*ring != seen[1] && (int)*next < total && (e = st_elapsed_ns(&t0)) < *hold_left) {
-#if __CUDA_ARCH__ >= 700
-            __nanosleep(500);
-#endif
-        }
+        while (*ring != seen[1] && (int)*next < total && (e = st_elapsed_ns(&t0)) < *hold_left) st_nanosleep(500);
         *hold_left = e < *hold_left ? *hold_left - e : 0;
     }
     return (int)atomicAdd(pf.next, 1u);
@@ -271,7 +274,7 @@ __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
         const int j = pf.work[1 + 2 * i], e = pf.work[2 + 2 * i];
         const long long off = (long long)part * PF_CHUNK, len = min((long long)PF_CHUNK, bytes - off);
         const uint4 *src = (const uint4 *)(pf.rec[(size_t)m * pf.E + e] + off);
-        uint8_t *slot = pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
+        uint8_t *slot = hy_pf_slot(pf, set, j);
         uint4 *dst = (uint4 *)(slot + off);
         const int n16 = (int)(len / 16);
         for (int i0 = threadIdx.x; i0 < n16; i0 += blockDim.x * PF_UNROLL) {
@@ -298,20 +301,13 @@ __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
                 pf.done[i] = 0;
                 atomicAdd(&pf.stats[2], 1ull);
                 atomicAdd(&pf.stats[3], (unsigned long long)bytes);
-                unsigned old = ST_HY_LOCK_OPEN;
-                if (pf.lock)  // another block publishing (BUSY) is waited out; CLOSED leaves the entry home
-                    while ((old = atomicCAS(pf.lock + m, ST_HY_LOCK_OPEN, ST_HY_LOCK_BUSY)) == ST_HY_LOCK_BUSY) {
-#if __CUDA_ARCH__ >= 700
-                        __nanosleep(64);
-#endif
-                    }
-                s_pub = old == ST_HY_LOCK_OPEN;
+                // (CLOSED leaves the entry home for the layer's next plan)
+                s_pub = !pf.lock || hy_lock_take(pf.lock + m, ST_HY_LOCK_BUSY) == ST_HY_LOCK_OPEN;
             }
             __syncthreads();
             if (s_pub && threadIdx.x < 3) {
-                const size_t idx = (size_t)m * pf.E + e;
                 __threadfence();
-                pf.table[3 * idx + threadIdx.x] = slot + pf.layer_meta[4 * (size_t)m + 1 + threadIdx.x];
+                hy_pf_point(pf, m, (size_t)m * pf.E + e, slot, threadIdx.x);
                 __threadfence();  // (before the lock reopens)
             }
             __syncthreads();

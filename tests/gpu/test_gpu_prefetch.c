@@ -237,10 +237,15 @@ static void set_claim(world *w, int way, int busy) {
     w->pf.busy_blocks = busy;
 }
 
-static void run_plan(world *w, int m, const int32_t *pred, int np, int progress) {
+// Layer m's plan from pred [np] with the progress word at `progress` (queued on the default stream).
+static void plan_layer(world *w, int m, const int32_t *pred, int np, int progress) {
     CK(cudaMemcpy(w->pred_d, pred, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
     CKE(st_cuda_hy_pf_plan(&w->pf, m, w->pred_d, np, 0));
+}
+
+static void run_plan(world *w, int m, const int32_t *pred, int np, int progress) {
+    plan_layer(w, m, pred, np, progress);
     CKE(st_cuda_hy_pf_copy(&w->pf, m, 5, 0));
     CK(cudaDeviceSynchronize());
 }
@@ -290,11 +295,8 @@ int main(void) {
     {
         set_claim(&w, 3, 1);
         const int32_t pb[] = {20, 21, 22, 23};
-        const int progress = 0;
-        CK(cudaMemcpy(w.pred_d, pb, sizeof pb, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(w.progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
         const int n_new = model_plan(&w, 2, pb, 4, 0, restored, &n_restored);
-        CKE(st_cuda_hy_pf_plan(&w.pf, 2, w.pred_d, 4, 0));
+        plan_layer(&w, 2, pb, 4, 0);
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
@@ -504,9 +506,7 @@ int main(void) {
                 else if (own[j] != before[j]) pub[j] = !closed, deferred += closed;  // this plan's copy
                 else if (own[j] / NE == m) published_later += !pub[j], pub[j] = 1;  // kept: the plan publishes it
             }
-            CK(cudaMemcpy(w.pred_d, pred, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(w.progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
-            CKE(st_cuda_hy_pf_plan(&w.pf, m, w.pred_d, np, 0));
+            plan_layer(&w, m, pred, np, progress);
             const uint32_t shut = ST_HY_LOCK_CLOSED;
             if (closed) CK(cudaMemcpyAsync(lock_d + m, &shut, sizeof shut, cudaMemcpyHostToDevice, 0));
             CKE(st_cuda_hy_pf_copy(&w.pf, m, 5, 0));
