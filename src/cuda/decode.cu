@@ -59,15 +59,6 @@
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif
-// The router kernels' declared block size (they launch ROUTER_GROUPS * G32 threads). A/B build (2026-12-02e,
-// unmeasured): -DROUTER_LB_TIGHT=1 declares the launch's own size; ptxas then gives k_router<float> 128 registers
-// and no spill (4/4 bytes at DEC_THREADS since the table-in-L2 hint's code left it) and k_router_split<float> 104,
-// but the bf16 / f16 split instances 12/12. Predicted all in VRAM tg128 +0.3-0.7% (the F32 router of the
-// Qwen3-30B-A3B-shaped file).
-#ifndef ROUTER_LB_TIGHT
-#define ROUTER_LB_TIGHT 0
-#endif
-#define ROUTER_LB (ROUTER_LB_TIGHT ? ROUTER_GROUPS * G32 : DEC_THREADS)
 
 // ---- weight-type instances ----------------------------------------------------------------------------------
 //
@@ -255,10 +246,8 @@ __device__ __forceinline__ bool last_block_done(int32_t *counter) {
 }
 
 // The router launch's body; SPLIT (one token, hybrid CPU misses): after the route and the count the last block
-// also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch. ENTER (the
-// hybrid side-block decode with the prefetch's branch on, logits only): the last block only sets the progress word
-// and closes the layer's publish lock (hy_layer_enter), at the point where the full tail sets the word.
-template <typename T, bool SPLIT, bool ENTER = false>
+// also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch.
+template <typename T, bool SPLIT>
 __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x,
                                             int n_tok, int K, int norm, float *logits, int32_t *__restrict__ ids,
                                             float *__restrict__ weights, int32_t *counter,
@@ -278,10 +267,6 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
-    if constexpr (ENTER) {
-        if (threadIdx.x == 0) hy_layer_enter(cnt.pf);
-        return;
-    }
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
     if constexpr (SPLIT) {
@@ -296,7 +281,7 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
 }
 
 template <typename T>
-__global__ void __launch_bounds__(ROUTER_LB)
+__global__ void __launch_bounds__(DEC_THREADS)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
              const st_hy_count_args cnt) {
@@ -304,15 +289,7 @@ __global__ void __launch_bounds__(ROUTER_LB)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(ROUTER_LB)
-    k_router_enter(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
-                   float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
-                   const st_hy_count_args cnt) {
-    router_body<T, false, true>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr);
-}
-
-template <typename T>
-__global__ void __launch_bounds__(ROUTER_LB)
+__global__ void __launch_bounds__(DEC_THREADS)
     k_router_split(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int K, int norm,
                    float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
                    const st_hy_count_args cnt, const st_hy_split_args split) {
@@ -374,19 +351,18 @@ __global__ void __launch_bounds__(DEC_THREADS)
         else return st_err("%s: router type %s (F32, F16 or BF16)", fn, st_type_name(w_type));                     \
     } while (0)
 
-// k_router over n_tok tokens (counters NULL: the logits only, no route); enter: k_router_enter (one token's logits,
-// the last block entering count->pf's layer).
+// k_router over n_tok tokens (counters NULL: the logits only, no route).
 static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                          int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,
-                         int32_t *counters, const st_hy_count_args *count, bool enter, cudaStream_t stream) {
+                         int32_t *counters, const st_hy_count_args *count, cudaStream_t stream) {
     const st_hy_count_args cnt = count ? *count : st_hy_count_args{};
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
         return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
     const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
 #define RT_GO(T)                                                                                                   \
-    st_dec_launch(enter ? k_router_enter<T> : k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream,       \
-                  (const T *)W, (int)ne0, n_expert, x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
+    st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
+                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
     ROUTER_TYPE_DISPATCH(w_type, RT_GO, fn);
 #undef RT_GO
     return launch_check(fn);
@@ -412,7 +388,7 @@ extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0,
     if (router_route_check("st_cuda_router_topk", ne0, n_expert, n_tok, n_used, ids, weights, counters, count))
         return -1;
     return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
-                         weights, counters, count, false, stream);
+                         weights, counters, count, stream);
 }
 
 extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
@@ -447,23 +423,13 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
                                      counters, NULL, stream);
 }
 
-extern "C" int st_cuda_router_logits_enter(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
-                                           float *logits, int32_t *counters, const st_hy_count_pf *pf,
-                                           cudaStream_t stream) {
-    const char *fn = pf && pf->progress ? "st_cuda_router_logits_enter" : "st_cuda_router_logits";
-    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
-        return st_err("%s: unsupported shape: ne0 %lld (multiple of 4), %d experts", fn, (long long)ne0, n_expert);
-    if (!pf || !pf->progress)
-        return router_launch(fn, w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL, NULL, false, stream);
-    if (!counters) return st_err("%s: no completion counter", fn);
-    st_hy_count_args cnt{};
-    cnt.pf = *pf;
-    return router_launch(fn, w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, counters, &cnt, true, stream);
-}
-
 extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                                      float *logits, cudaStream_t stream) {
-    return st_cuda_router_logits_enter(w_type, W, ne0, n_expert, x, logits, NULL, NULL, stream);
+    if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
+        return st_err("st_cuda_router_logits: unsupported shape: ne0 %lld (multiple of 4), %d experts",
+                      (long long)ne0, n_expert);
+    return router_launch("st_cuda_router_logits", w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL,
+                         NULL, stream);
 }
 
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
@@ -753,8 +719,7 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
     glu_hy_args hy;
     memset(&hy, 0, sizeof hy);
     hy.cnt = *count;
-    // (no branch, or the router launch set the progress word and closed the lock: st_cuda_router_logits_enter)
-    hy.cnt.pf.progress = NULL, hy.cnt.pf.lock = NULL;
+    hy.cnt.pf.progress = NULL;  // (the side block decodes only with the prefetch's branch off: no plan reads it)
     if (split) hy.split = *split, hy.has_split = 1;
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,

@@ -80,12 +80,6 @@ int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expe
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           cudaStream_t stream);
-// The same for the hybrid side-block decode (st_cuda_moe_route_glu_hy after it): with the lookahead prefetch's branch
-// on (pf->progress set) the launch's last block (counters[0], zero between launches, as st_cuda_router_topk's) sets
-// pf->progress = pf->layer and closes pf->lock (cuda/hybrid.h publish locks; NULL: no lock), so the table holds
-// still for the layer's MoE; pf NULL or without a progress word: st_cuda_router_logits.
-int st_cuda_router_logits_enter(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
-                                int32_t *counters, const st_hy_count_pf *pf, cudaStream_t stream);
 
 // One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
 // ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn
@@ -122,8 +116,7 @@ int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert,
 // for st_cuda_moe_down_join). With `split` every miss must be the CPU's (cpu_q16 ST_HY_Q16): a GLU block skips its rank
 // (NaN rows) when the rank's gate entry lies outside [vram_lo, vram_hi), as the side block's classify decides from
 // the same entry; so nothing may rewrite the layer's table entries during the launch (the lookahead prefetch's
-// copies publish entries at any time: the side block decodes with its branch off, or after
-// st_cuda_router_logits_enter closed the layer's publish lock). Bit for bit
+// copies publish entries at any time: the side block decodes only with its branch off). Bit for bit
 // st_cuda_router_topk_split / _count + st_cuda_moe_glu_q.
 int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                              const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,

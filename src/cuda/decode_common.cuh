@@ -293,12 +293,6 @@ __device__ __forceinline__ unsigned long long st_globaltimer_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-// A polling loop's pause (sm_70+; a plain retry before).
-__device__ __forceinline__ void st_nanosleep(unsigned ns) {
-#if __CUDA_ARCH__ >= 700
-    __nanosleep(ns);
-#endif
-}
 // Nanoseconds since *t0 by st_globaltimer_ns, never "negative": where the clock stepped back (the driver may set it
 // again), *t0 moves back with it, so an unsigned now - t0 cannot read as ~2^64 ns and end a timeout at once.
 __device__ __forceinline__ unsigned long long st_elapsed_ns(unsigned long long *t0) {

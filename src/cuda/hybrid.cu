@@ -141,14 +141,6 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 
 // ---- lookahead prefetch (hybrid.h) ------------------------------------------------------------------------------
 
-// Slot j of set `set`, and entry k (gate, up, down) of layer m's record idx pointed into the record copied there.
-__device__ __forceinline__ uint8_t *hy_pf_slot(const st_hy_pf &pf, int set, int j) {
-    return pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
-}
-__device__ __forceinline__ void hy_pf_point(const st_hy_pf &pf, int m, size_t idx, const uint8_t *slot, int k) {
-    pf.table[3 * idx + k] = slot + pf.layer_meta[4 * (size_t)m + 1 + k];
-}
-
 #define PF_CHUNK (64 << 10)  // bytes of a record one block copies at a time
 #define PF_UNROLL 8          // 16-byte loads in flight per thread (PCIe latency: many loads outstanding)
 
@@ -186,18 +178,6 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
     __syncwarp();
     if (lane != 0) return;
     const int n_need = min(__popc(want_mask), cap);
-    if (pf.next) *pf.next = 0;  // the copy kernel's chunk counter (it runs after this kernel on the same stream)
-    // With publish locks (hybrid.h): the lock first, then the progress word; a late plan changes nothing.
-    if (pf.lock) {
-        atomicExch(pf.lock + m, ST_HY_LOCK_BUSY);  // (no other publisher of layer m runs: stream order)
-        __threadfence();
-        if (atomicAdd(pf.progress, 0) >= m) {
-            atomicExch(pf.lock + m, ST_HY_LOCK_CLOSED);  // layer m's router ran: its MoE reads the table now
-            atomicAdd(&pf.stats[1], 1ull);
-            pf.work[0] = 0;
-            return;
-        }
-    }
     // Free slots in index order; a reassigned slot's owner goes back home first.
     int slot[32], n = 0;
     for (int j = 0; j < pf.per_set && n < n_need; j++) {
@@ -208,24 +188,13 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         own[j] = -1;
         slot[n++] = j;
     }
-    if (pf.lock) {  // the set's records of layer m that keep their slot, published (a copy left them if closed)
-        for (int j = 0; j < pf.per_set; j++) {
-            const int o = own[j];
-            if (o < 0 || o / E != m) continue;
-            for (int k = 0; k < 3; k++) hy_pf_point(pf, m, (size_t)o, hy_pf_slot(pf, set, j), k);
-        }
-        __threadfence();
-        atomicExch(pf.lock + m, ST_HY_LOCK_OPEN);
-        atomicAdd(&pf.stats[0], 1ull);
+    __threadfence();  // the restores are visible before the progress word is read (hybrid.h, rule 1)
+    const int progress = atomicAdd(pf.progress, 0);
+    if (progress >= m) {  // layer m's MoE may be running: leave its slots unowned, copy nothing
+        n = 0;
+        atomicAdd(&pf.stats[1], 1ull);
     } else {
-        __threadfence();  // the restores are visible before the progress word is read (hybrid.h, rule 1)
-        const int progress = atomicAdd(pf.progress, 0);
-        if (progress >= m) {  // layer m's MoE may be running: leave its slots unowned, copy nothing
-            n = 0;
-            atomicAdd(&pf.stats[1], 1ull);
-        } else {
-            atomicAdd(&pf.stats[0], 1ull);
-        }
+        atomicAdd(&pf.stats[0], 1ull);
     }
     for (int i = 0; i < n; i++) {
         own[slot[i]] = m * E + s_need[i];
@@ -244,37 +213,18 @@ extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>>", __FILE__, __LINE__);
 }
 
-// Thread 0 of a copy block: the next chunk to copy (st_hy_pf.next), after holding back while a CPU-miss job runs
-// if this block is one of the extra ones (st_hy_pf.busy_blocks); *hold_left: the block's remaining hold (ns).
-__device__ int hy_pf_claim(const st_hy_pf &pf, int total, unsigned long long *hold_left) {
-    if (pf.ring && (int)blockIdx.x >= pf.busy_blocks && *hold_left) {
-        const volatile uint32_t *ring = pf.ring, *seen = pf.seen, *next = pf.next;
-        unsigned long long t0 = st_globaltimer_ns(), e = 0;
-        while (*ring != seen[1] && (int)*next < total && (e = st_elapsed_ns(&t0)) < *hold_left) st_nanosleep(500);
-        *hold_left = e < *hold_left ? *hold_left - e : 0;
-    }
-    return (int)atomicAdd(pf.next, 1u);
-}
-
 __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
     const int n = *(volatile const int32_t *)pf.work;
     if (n <= 0) return;
     const long long bytes = pf.layer_meta[4 * (size_t)m];
-    const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets, total = n * per_rec;
-    __shared__ int s_last, s_c, s_pub;
-    unsigned long long hold_left = ST_HY_PF_HOLD_NS;
-    for (int c = blockIdx.x;; c += gridDim.x) {
-        if (pf.next) {  // claimed (the loop's last barrier orders s_c's reuse)
-            if (threadIdx.x == 0) s_c = hy_pf_claim(pf, total, &hold_left);
-            __syncthreads();
-            c = s_c;
-        }
-        if (c >= total) break;
+    const int per_rec = (int)((bytes + PF_CHUNK - 1) / PF_CHUNK), set = m % pf.n_sets;
+    __shared__ int s_last;
+    for (int c = blockIdx.x; c < n * per_rec; c += gridDim.x) {
         const int i = c / per_rec, part = c % per_rec;
         const int j = pf.work[1 + 2 * i], e = pf.work[2 + 2 * i];
         const long long off = (long long)part * PF_CHUNK, len = min((long long)PF_CHUNK, bytes - off);
         const uint4 *src = (const uint4 *)(pf.rec[(size_t)m * pf.E + e] + off);
-        uint8_t *slot = hy_pf_slot(pf, set, j);
+        uint8_t *slot = pf.pf_slots + ((size_t)set * pf.per_set + j) * (size_t)pf.stride;
         uint4 *dst = (uint4 *)(slot + off);
         const int n16 = (int)(len / 16);
         for (int i0 = threadIdx.x; i0 < n16; i0 += blockDim.x * PF_UNROLL) {
@@ -296,24 +246,17 @@ __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {
         __syncthreads();
         if (threadIdx.x == 0) s_last = atomicAdd(&pf.done[i], 1u) == (unsigned)per_rec - 1;
         __syncthreads();
-        if (s_last) {  // every part is in place: publish the record's entry (under the lock when there is one)
+        if (s_last && threadIdx.x < 3) {  // every part is in place: publish the record's entry
+            if (threadIdx.x == 0) pf.done[i] = 0;
+            const size_t idx = (size_t)m * pf.E + e;
+            __threadfence();
+            pf.table[3 * idx + threadIdx.x] = slot + pf.layer_meta[4 * (size_t)m + 1 + threadIdx.x];
             if (threadIdx.x == 0) {
-                pf.done[i] = 0;
                 atomicAdd(&pf.stats[2], 1ull);
                 atomicAdd(&pf.stats[3], (unsigned long long)bytes);
-                // (CLOSED leaves the entry home for the layer's next plan)
-                s_pub = !pf.lock || hy_lock_take(pf.lock + m, ST_HY_LOCK_BUSY) == ST_HY_LOCK_OPEN;
             }
-            __syncthreads();
-            if (s_pub && threadIdx.x < 3) {
-                __threadfence();
-                hy_pf_point(pf, m, (size_t)m * pf.E + e, slot, threadIdx.x);
-                __threadfence();  // (before the lock reopens)
-            }
-            __syncthreads();
-            if (s_pub && pf.lock && threadIdx.x == 0) atomicExch(pf.lock + m, ST_HY_LOCK_OPEN);
         }
-        __syncthreads();  // s_last and s_pub are reused by the next chunk
+        __syncthreads();  // s_last is reused by the next chunk
     }
 }
 

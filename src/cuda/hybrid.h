@@ -24,8 +24,6 @@ typedef struct st_hy_count_pf {
     int layer;
     const void *lo, *hi;           // the prefetch slots
     unsigned long long *hits;      // device counter
-    uint32_t *lock;                // device: the layer's publish lock (st_hy_pf.lock + layer) or NULL; taken only by
-                                   // the side-block decode's router launch (decode.h st_cuda_router_logits_enter)
 } st_hy_count_pf;
 typedef struct st_hy_count_args {
     int n_expert;
@@ -142,21 +140,6 @@ typedef struct st_hy_join_args {  // st_cuda_hy_combine_bell's wait
 // layer m is forked after layer m-1's FFN norm, so every layer <= m - 2 has finished its MoE, and layers that share
 // a set (m - n_sets, ...) with n_sets >= 3 are among them; (3) the copy kernel publishes an entry only after every
 // block's part of the record is written and fenced. The decode kernels read the table through L2 (__ldcg).
-//
-// Publish locks (st_hy_pf.lock != NULL; the side-block decode with the prefetch's branch on, decode.h
-// st_cuda_moe_route_glu_hy, whose GLU blocks each read their own rank's entry and must agree with the one block that
-// classifies): lock[m] is OPEN, BUSY while the plan or a copy changes layer m's entries, or CLOSED. Layer m's router
-// launch, in its last block (where the router's tail sets the progress word without locks), sets the progress word,
-// fences and closes the lock, waiting out a BUSY holder: every table read of layer m's MoE then sees one table. The
-// plan of layer m takes the lock (BUSY), fences and reads the progress word: late (the router ran), it changes
-// nothing and leaves the lock CLOSED; else it frees and restores slots, publishes the set's records of layer m that
-// a copy completed while the lock was closed, fences and reopens. A copy publishes under the lock; one that finds it
-// closed leaves its entry home (the slot stays owned) for the next plan. The plan and the copies of layer m run in
-// stream order, so no copy of layer m is in flight when its plan publishes. Either the plan sees the router's
-// progress word or the router waits for the plan's changes (each writes, fences, then reads the other's word).
-#define ST_HY_LOCK_OPEN 0u
-#define ST_HY_LOCK_BUSY 1u
-#define ST_HY_LOCK_CLOSED 2u
 typedef struct st_hy_pf {
     const void **table;             // device [L][E][3]: the decode kernels' table
     const void *const *home;        // device [L][E][3]: the entries without prefetch (cache slot or arena record)
@@ -172,17 +155,7 @@ typedef struct st_hy_pf {
     unsigned long long *stats;      // device [4]: plans run, plans skipped (late), records copied, bytes copied
     int n_sets, per_set, E;         // per_set <= 32
     int max_copies;                 // records copied per plan at most (the likeliest first); <= 0: per_set
-    // Chunks claimed from a counter instead of block-strided (NULL: strided). next: device uint32 [1], zeroed by the
-    // plan kernel. With ring (device, the doorbell's ring counter) and seen (device, the join leader's words: seen[1]
-    // is the last ring the join saw answered), a CPU-miss job runs while *ring != seen[1]; blocks from busy_blocks on
-    // claim no chunk then (they wait in L2, never over PCIe), at most ST_HY_PF_HOLD_NS per block and launch, and
-    // leave once every chunk is claimed: the copy runs on busy_blocks blocks beside a job, on all of them otherwise.
-    uint32_t *next;
-    const uint32_t *ring, *seen;
-    int busy_blocks;
-    uint32_t *lock;                 // device [L] publish locks (above; zeroed: OPEN) or NULL: none
 } st_hy_pf;
-#define ST_HY_PF_HOLD_NS 150000ull
 // Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One warp.
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.

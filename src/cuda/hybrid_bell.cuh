@@ -125,7 +125,9 @@ __device__ inline bool hy_wait_answer(const st_hy_join_args &j) {
         const volatile uint32_t *vl = j.leader;
         while (vl[1] != s) {
             if (st_elapsed_ns(&t0) > 2 * ST_HY_BELL_TIMEOUT_NS) return false;  // (the leader gives up first)
-            st_nanosleep(128);
+#if __CUDA_ARCH__ >= 700
+            __nanosleep(128);
+#endif
         }
         __threadfence();
         return vl[2] != 0;
@@ -138,7 +140,9 @@ __device__ inline bool hy_wait_answer(const st_hy_join_args &j) {
             ((volatile uint32_t *)j.bell)[3] = 1;
             break;
         }
-        st_nanosleep(256);
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(256);
+#endif
     }
     __threadfence_system();
     if (j.wait_ns && (j.leader || blockIdx.x == 0)) atomicAdd(j.wait_ns, st_elapsed_ns(&t0));

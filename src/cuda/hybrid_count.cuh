@@ -3,8 +3,7 @@
 #ifndef STRATA_CUDA_HYBRID_COUNT_CUH
 #define STRATA_CUDA_HYBRID_COUNT_CUH
 
-#include "cuda/common.cuh"         // st_tbl_entry
-#include "cuda/decode_common.cuh"  // st_nanosleep
+#include "cuda/common.cuh"  // st_tbl_entry
 #include "cuda/hybrid.h"
 
 // Whether a routed pair whose gate address is w was served from the lookahead prefetch's slots.
@@ -19,23 +18,6 @@ __device__ __forceinline__ void hy_count_stats(const st_hy_count_args &a, unsign
     if (n_pairs) atomicAdd(&a.sel_miss[0], n_pairs);
     if (misses) atomicAdd(&a.sel_miss[1], misses);
     if (pf_hits && a.pf.hits) atomicAdd(a.pf.hits, (unsigned long long)pf_hits);
-}
-
-// One thread: moves an OPEN publish lock (hybrid.h) to `to` (BUSY to publish, CLOSED to freeze the layer), waiting
-// out a BUSY holder (a plan or a copy publishing, well under a microsecond); returns the state it found (OPEN: taken).
-__device__ inline unsigned hy_lock_take(uint32_t *lock, unsigned to) {
-    unsigned old;
-    while ((old = atomicCAS(lock, ST_HY_LOCK_OPEN, to)) == ST_HY_LOCK_BUSY) st_nanosleep(64);
-    return old;
-}
-
-// One thread, in layer pf.layer's router launch after its last block's arrival (the side-block decode with the
-// prefetch's branch on, hybrid.h publish locks): the progress word, a fence, then the layer's publish lock closed.
-// The holder it waited out fenced its entries before reopening, so the MoE kernels after the launch see them.
-__device__ inline void hy_layer_enter(const st_hy_count_pf &pf) {
-    if (pf.progress) atomicExch(pf.progress, pf.layer);
-    __threadfence();
-    if (pf.lock) hy_lock_take(pf.lock, ST_HY_LOCK_CLOSED);
 }
 
 // Threads tid < nthreads of one block; ids [n_pairs] written before (and visible to) them.

@@ -889,9 +889,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
                        (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
-                        : hy_side  // (with the prefetch's branch on: the progress word and the publish lock)
-                            ? st_cuda_router_logits_enter(L->router.type, L->router.d, d, E, s->xn, s->router,
-                                                          s->dec_counters, &hc.pf, st)
+                        : hy_side ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
                                                         hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,

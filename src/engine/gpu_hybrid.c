@@ -181,12 +181,6 @@ struct st_hybrid {
     // the progress word there too, measured 361.96 vs 366.17 tok/s at 16 GiB (the earlier deadline left 1.8 layers
     // per token's plans late against 0.2; docs/experiments/2026-12-02d-glu-side-locks.patch).
     int glu_side;
-    // STRATA_HY_GLU_SIDE_PF=1 (A/B, 2026-12-02e, unmeasured): the side block also with the branch on, the table held
-    // still by publish locks (hybrid.h) that the router launch's last block closes where the full tail sets the
-    // progress word today (st_cuda_router_logits_enter: a light tail, the deadline of the copies unchanged; the
-    // 2026-12-02d locks closed before the router's wait moved it earlier). Predicted 16 GiB tg128 +1.5-3% (the
-    // branch-off steps gained 2.8% from the same move).
-    uint32_t *pf_lock_d;          // device [L]: the prefetch's publish locks (glu_side_pf), zeroed (OPEN)
     _Atomic uint64_t cpu_jobs, cpu_job_ns;  // layers the doorbell thread computed, and its ns on them (stats)
     pthread_t bell_thread;
     int bell_started;
@@ -214,7 +208,7 @@ struct st_hybrid {
     int32_t *pf_owner_h;          // pinned host [n_sets * P]: pf_owner_d as last read (own-slot sets, for the pmap)
     int pf_owner_stale;           // decode steps ran since that read (their plans may have moved the owners)
     uint64_t pf_in_pmap;          // non-resident experts the current pmap reads from prefetch copies
-    uint32_t *pf_done_d;          // [P + 1]: st_hy_pf done [P], then its chunk counter `next` (STRATA_HY_PF_ADAPT)
+    uint32_t *pf_done_d;
     unsigned long long *pf_stats_d;  // [5]: st_hy_pf stats [4], then hits (st_hy_count_pf)
     float *pred_logits_d, *pred_w_d;  // [E], [32]
     int32_t *pred_ids_d, *pred_cnt_d;  // [32], [1] (the router kernel's completion counter)
@@ -740,7 +734,9 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
 static void *hy_bell_main(void *ud) {
     st_hybrid *h = ud;
     volatile uint32_t *bell = h->bell_h;
-    uint32_t seen = bell[0];
+    // Not bell[0] as this thread first finds it: a ring sent before the thread ran would count as seen and its
+    // layer wait out the timeout. hy_bell_init zeroed the bell and the ring counter before starting the thread.
+    uint32_t seen = 0;
     double last = st_now();
     while (!atomic_load_explicit(&h->bell_stop, memory_order_relaxed)) {
         const uint32_t s = bell[0];
@@ -801,7 +797,7 @@ static int hy_side_split_ok(const st_hybrid *h) {
 }
 
 int st_hybrid_glu_side(const st_hybrid *h) {
-    return h && h->glu_side && (!st_hybrid_prefetch_on(h) || h->pf_lock_d) && hy_side_split_ok(h);
+    return h && h->glu_side && !st_hybrid_prefetch_on(h) && hy_side_split_ok(h);
 }
 
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a) {
@@ -1273,7 +1269,7 @@ void st_hybrid_free(st_hybrid *h) {
     if (ctx) {
         void *pb[] = {(void *)h->home_d, (void *)h->rec_d, h->pf_meta_d, h->pf_owner_d, h->pf_work_d,
                       h->pf_progress_d, h->pf_done_d, h->pf_stats_d, h->pred_logits_d, h->pred_w_d, h->pred_ids_d,
-                      h->pred_cnt_d, h->pf_lock_d};
+                      h->pred_cnt_d};
         for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++)
             if (pb[i]) st_cuda_free(ctx, pb[i]);
     }
@@ -1331,7 +1327,6 @@ void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_coun
         a->pf.lo = h->pf.pf_slots;
         a->pf.hi = h->pf.pf_slots + (uint64_t)h->pf.n_sets * (uint64_t)h->pf_P * h->stride;
         a->pf.hits = h->pf_stats_d + 4;
-        a->pf.lock = h->pf_lock_d && a->pf.progress ? h->pf_lock_d + l : NULL;
     }
 }
 
@@ -1440,13 +1435,7 @@ static int hy_pf_init(st_hybrid *h) {
     // the CPU job of the layer before its own. Fewer blocks copy slower but leave the job its bandwidth: 16 GiB
     // tg128 375.8 vs 362.5 tok/s (3 rounds; 2 blocks 364.1), the job 60.5 vs 69.1 us, layers late 4.2 vs 0.2 per
     // token; 8 GiB 261.3 vs 261.8. Pausing the copies while a job runs instead (STRATA_HY_PF_YIELD) lost: 312.6.
-    // STRATA_HY_PF_ADAPT=1 (A/B, 2026-12-02e, unmeasured): 16 blocks, of which all but STRATA_HY_PF_BUSY_BLOCKS (4)
-    // hold back while a CPU-miss job runs (watching device words in L2: the doorbell's ring counter and the join
-    // leader's last answered ring; the pause that polled host memory lost, see above). The 4-block default gave the
-    // job its bandwidth but left 4.2 layers per token's copies late (16 blocks: 0.2); this should keep both.
-    // Predicted at 16 GiB: +0.5-1.5% over 4 blocks, layers late ~1 per token.
-    const int adapt = env_int("STRATA_HY_PF_ADAPT", 0, 0, 1);
-    h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", adapt ? 16 : 4, 1, 1024);
+    h->pf_blocks = env_int("STRATA_HY_PREFETCH_BLOCKS", 4, 1, 1024);
     // Knockout (A/B of the branch's cost, output unchanged): 1 only predicts (no plan: the sets keep what the load
     // put there), 0 leaves the fork and join alone. (No 2: a plan without its copies would name owners whose slots
     // never got their bytes, which a prefill then reads.)
@@ -1462,7 +1451,7 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_owner_d = st_cuda_alloc(ctx, sizeof(int32_t) * n_sets * (size_t)h->pf_P, "prefetch owners");
     h->pf_work_d = st_cuda_alloc(ctx, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), "prefetch work list");
     h->pf_progress_d = st_cuda_alloc(ctx, sizeof(int32_t), "prefetch progress");
-    h->pf_done_d = st_cuda_alloc(ctx, sizeof(uint32_t) * ((size_t)h->pf_P + 1), "prefetch counters");
+    h->pf_done_d = st_cuda_alloc(ctx, sizeof(uint32_t) * (size_t)h->pf_P, "prefetch counters");
     h->pf_stats_d = st_cuda_alloc(ctx, sizeof(unsigned long long) * 5, "prefetch statistics");
     h->pred_logits_d = st_cuda_alloc(ctx, sizeof(float) * h->E, "prefetch router logits");
     h->pred_w_d = st_cuda_alloc(ctx, sizeof(float) * 32, "prefetch router weights");
@@ -1482,7 +1471,7 @@ static int hy_pf_init(st_hybrid *h) {
              st_cuda_memcpy_h2d(ctx, (void *)h->home_d, h->tab_h, sizeof(void *) * n_rec * 3, NULL) ||
              st_cuda_memcpy_h2d(ctx, (void *)h->rec_d, h->rec_dev, sizeof(void *) * n_rec, NULL) ||
              st_cuda_memset(ctx, h->pf_owner_d, 0xff, sizeof(int32_t) * n_sets * (size_t)h->pf_P, NULL) ||
-             st_cuda_memset(ctx, h->pf_done_d, 0, sizeof(uint32_t) * ((size_t)h->pf_P + 1), NULL) ||
+             st_cuda_memset(ctx, h->pf_done_d, 0, sizeof(uint32_t) * (size_t)h->pf_P, NULL) ||
              st_cuda_memset(ctx, h->pf_work_d, 0, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), NULL) ||
              st_cuda_memset(ctx, h->pf_stats_d, 0, sizeof(unsigned long long) * 5, NULL) ||
              st_cuda_memset(ctx, h->pred_cnt_d, 0, sizeof(int32_t), NULL) ||
@@ -1510,25 +1499,6 @@ static int hy_pf_init(st_hybrid *h) {
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
-    if (h->glu_side && env_int("STRATA_HY_GLU_SIDE_PF", 0, 0, 1)) {
-        h->pf_lock_d = st_cuda_alloc(ctx, sizeof(uint32_t) * h->L, "prefetch publish locks");
-        if (!h->pf_lock_d || st_cuda_memset(ctx, h->pf_lock_d, 0, sizeof(uint32_t) * h->L, NULL)) return -1;
-        pf->lock = h->pf_lock_d;
-        st_info("hybrid decode: the side block also with the prefetch's branch on, under publish locks "
-                "(STRATA_HY_GLU_SIDE_PF=1)");
-    }
-    if (adapt) {
-        pf->next = h->pf_done_d + h->pf_P;
-        // Only where every CPU-miss layer joins through the leader words (the fused split): a ring the join never
-        // marks answered would hold the extra blocks to their limit on every copy.
-        if (st_hybrid_split_fused(h)) {
-            pf->ring = h->bell_seq_d;
-            pf->seen = h->join_leader_d;
-            pf->busy_blocks = env_int("STRATA_HY_PF_BUSY_BLOCKS", 4, 1, 1024);
-        }
-        st_info("hybrid: the prefetch's copies claim chunks; %s (STRATA_HY_PF_ADAPT=1)",
-                pf->ring ? "beside a CPU-miss job only the first STRATA_HY_PF_BUSY_BLOCKS copy" : "no CPU-miss split");
-    }
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);

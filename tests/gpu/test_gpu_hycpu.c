@@ -321,12 +321,13 @@ static void CUDART_CB host_node(void *ud) {
 typedef struct {
     host_ctx *hc;
     volatile uint32_t *bell;
+    uint32_t seen;  // bell[0] before the thread starts (the first replay may ring before it runs)
     atomic_int stop;
 } bell_ctx;
 
 static void *bell_main(void *ud) {
     bell_ctx *bc = ud;
-    uint32_t seen = bc->bell[0];
+    uint32_t seen = bc->seen;
     while (!atomic_load(&bc->stop)) {
         const uint32_t s = bc->bell[0];
         if (s == seen) continue;
@@ -360,7 +361,7 @@ static void test_graph(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
         CK(cudaMemset(seq_d, 0, sizeof(uint32_t)));
         CK(cudaMalloc((void **)&wait_d, sizeof *wait_d));
         CK(cudaMemset(wait_d, 0, sizeof *wait_d));
-        bc.hc = &hc, bc.bell = bell_h;
+        bc.hc = &hc, bc.bell = bell_h, bc.seen = 0;
         atomic_store(&bc.stop, 0);
         if (pthread_create(&thr, NULL, bell_main, &bc)) {
             printf("FAIL pthread_create\n");

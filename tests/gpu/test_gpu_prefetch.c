@@ -8,11 +8,6 @@
 //              progress values:
 //              after each, every entry is either its home or a prefetch slot whose bytes equal that record and whose
 //              owner names it, owners are unique, and the counters match the host model
-//   claim      the copies' chunks claimed from a counter (st_hy_pf.next), the extra blocks held by a busy doorbell
-//              (ring / seen words): the random rounds run every way; held blocks leave once every chunk is claimed
-//   locks      300 random rounds with publish locks (hybrid.h): a third of the copies find the lock closed (as the
-//              router of their layer would close it) and leave their entries home with the slot owned; the layer's
-//              next plan that is not late publishes them; a late plan changes nothing and leaves the lock closed
 //   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots; the
 //              router launch counting in its last block (st_cuda_router_topk_count, random router and inputs) gives
 //              the same ids, weights, counters and progress as st_cuda_router_topk + st_cuda_hy_count
@@ -58,13 +53,11 @@ typedef struct {
     const uint8_t **rec_d;
     long long *meta_d;
     int32_t *owner_d, *work_d, *progress_d;
-    uint32_t *done_d;          // [P + 1]: the records' counters, then the claimed-chunk counter (st_hy_pf.next)
-    uint32_t *words_d;         // [4]: a doorbell ring counter [0], the join leader's words [1..3] (st_hy_pf ring, seen)
+    uint32_t *done_d;
     unsigned long long *stats_d;
     int32_t *pred_d;
     st_hy_pf pf;
     int32_t owner[NSETS * P];  // host model
-    uint8_t pub[NSETS * P];    // host model with publish locks: the owner's entry points at its slot (else home)
 } world;
 
 static const uint8_t *pf_slot(const world *w, int i) { return w->slots + (size_t)(NL * NRES + i) * STRIDE; }
@@ -107,9 +100,7 @@ static void setup(world *w, st_rng *r) {
     CK(cudaMalloc((void **)&w->owner_d, sizeof(int32_t) * NSETS * P));
     CK(cudaMalloc((void **)&w->work_d, sizeof(int32_t) * (1 + 2 * P)));
     CK(cudaMalloc((void **)&w->progress_d, sizeof(int32_t)));
-    CK(cudaMalloc((void **)&w->done_d, sizeof(uint32_t) * (P + 1)));
-    CK(cudaMalloc((void **)&w->words_d, sizeof(uint32_t) * 4));
-    CK(cudaMemset(w->words_d, 0, sizeof(uint32_t) * 4));
+    CK(cudaMalloc((void **)&w->done_d, sizeof(uint32_t) * P));
     CK(cudaMalloc((void **)&w->stats_d, sizeof(unsigned long long) * 5));
     CK(cudaMalloc((void **)&w->pred_d, sizeof(int32_t) * 32));
     CK(cudaMemcpy(w->table_d, w->home_h, sizeof(void *) * NL * NE * 3, cudaMemcpyHostToDevice));
@@ -117,7 +108,7 @@ static void setup(world *w, st_rng *r) {
     CK(cudaMemcpy(w->rec_d, rec_h, sizeof(void *) * NL * NE, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->meta_d, meta, sizeof meta, cudaMemcpyHostToDevice));
     CK(cudaMemset(w->owner_d, 0xff, sizeof(int32_t) * NSETS * P));
-    CK(cudaMemset(w->done_d, 0, sizeof(uint32_t) * (P + 1)));
+    CK(cudaMemset(w->done_d, 0, sizeof(uint32_t) * P));
     CK(cudaMemset(w->stats_d, 0, sizeof(unsigned long long) * 5));
     free(rec_h);
     for (int i = 0; i < NSETS * P; i++) w->owner[i] = -1;
@@ -145,7 +136,6 @@ static int model_plan(world *w, int m, const int32_t *pred, int np, int late, in
     int32_t *own = w->owner + (m % NSETS) * P;
     int keep[P] = {0}, need[P], n_need = 0, n = 0;
     *n_restored = 0;
-    if (late && w->pf.lock) return 0;  // with publish locks a late plan changes nothing
     for (int i = 0; i < np; i++) {
         const int e = pred[i];
         if (e < 0 || e >= NE || e < NRES) continue;
@@ -201,19 +191,12 @@ static int check_world(world *w, char *detail, size_t dn) {
                 bad = 1;
             }
         }
-    // An owner is set only with its copy queued (late plans free slots, they own none): its entry points there;
-    // with publish locks only where the model published it (else home: its copy found the lock closed).
-    for (int i = 0; i < NSETS * P && !bad; i++) {
-        if (w->owner[i] < 0) continue;
-        const void *at = tab[(size_t)w->owner[i] * 3];
-        const int pub = !w->pf.lock || w->pub[i];
-        if (pub ? (const uint8_t *)at != pf_slot(w, i) + w->off[w->owner[i] / NE][0]
-                : at != w->home_h[(size_t)w->owner[i] * 3]) {
-            snprintf(detail, dn, "slot %d: its owner %d's entry %s", i, w->owner[i],
-                     pub ? "does not point at it" : "is not home (its copy found the lock closed)");
+    // An owner is set only with its copy queued (late plans free slots, they own none): its entry points there.
+    for (int i = 0; i < NSETS * P && !bad; i++)
+        if (w->owner[i] >= 0 && (const uint8_t *)tab[(size_t)w->owner[i] * 3] != pf_slot(w, i) + w->off[w->owner[i] / NE][0]) {
+            snprintf(detail, dn, "slot %d: its owner %d's entry does not point at it", i, w->owner[i]);
             bad = 1;
         }
-    }
     for (int i = 0; i < NSETS * P && !bad; i++)
         for (int j = i + 1; j < NSETS * P; j++)
             if (w->owner[i] >= 0 && w->owner[i] == w->owner[j]) {
@@ -225,27 +208,10 @@ static int check_world(world *w, char *detail, size_t dn) {
     return bad;
 }
 
-// How the copy kernel takes its chunks (st_hy_pf.next / ring / seen / busy_blocks): way 0 strided, 1 claimed,
-// 2 claimed with an idle doorbell, 3 claimed with a busy one (a ring the join has not seen answered), the blocks from
-// busy on held then.
-static void set_claim(world *w, int way, int busy) {
-    uint32_t words[4] = {way == 3 ? 9u : 8u, 0, 8u, 0};  // ring, then the leader's words: [1 + 1] = seen ring
-    CK(cudaMemcpy(w->words_d, words, sizeof words, cudaMemcpyHostToDevice));
-    w->pf.next = way ? w->done_d + P : NULL;
-    w->pf.ring = way >= 2 ? w->words_d : NULL;
-    w->pf.seen = way >= 2 ? w->words_d + 1 : NULL;
-    w->pf.busy_blocks = busy;
-}
-
-// Layer m's plan from pred [np] with the progress word at `progress` (queued on the default stream).
-static void plan_layer(world *w, int m, const int32_t *pred, int np, int progress) {
+static void run_plan(world *w, int m, const int32_t *pred, int np, int progress) {
     CK(cudaMemcpy(w->pred_d, pred, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
     CKE(st_cuda_hy_pf_plan(&w->pf, m, w->pred_d, np, 0));
-}
-
-static void run_plan(world *w, int m, const int32_t *pred, int np, int progress) {
-    plan_layer(w, m, pred, np, progress);
     CKE(st_cuda_hy_pf_copy(&w->pf, m, 5, 0));
     CK(cudaDeviceSynchronize());
 }
@@ -290,33 +256,6 @@ int main(void) {
     bad = check_world(&w, detail, sizeof detail) || n != 0 || stats[1] != 1 || stats[2] != 7 || n_restored != 3;
     report("late plan (its layer's MoE started): no copy, freed entries home", bad, detail);
 
-    // A busy doorbell holds the extra blocks, but they leave as soon as every chunk is claimed: the copy does not
-    // wait out ST_HY_PF_HOLD_NS when the first block alone copies it all (layer 2's set is still empty here).
-    {
-        set_claim(&w, 3, 1);
-        const int32_t pb[] = {20, 21, 22, 23};
-        const int n_new = model_plan(&w, 2, pb, 4, 0, restored, &n_restored);
-        plan_layer(&w, 2, pb, 4, 0);
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        CK(cudaEventRecord(e0, 0));
-        CKE(st_cuda_hy_pf_copy(&w.pf, 2, 5, 0));
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaDeviceSynchronize());
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        set_claim(&w, 0, 0);
-        detail[0] = 0;
-        bad = check_world(&w, detail, sizeof detail) || n_new < 1 || ms > 0.5e-6f * ST_HY_PF_HOLD_NS;
-        if (!detail[0]) snprintf(detail, sizeof detail, "%d records by one of 5 blocks in %.3f ms", n_new, ms);
-        report("busy doorbell: the held blocks leave once every chunk is claimed (no wait to the hold's limit)", bad,
-               detail);
-        CK(cudaEventDestroy(e0));
-        CK(cudaEventDestroy(e1));
-    }
-    CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
-
     // Random rounds.
     bad = 0;
     unsigned long long copies = stats[2], lates = stats[1];
@@ -333,7 +272,6 @@ int main(void) {
             pred[i] = e == NE ? 1000 : e;
         }
         const int late = st_rng_below(&r, 5) == 0;
-        set_claim(&w, (int)st_rng_below(&r, 4), 1 + (int)st_rng_below(&r, 4));
         static const int caps[] = {0, 1, 2, P};  // STRATA_HY_PREFETCH_MAX: none, or at most 1, 2, P copies
         w.pf.max_copies = caps[st_rng_below(&r, 4)];
         const int progress = late ? m + (int)st_rng_below(&r, 3) : m - 1 - (int)st_rng_below(&r, 2);
@@ -348,11 +286,9 @@ int main(void) {
             bad = 1;
         }
     }
-    set_claim(&w, 0, 0);
-    report("400 random plans (late ones, invalid ids, copy caps, every layer; chunks strided or claimed, the extra "
-           "blocks held by a busy doorbell or not): entries, slot bytes, owners, counters",
-           bad, detail);
-
+    report("400 random plans (late ones, invalid ids, copy caps, every layer): entries, slot bytes, owners, counters",
+           bad,
+           detail);
 
     // Partial reset (a prefill that borrows the first slots as its second staging buffer): slots [0, cut) home and
     // unowned, the rest as they were.
@@ -400,8 +336,7 @@ int main(void) {
         CK(cudaMemset(cnt_d, 0, sizeof(uint32_t) * NE));
         CK(cudaMemset(sel_d, 0, sizeof(uint32_t) * 2));
         CK(cudaMemset(hits_d, 0, sizeof hits));
-        const st_hy_count_pf cp = {w.progress_d, m, w.pf.pf_slots, w.pf.pf_slots + (size_t)NSETS * P * STRIDE, hits_d,
-                                   NULL};
+        const st_hy_count_pf cp = {w.progress_d, m, w.pf.pf_slots, w.pf.pf_slots + (size_t)NSETS * P * STRIDE, hits_d};
         const st_hy_count_args ca = {NE, (const void *const *)(w.table_d + (size_t)m * NE * 3), w.slots,
                                      w.slots + (size_t)(NL * NRES + NSETS * P) * STRIDE, cnt_d, sel_d, cp};
         CKE(st_cuda_hy_count(ids_d, 8, &ca, 0));
@@ -466,69 +401,6 @@ int main(void) {
         free(wr);
         cudaFree(wr_d), cudaFree(x_d), cudaFree(logit_d), cudaFree(wts_d), cudaFree(rids_d), cudaFree(rcnt_d);
         cudaFree(ids_d), cudaFree(cnt_d), cudaFree(sel_d), cudaFree(hits_d);
-    }
-
-    // Publish locks (hybrid.h): random rounds; a third of the copies run with their layer's lock closed after the
-    // plan (as the layer's router launch would close it); a late plan changes nothing and leaves the lock closed.
-    {
-        uint32_t *lock_d;
-        CK(cudaMalloc((void **)&lock_d, sizeof(uint32_t) * NL));
-        CK(cudaMemset(lock_d, 0, sizeof(uint32_t) * NL));
-        w.pf.lock = lock_d;
-        w.pf.max_copies = 0;
-        for (int i = 0; i < NSETS * P; i++) w.pub[i] = w.owner[i] >= 0;
-        bad = 0;
-        detail[0] = 0;
-        int deferred = 0, published_later = 0, n_late = 0;
-        for (int round = 0; round < 300 && !bad; round++) {
-            const int m = (int)st_rng_below(&r, NL), np = 1 + (int)st_rng_below(&r, P);
-            int32_t pred[32];
-            for (int i = 0; i < np; i++) {  // distinct valid ids
-                int e;
-                do {
-                    e = (int)st_rng_below(&r, NE);
-                    for (int j = 0; j < i; j++)
-                        if (pred[j] == e) e = -1;
-                } while (e < 0);
-                pred[i] = e;
-            }
-            const int late = st_rng_below(&r, 5) == 0, closed = !late && st_rng_below(&r, 3) == 0;
-            set_claim(&w, (int)st_rng_below(&r, 3), 1 + (int)st_rng_below(&r, 4));  // (an idle bell at most)
-            const int progress = late ? m + (int)st_rng_below(&r, 2) : m - 1;
-            int32_t *own = w.owner + (m % NSETS) * P;
-            uint8_t *pub = w.pub + (m % NSETS) * P;
-            int32_t before[P];
-            memcpy(before, own, sizeof before);
-            model_plan(&w, m, pred, np, late, restored, &n_restored);
-            n_late += late;
-            for (int j = 0; j < P && !late; j++) {
-                if (own[j] < 0) pub[j] = 0;
-                else if (own[j] != before[j]) pub[j] = !closed, deferred += closed;  // this plan's copy
-                else if (own[j] / NE == m) published_later += !pub[j], pub[j] = 1;  // kept: the plan publishes it
-            }
-            plan_layer(&w, m, pred, np, progress);
-            const uint32_t shut = ST_HY_LOCK_CLOSED;
-            if (closed) CK(cudaMemcpyAsync(lock_d + m, &shut, sizeof shut, cudaMemcpyHostToDevice, 0));
-            CKE(st_cuda_hy_pf_copy(&w.pf, m, 5, 0));
-            CK(cudaDeviceSynchronize());
-            uint32_t lk = 9;
-            CK(cudaMemcpy(&lk, lock_d + m, sizeof lk, cudaMemcpyDeviceToHost));
-            const uint32_t want = late || closed ? ST_HY_LOCK_CLOSED : ST_HY_LOCK_OPEN;
-            if (check_world(&w, detail, sizeof detail) || lk != want) {
-                if (!detail[0])
-                    snprintf(detail, sizeof detail, "round %d (layer %d%s%s): lock %u, expected %u", round, m,
-                             late ? ", late" : "", closed ? ", closed" : "", lk, want);
-                bad = 1;
-            }
-        }
-        set_claim(&w, 0, 0);
-        if (!bad)
-            snprintf(detail, sizeof detail, "%d copies found the lock closed, %d of them published by a later plan; "
-                     "%d late plans", deferred, published_later, n_late);
-        report("300 rounds with publish locks: deferred entries home and published by the next plan, late plans "
-               "change nothing, lock states", bad || !deferred || !published_later || !n_late, detail);
-        w.pf.lock = NULL;
-        cudaFree(lock_d);
     }
 
     // Reset: every entry home, owners -1.
