@@ -80,6 +80,38 @@ int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_to
     return 0;
 }
 
+uint64_t st_hycache_layout_bytes(const st_hycache_layout *l, const uint64_t *slot_bytes, uint64_t max_bytes) {
+    uint64_t b = (uint64_t)l->n_stage_bufs * l->stage_per_buf * max_bytes;
+    for (uint64_t i = 0; i < l->n_cache; i++) b += slot_bytes[l->initial[i] / l->n_expert];
+    return b;
+}
+
+int st_hycache_layout_fit(uint32_t n_layer, uint32_t n_expert, uint64_t avail, const uint64_t *slot_bytes,
+                          uint64_t max_bytes, const uint64_t *counts, st_hycache_layout *out) {
+    uint64_t min_bytes = max_bytes;
+    for (uint32_t l = 0; l < n_layer; l++)
+        if (slot_bytes[l] < min_bytes) min_bytes = slot_bytes[l];
+    if (min_bytes == 0) return st_err("expert cache layout: a layer's slot size is 0");
+    uint64_t lo = avail / max_bytes, hi = avail / min_bytes;  // lo fits: every slot at most max_bytes
+    if (st_hycache_layout_compute(n_layer, n_expert, lo, counts, out)) return -1;
+    // Invariant: lo fits (its layout in out). The bytes are not strictly monotone in n_total (one more slot may
+    // raise the least resident count and so free staging), so the search finds a large fit, not always the largest.
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo + 1) / 2;
+        st_hycache_layout t;
+        if (st_hycache_layout_compute(n_layer, n_expert, mid, counts, &t) == 0 &&
+            st_hycache_layout_bytes(&t, slot_bytes, max_bytes) <= avail) {
+            st_hycache_layout_free(out);
+            *out = t;
+            lo = mid;
+        } else {
+            st_hycache_layout_free(&t);
+            hi = mid - 1;
+        }
+    }
+    return 0;
+}
+
 void st_hycache_layout_free(st_hycache_layout *l) {
     if (!l) return;
     free(l->resident);

@@ -33,6 +33,17 @@ int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_to
                               st_hycache_layout *out);
 void st_hycache_layout_free(st_hycache_layout *l);
 
+// Bytes of a layout whose cache slot i is sized for its expert's layer (slot_bytes [n_layer]; slots never change
+// layer: swaps stay within one) and whose staging slots take max_bytes each (they serve every layer).
+uint64_t st_hycache_layout_bytes(const st_hycache_layout *l, const uint64_t *slot_bytes, uint64_t max_bytes);
+
+// The layout of st_hycache_layout_compute for a large n_total whose st_hycache_layout_bytes fits `avail` bytes
+// (binary search from avail / max_bytes, which fits, up to avail / the smallest slot_bytes): with two record sizes
+// per model (Q4_K_M's Q4_K and Q6_K down layers) the cache holds ~7% more experts than at one slot size.
+// -1 (st_errmsg) as st_hycache_layout_compute when not even avail / max_bytes slots give a layout.
+int st_hycache_layout_fit(uint32_t n_layer, uint32_t n_expert, uint64_t avail, const uint64_t *slot_bytes,
+                          uint64_t max_bytes, const uint64_t *counts, st_hycache_layout *out);
+
 // freq[i] = freq[i] * factor + counts[i] for i < n (factor = decay per token ^ tokens since the last update).
 void st_hycache_decay(float *freq, const uint32_t *counts, uint64_t n, double factor);
 

@@ -107,6 +107,50 @@ static void test_layout(st_rng *r) {
     st_hycache_layout_free(&o);
 }
 
+// Slots sized per layer (st_hycache_layout_fit): the layout fits the bytes, a reference sum of its slots agrees,
+// it holds at least the experts of one slot size for all, and with one size for every layer it is that layout.
+static void test_layout_fit(st_rng *r) {
+    uint64_t gained = 0, base_total = 0;
+    for (int it = 0; it < 200; it++) {
+        const uint32_t L = 1 + st_rng_below(r, 48), E = 2 + st_rng_below(r, 160);
+        const uint64_t all = (uint64_t)L * E, big = 256ull * (8 + st_rng_below(r, 64));
+        const uint64_t small = it % 4 == 0 ? big : big - 256ull * st_rng_below(r, (uint32_t)(big / 256 - 1));
+        uint64_t *sb = malloc(sizeof *sb * L), *counts = NULL;
+        for (uint32_t l = 0; l < L; l++) sb[l] = st_rng_below(r, 2) ? big : small;
+        sb[st_rng_below(r, L)] = big;  // the staging's size is some layer's
+        if (it % 2) {
+            counts = malloc(sizeof *counts * all);
+            for (uint64_t i = 0; i < all; i++) counts[i] = st_rng_below(r, 50);
+        }
+        const uint64_t avail = big * (E + st_rng_below(r, (uint32_t)(all + E))) + st_rng_below(r, (uint32_t)big);
+        st_hycache_layout f, u;
+        const int rf = st_hycache_layout_fit(L, E, avail, sb, big, counts, &f);
+        const int ru = st_hycache_layout_compute(L, E, avail / big, counts, &u);
+        CHECK(rf == 0 && ru == 0, "L %u E %u avail %" PRIu64 ": %s", L, E, avail, st_errmsg());
+        if (rf == 0 && ru == 0) {
+            check_layout(&f, L, E, f.n_total, counts);
+            uint64_t bytes = (uint64_t)f.n_stage_bufs * f.stage_per_buf * big;
+            for (uint64_t i = 0; i < f.n_cache; i++) bytes += sb[f.initial[i] / E];
+            CHECK(bytes == st_hycache_layout_bytes(&f, sb, big) && bytes <= avail,
+                  "L %u E %u: %" PRIu64 " bytes (reported %" PRIu64 ") for %" PRIu64 " available", L, E, bytes,
+                  st_hycache_layout_bytes(&f, sb, big), avail);
+            CHECK(f.n_cache >= u.n_cache, "L %u E %u: %" PRIu64 " cache slots sized per layer < %" PRIu64
+                  " at one size", L, E, f.n_cache, u.n_cache);
+            if (small == big)
+                CHECK(f.n_total == u.n_total && f.n_cache == u.n_cache && f.stage_per_buf == u.stage_per_buf &&
+                          f.n_stage_bufs == u.n_stage_bufs,
+                      "L %u E %u, one size: %" PRIu64 " + %u x %u against %" PRIu64 " + %u x %u", L, E, f.n_cache,
+                      f.n_stage_bufs, f.stage_per_buf, u.n_cache, u.n_stage_bufs, u.stage_per_buf);
+            gained += f.n_cache - u.n_cache, base_total += u.n_cache;
+        }
+        if (rf == 0) st_hycache_layout_free(&f);
+        if (ru == 0) st_hycache_layout_free(&u);
+        free(sb), free(counts);
+    }
+    printf("slots sized per layer: %" PRIu64 " more cache slots over 200 random layouts (%" PRIu64 " at one size)\n",
+           gained, base_total);
+}
+
 static void test_decay(st_rng *r) {
     float f[64], ref[64];
     uint32_t c[64];
@@ -272,6 +316,7 @@ int main(void) {
     st_rng r;
     st_rng_init(&r, seed, 0);
     test_layout(&r);
+    test_layout_fit(&r);
     test_decay(&r);
     test_swaps(&r);
     test_pf_gate(&r);
