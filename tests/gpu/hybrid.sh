@@ -63,6 +63,10 @@ if [ $build = 1 ]; then
   echo "== built in $((SECONDS - t0)) s"
 fi
 S=$BUILD/bin/strata
+# The long runs go through `reaped`: in the background and waited for, so that a TERM to this script (an outer
+# `timeout`) stops them too; a foreground child outlived the script and loaded the host for whatever ran next.
+trap 'kill $(jobs -p) 2>/dev/null; echo "hybrid.sh: stopped" >&2; exit 143' TERM INT
+reaped() { "$@" & wait $!; }
 PASSES=0; FAILS=0; FAILED=()
 pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
 fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); FAILED+=("$1"); }
@@ -111,7 +115,7 @@ run_decode() {  # label model E n_prompt n_decode [env...]  (SLOTS=N: a budget o
   local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E" ${SLOTS:-})
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB ($model, prompt $np, decode $nd) $*"
-  if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" > "$out/$label.log" 2>&1; then
+  if reaped env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" > "$out/$label.log" 2>&1; then
     grep -E "^(PASS|FAIL)|placement|prefill:|decode:|prefetch:|device memory" "$out/$label.log" | sed 's/^/   /'
     pass "$label ($((SECONDS - t)) s)"
   else
@@ -174,7 +178,7 @@ fi
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")
 logits() {  # name model [flags...]: top-5 logits of 130 prompt tokens + 64 greedy tokens
   local name=$1 model=$2; shift 2
-  timeout 600 "$S" logits -m "$model" --tokens "$ids" --top 5 --greedy 64 "$@" > "$out/$name.json" 2> "$out/$name.err"
+  reaped timeout 600 "$S" logits -m "$model" --tokens "$ids" --top 5 --greedy 64 "$@" > "$out/$name.json" 2> "$out/$name.err"
 }
 gmid=$(budget cli $mid 4096 128)
 if logits ref $mid && logits hyb $mid --gpu-mem "$gmid" --no-prefill-cpu --pcie-frac 1; then
@@ -208,7 +212,7 @@ run_cpumiss() {  # label model E n_prompt n_decode pcie_frac [env...]
   local g; g=$(budget "$label" "$model" $((np + nd + 1)) "$E")
   [ -n "$g" ] || { fail "$label: no budget (strata info --plan failed)"; return; }
   echo "== $label: --gpu-mem $g GiB --pcie-frac $frac ($model, prompt $np, teacher-forced decode $nd) $*"
-  if env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
+  if reaped env "$@" timeout 900 "$BUILD/bin/hybrid_decode" "$model" "$g" "$np" "$nd" "$frac" > "$out/$label.log" 2>&1; then
     grep -E "^(PASS|FAIL)|placement|pcie-frac|prefill:|decode:|prefetch:|control:|device memory" "$out/$label.log" | sed 's/^/   /'
     pass "$label ($((SECONDS - t)) s)"
   else
@@ -238,7 +242,7 @@ else tail -3 "$out/det.err"; fail "logits-deterministic: strata logits failed"; 
 if logits half $mid --gpu-mem "$gmid" --pcie-frac 0.5; then
   pass "logits CLI: --pcie-frac 0.5 runs ($(grep -o 'pcie-frac [^:]*: the GPU reads [0-9]*%' "$out/half.err" | head -1))"
 else tail -3 "$out/half.err"; fail "logits-pcie-frac: strata logits --pcie-frac 0.5 failed"; fi
-if timeout 600 "$S" bench -m $mid -p 64 -n 64 -r 2 --gpu-mem "$gmid" --pcie-frac auto > "$out/bench-mid-auto.md" 2> "$out/bench-mid-auto.err"; then
+if reaped timeout 600 "$S" bench -m $mid -p 64 -n 64 -r 2 --gpu-mem "$gmid" --pcie-frac auto > "$out/bench-mid-auto.md" 2> "$out/bench-mid-auto.err"; then
   grep -E "^\|.*(pp|tg)|^hybrid" "$out/bench-mid-auto.md" | sed 's/^/   /'
   grep -E "pcie-frac" "$out/bench-mid-auto.err" | sed 's/^/   /'
   pass "bench --gpu-mem $gmid --pcie-frac auto (8-layer model)"
@@ -251,7 +255,7 @@ if [ $bench = 1 ]; then
   for g in 0 16 12 8; do
     flag=(); [ $g != 0 ] && flag=(--gpu-mem $g)
     echo "== strata bench --gpu-mem $g (0: unlimited)"
-    if timeout 900 "$S" bench -m $full -p 512 -n 128 -r 2 "${flag[@]}" > "$out/bench-$g.md" 2> "$out/bench-$g.err"; then
+    if reaped timeout 900 "$S" bench -m $full -p 512 -n 128 -r 2 "${flag[@]}" > "$out/bench-$g.md" 2> "$out/bench-$g.err"; then
       grep -E "^\|.*(pp|tg)|^hybrid" "$out/bench-$g.md" | sed 's/^/   /'
       grep -E "hybrid placement:.*device memory" "$out/bench-$g.err" | sed 's/^/   /'
       pass "bench --gpu-mem $g"
@@ -259,7 +263,7 @@ if [ $bench = 1 ]; then
   done
   for frac in auto 0.5; do
     echo "== strata bench --gpu-mem 8 --pcie-frac $frac"
-    if timeout 900 "$S" bench -m $full -p 512 -n 128 -r 2 --gpu-mem 8 --pcie-frac $frac > "$out/bench-8-$frac.md" 2> "$out/bench-8-$frac.err"; then
+    if reaped timeout 900 "$S" bench -m $full -p 512 -n 128 -r 2 --gpu-mem 8 --pcie-frac $frac > "$out/bench-8-$frac.md" 2> "$out/bench-8-$frac.err"; then
       grep -E "^\|.*(pp|tg)|^hybrid" "$out/bench-8-$frac.md" | sed 's/^/   /'
       grep -E "pcie-frac|hybrid placement:.*device memory" "$out/bench-8-$frac.err" | sed 's/^/   /'
       pass "bench --gpu-mem 8 --pcie-frac $frac"
