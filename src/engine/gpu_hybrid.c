@@ -4,8 +4,8 @@
 //   slots   [n_cache + n_bufs * stage_per_buf (+ own prefetch slots)] slots, slot i at byte slot_off[i]: it holds
 //           one expert record's first slot_bytes(l) bytes (gate | up | down at the layer's part offsets,
 //           place/plan.h st_xlayer); the first n_cache are the expert cache, then the prefill staging buffers (buffer
-//           b starts at slot n_cache + b * stage_per_buf). Slots are `stride` bytes apart, except cache slots with
-//           STRATA_HY_SLOT_FIT=1: each is its layer's slot_bytes (a cache slot never changes layer)
+//           b starts at slot n_cache + b * stage_per_buf). Slots are `stride` bytes apart, except cache slots (unless
+//           STRATA_HY_SLOT_FIT=0): each is its layer's slot_bytes (a cache slot never changes layer)
 //   tab_d   [n_layer][n_expert][3] const void *: gate/up/down address of every expert (VRAM slot or mapped host
 //           record), read by the fused decode kernels (decode.h)
 //   pmap_d  [n_layer][n_expert] int32: prefill slot map, the cache slot of a resident expert, else the prefetch
@@ -112,7 +112,7 @@ struct st_hybrid {
     st_hycache_layout lay;
     uint64_t stride;              // bytes between slots (plan.slot_bytes: the largest layer's record, 256-aligned)
     uint64_t n_slots_alloc;       // n_cache + staging
-    int slot_fit;                 // STRATA_HY_SLOT_FIT=1: cache slots sized per layer (st_hycache_layout_fit)
+    int slot_fit;                 // cache slots sized per layer (st_hycache_layout_fit); STRATA_HY_SLOT_FIT=0: one size
     uint64_t *slot_off;           // host [n_slots_alloc + 1]: byte offset of slot i in slots; [n_slots_alloc]: the size
     uint8_t *slots;               // device, see above
     st_arena *arena;
@@ -1126,11 +1126,12 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     h->pf_own = (uint64_t)h->L * own_p;
     if (own_p) h->pf_P = (int)own_p;
     n_total -= h->pf_own;
-    // STRATA_HY_SLOT_FIT=1 (A/B, 2026-12-02f, unmeasured): cache slots sized per layer. Q4_K_M's records are 2.53
-    // MiB (Q4_K down) or 2.92 MiB (Q6_K down, ~half the layers), so one size wastes ~7% of the cache; the staging
-    // and prefetch slots serve every layer and keep the largest size. Predicted at 16 GiB ~+8% experts in VRAM,
-    // fewer CPU misses, tg128 +2-4% (18.9 GiB's 2.9 GiB more cache gave +13%).
-    h->slot_fit = env_int("STRATA_HY_SLOT_FIT", 0, 0, 1);
+    // Cache slots sized per layer (default since 2026-12-03; STRATA_HY_SLOT_FIT=0 is the A/B switch back to one
+    // size). Q4_K_M's records are 2.53 MiB (Q4_K down) or 2.92 MiB (Q6_K down, ~half the layers), so one size
+    // wastes ~7% of the cache; the staging and prefetch slots serve every layer and keep the largest size.
+    // Measured on an H200 (bench/ab.sh, 30B-A3B Q4_K_M): 16 GiB tg128 381.3 -> 392.0 (+2.8%, CPU misses/token
+    // 7.3 -> 5.9), 12 GiB 323.5 -> 328.3 (+1.5%, 18.5 -> 16.9).
+    h->slot_fit = env_int("STRATA_HY_SLOT_FIT", 1, 0, 1);
     uint64_t *lbytes = malloc(sizeof *lbytes * h->L);
     if (!lbytes) return st_err("out of memory");
     for (uint32_t l = 0; l < h->L; l++) {
@@ -1155,7 +1156,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     if (!h->slot_off) return st_err("out of memory");
     st_hycache_layout one;  // the layout at one slot size, for the log
     if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, &one) == 0) {
-        st_info("hybrid placement: cache slots sized per layer (STRATA_HY_SLOT_FIT=1): %" PRIu64
+        st_info("hybrid placement: cache slots sized per layer: %" PRIu64
                 " cache slots, %" PRIu64 " at one size", h->lay.n_cache, one.n_cache);
         st_hycache_layout_free(&one);
     }

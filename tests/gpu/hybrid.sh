@@ -152,11 +152,11 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
-# cache slots sized per layer (opt-in STRATA_HY_SLOT_FIT=1; the 8-layer Q4_K_M mixes Q4_K and Q6_K down records):
-# swaps, prefill maps in offset units, a second long prompt over the decode's copies; still bitwise
-run_decode mid-slot-fit $mid 128 1100 1000 STRATA_HY_SLOT_FIT=1 HYBRID_DECODE_PROMPT2=1100
-run_decode mid-slot-fit-storm $mid 128 300 400 STRATA_HY_SLOT_FIT=1 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 \
-  STRATA_HYBRID_HALFLIFE=8
+# cache slots sized per layer (the default; the 8-layer Q4_K_M mixes Q4_K and Q6_K down records): swaps, prefill
+# maps in offset units, a second long prompt over the decode's copies; still bitwise. *-slot-one: one slot size
+run_decode mid-slot-fit $mid 128 1100 1000 HYBRID_DECODE_PROMPT2=1100
+run_decode mid-slot-fit-storm $mid 128 300 400 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 STRATA_HYBRID_HALFLIFE=8
+run_decode mid-slot-one $mid 128 1100 1000 STRATA_HY_SLOT_FIT=0 HYBRID_DECODE_PROMPT2=1100
 run_decode mid-iq1m $midiq 128 300 1000
 # one staging buffer beside 4 own prefetch slots per layer (E + 4 L <= slots < 2 E + 4 L), which needs many layers: the
 # prefill borrows the first own slots as its second buffer and drops their copies (the second phase's prefill after
@@ -224,7 +224,7 @@ run_cpumiss mid-cpumiss-0.5 $mid 128 100 2000 0.5
 run_cpumiss mid-cpumiss-auto $mid 128 100 2000 auto
 run_cpumiss mid-cpumiss-profile $mid 128 100 300 0 STRATA_HY_CPU_PROFILE=1  # the workers' profile (printed at close)
 run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
-run_cpumiss mid-cpumiss-slot-fit $mid 128 100 1000 0 STRATA_HY_SLOT_FIT=1  # (cache slots sized per layer)
+run_cpumiss mid-cpumiss-slot-one $mid 128 100 1000 0 STRATA_HY_SLOT_FIT=0  # (cache slots at one size)
 run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # without the prefetch's branch the side block classifies and rings (every miss the CPU's; STRATA_HY_GLU_SIDE)
