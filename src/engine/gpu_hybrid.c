@@ -1265,7 +1265,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
 
     size_t fr = 0, tot = 0;
     st_cuda_mem_info(ctx, &fr, &tot);
-    st_info("hybrid placement: %" PRIu64 " of %" PRIu64 " experts (%.1f%%) in %" PRIu64 " VRAM slots of %s (%s), "
+    st_info("hybrid placement: %" PRIu64 " of %" PRIu64 " experts (%.1f%%) in %" PRIu64 " VRAM slots of up to %s (%s), "
             "%u x %u prefill staging slots; host arena %s (%s, %d ranges%s), built in %.2f s, anonymous RSS +%s; "
             "adaptive cache %s (period %d tokens, %d swaps, half-life %.0f tokens); device memory in use %s of %s",
             h->lay.n_cache, n_rec, 100.0 * (double)h->lay.n_cache / (double)n_rec, h->lay.n_cache,
