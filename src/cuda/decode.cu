@@ -245,31 +245,13 @@ __device__ __forceinline__ bool last_block_done(int32_t *counter) {
     return st_block_arrive_last(counter, (int)gridDim.x, last);
 }
 
-// This block's equal share of the ranges' concatenation into L2 (thread 0; bulk prefetches of at most 64 KiB).
-__device__ __forceinline__ void l2_ranges_prefetch(const st_cuda_l2_ranges &r) {
-    if (threadIdx.x != 0) return;
-    uint64_t total = 0;
-#pragma unroll
-    for (int i = 0; i < ST_CUDA_L2_RANGES; i++) total += r.n[i];
-    if (!total) return;
-    const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
-    const uint64_t lo = (uint64_t)blockIdx.x * share, hi = lo + share < total ? lo + share : total;
-    uint64_t base = 0;
-    for (int i = 0; i < ST_CUDA_L2_RANGES; base += r.n[i], i++) {
-        const uint64_t a = lo > base ? lo : base, b = hi < base + r.n[i] ? hi : base + r.n[i];
-        for (uint64_t o = a; o < b; o += 65536)
-            st_prefetch_l2_range((const uint8_t *)r.p[i] + (o - base), b - o < 65536 ? b - o : 65536);
-    }
-}
-
 // The router launch's body; SPLIT (one token, hybrid CPU misses): after the route and the count the last block
 // also classifies the route and rings the doorbell (hybrid_bell.cuh), in place of a classify launch.
 template <typename T, bool SPLIT>
 __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x,
                                             int n_tok, int K, int norm, float *logits, int32_t *__restrict__ ids,
                                             float *__restrict__ weights, int32_t *counter,
-                                            const st_hy_count_args &cnt, const st_hy_split_args *split,
-                                            const st_cuda_l2_ranges &l2) {
+                                            const st_hy_count_args &cnt, const st_hy_split_args *split) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int task = blockIdx.x * ng + g;  // (token, expert) logit
     const int n4 = ne0 / 4;
@@ -277,7 +259,6 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     const bool have = task < E * n_tok;
     const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
     router_preload<T>(w, n4, lane, have, wp);
-    l2_ranges_prefetch(l2);
     st_pdl_wait();
     st_pdl_trigger();
     if (have) {
@@ -303,16 +284,16 @@ template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
-             const st_hy_count_args cnt, const st_cuda_l2_ranges l2) {
-    router_body<T, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr, l2);
+             const st_hy_count_args cnt) {
+    router_body<T, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_router_split(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int K, int norm,
                    float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
-                   const st_hy_count_args cnt, const st_hy_split_args split, const st_cuda_l2_ranges l2) {
-    router_body<T, true>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, &split, l2);
+                   const st_hy_count_args cnt, const st_hy_split_args split) {
+    router_body<T, true>(W, ne0, E, x, 1, K, norm, logits, ids, weights, counter, cnt, &split);
 }
 
 // FFN RMSNorm + router + top-k of one token in one launch (st_cuda_router_norm_topk): every block normalises the
@@ -373,17 +354,15 @@ __global__ void __launch_bounds__(DEC_THREADS)
 // k_router over n_tok tokens (counters NULL: the logits only, no route).
 static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                          int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,
-                         int32_t *counters, const st_hy_count_args *count, const st_cuda_l2_ranges *l2,
-                         cudaStream_t stream) {
+                         int32_t *counters, const st_hy_count_args *count, cudaStream_t stream) {
     const st_hy_count_args cnt = count ? *count : st_hy_count_args{};
-    const st_cuda_l2_ranges pf = l2 ? *l2 : st_cuda_l2_ranges{};
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
         return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
     const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
 #define RT_GO(T)                                                                                                   \
     st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
-                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt, pf)
+                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
     ROUTER_TYPE_DISPATCH(w_type, RT_GO, fn);
 #undef RT_GO
     return launch_check(fn);
@@ -405,20 +384,18 @@ static int router_route_check(const char *fn, int64_t ne0, int n_expert, int n_t
 extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                                          int n_tok, int n_used, int norm, float *logits, int32_t *ids,
                                          float *weights, int32_t *counters, const st_hy_count_args *count,
-                                         const st_cuda_l2_ranges *l2, cudaStream_t stream) {
+                                         cudaStream_t stream) {
     if (router_route_check("st_cuda_router_topk", ne0, n_expert, n_tok, n_used, ids, weights, counters, count))
         return -1;
     return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
-                         weights, counters, count, l2, stream);
+                         weights, counters, count, stream);
 }
 
 extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                                          int n_used, int norm, float *logits, int32_t *ids, float *weights,
                                          int32_t *counters, const st_hy_count_args *count,
-                                         const st_hy_split_args *split, const st_cuda_l2_ranges *l2,
-                                         cudaStream_t stream) {
+                                         const st_hy_split_args *split, cudaStream_t stream) {
     const char *fn = "st_cuda_router_topk_split";
-    const st_cuda_l2_ranges pf = l2 ? *l2 : st_cuda_l2_ranges{};
     if (router_route_check(fn, ne0, n_expert, 1, n_used, ids, weights, counters, count)) return -1;
     if (!logits || !count || !count->counts || !split)
         return st_err("%s: logits, the count and the split must be given", fn);
@@ -433,7 +410,7 @@ extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0,
     const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
 #define RS_GO(T)                                                                                                   \
     st_dec_launch(k_router_split<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0,     \
-                  n_expert, x, n_used, norm, logits, ids, weights, counters, *count, *split, pf)
+                  n_expert, x, n_used, norm, logits, ids, weights, counters, *count, *split)
     ROUTER_TYPE_DISPATCH(w_type, RS_GO, fn);
 #undef RS_GO
     return launch_check(fn);
@@ -443,16 +420,16 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
                                    int n_used, int norm, float *logits, int32_t *ids, float *weights,
                                    int32_t *counters, cudaStream_t stream) {
     return st_cuda_router_topk_count(w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids, weights,
-                                     counters, NULL, NULL, stream);
+                                     counters, NULL, stream);
 }
 
 extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
-                                     float *logits, const st_cuda_l2_ranges *l2, cudaStream_t stream) {
+                                     float *logits, cudaStream_t stream) {
     if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
         return st_err("st_cuda_router_logits: unsupported shape: ne0 %lld (multiple of 4), %d experts",
                       (long long)ne0, n_expert);
     return router_launch("st_cuda_router_logits", w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL,
-                         NULL, l2, stream);
+                         NULL, stream);
 }
 
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,

@@ -57,15 +57,6 @@ typedef struct st_cuda_dec_mat {
 } st_cuda_dec_mat;
 int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, cudaStream_t stream);
 
-// Byte ranges a router launch brings into L2 before its dependency wait (STRATA_DEC_L2_NEXT: the next layer's
-// Q/K/V/O and router weights, first read ~20 us later, after this layer's MoE): a hint that never changes a result.
-// The launch's blocks each take an equal slice of the ranges' concatenation. NULL or all n 0: none.
-#define ST_CUDA_L2_RANGES 6
-typedef struct st_cuda_l2_ranges {
-    const void *p[ST_CUDA_L2_RANGES];  // device addresses (widened to 16-byte bounds)
-    uint64_t n[ST_CUDA_L2_RANGES];     // bytes; 0: unused entry
-} st_cuda_l2_ranges;
-
 // MoE router of n_tok tokens in one launch: logits = W . x (float weights, float activations), then per token the
 // CPU's route (engine/session.c): softmax (double sum), the top n_used by probability (ties to the lower id),
 // renormalised when norm (sum in double, floored at 2^-14).
@@ -79,17 +70,16 @@ int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n_expert, co
 // a hybrid decode layer needs no count launch between the router and the MoE kernels.
 int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_tok,
                               int n_used, int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
-                              const st_hy_count_args *count, const st_cuda_l2_ranges *l2, cudaStream_t stream);
+                              const st_hy_count_args *count, cudaStream_t stream);
 // One token (hybrid split, STRATA_HY_SPLIT_FUSED): st_cuda_router_topk_count, then its last block runs
 // st_cuda_hy_classify(_bell)'s classify, exports and ring on the route with `split` (hybrid.h), one launch fewer per
 // split layer. count->counts must be given (the classify follows the count, as the separate launches do).
 int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_used,
                               int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
-                              const st_hy_count_args *count, const st_hy_split_args *split,
-                              const st_cuda_l2_ranges *l2, cudaStream_t stream);
+                              const st_hy_count_args *count, const st_hy_split_args *split, cudaStream_t stream);
 // One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
-                          const st_cuda_l2_ranges *l2, cudaStream_t stream);
+                          cudaStream_t stream);
 
 // One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
 // ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn

@@ -117,8 +117,6 @@ struct st_gpu_session {
     size_t gemm_scratch_bytes;
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
-    int l2_next;                // one-token MoE: the router launch brings the next layer's Q/K/V/O and router
-                                // weights into L2 (STRATA_DEC_L2_NEXT=1, A/B)
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
@@ -516,8 +514,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
-    const char *l2n = getenv("STRATA_DEC_L2_NEXT");
-    s->l2_next = l2n && *l2n == '1';
     if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
         const char *bps = getenv("STRATA_FFN_BPS");
         s->moe_ffn_grid = st_cuda_dec_moe_grid((int64_t)d, bps ? atoi(bps) : 0);
@@ -766,20 +762,6 @@ static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
            L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
 }
 
-// The L2 hint of layer l's one-token router launch (decode.h st_cuda_l2_ranges): layer l+1's dense weights, which
-// its attention reads after this layer's MoE; NULL when off or l is the last layer.
-static const st_cuda_l2_ranges *l2_next_ranges(const st_gpu_session *s, uint32_t l, st_cuda_l2_ranges *r) {
-    if (!s->l2_next || l + 1 >= s->g->m->hp.n_layer) return NULL;
-    const glayer *N = &s->g->layers[l + 1];
-    const gweight *w[] = {&N->wq, &N->wk, &N->wv, &N->wo, &N->router};
-    memset(r, 0, sizeof *r);
-    for (int i = 0; i < (int)(sizeof w / sizeof w[0]); i++) {
-        r->p[i] = w[i]->d;
-        r->n[i] = w[i]->d ? (uint64_t)w[i]->row_bytes * (uint64_t)w[i]->ne[1] : 0;
-    }
-    return r;
-}
-
 // Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer l+1's likely
 // experts into VRAM (l+1 must be an MoE layer with a float router).
 static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
@@ -896,8 +878,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int routed_split = n == 1 && count_in_router && st_hybrid_split_fused(g->hy);
             st_hy_split_args sa;
             if (routed_split) st_hybrid_split_args(g->hy, l, s->xn, &sa);
-            st_cuda_l2_ranges l2r;
-            const st_cuda_l2_ranges *l2 = n == 1 ? l2_next_ranges(s, l, &l2r) : NULL;
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
@@ -908,17 +888,16 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             } else if (RUN(DEC_SKIP_FFN_NORM, st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm,
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
-                       (glu_routes || hy_side
-                            ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, l2, st)
+                       (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
+                        : hy_side ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
                                                         hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
-                                                        s->dec_counters, &hc, &sa, l2, st)
+                                                        s->dec_counters, &hc, &sa, st)
                             : RUN(DEC_SKIP_ROUTER,
                                   st_cuda_router_topk_count(L->router.type, L->router.d, d, E, s->xn, n, K,
                                                             hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,
-                                                            s->dec_counters, count_in_router ? &hc : NULL, l2,
-                                                            st)))) {
+                                                            s->dec_counters, count_in_router ? &hc : NULL, st)))) {
                 return -1;
             }
             if (n == 1 && s->fixed_ids &&

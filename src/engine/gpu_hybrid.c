@@ -4,9 +4,7 @@
 //   slots   [n_cache + n_bufs * stage_per_buf (+ own prefetch slots)] slots, slot i at byte slot_off[i]: it holds
 //           one expert record's first slot_bytes(l) bytes (gate | up | down at the layer's part offsets,
 //           place/plan.h st_xlayer); the first n_cache are the expert cache, then the prefill staging buffers (buffer
-//           b starts at slot n_cache + b * stage_per_buf; none of their own with STRATA_HY_STAGE_OWN=1, where a
-//           prefill borrows the prefetch's first own slots for both). Slots are `stride` bytes apart, except cache
-//           slots (unless
+//           b starts at slot n_cache + b * stage_per_buf). Slots are `stride` bytes apart, except cache slots (unless
 //           STRATA_HY_SLOT_FIT=0): each is its layer's slot_bytes (a cache slot never changes layer)
 //   tab_d   [n_layer][n_expert][3] const void *: gate/up/down address of every expert (VRAM slot or mapped host
 //           record), read by the fused decode kernels (decode.h)
@@ -206,10 +204,7 @@ struct st_hybrid {
                                   // knockout of their cost (STRATA_HY_PF_STAGES)
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     uint32_t pf_borrow;           // with one staging buffer: the first own slots (stage_per_buf) a prefill borrows as
-                                  // its second buffer, their copies dropped first; 0: none (STRATA_HY_PF_BORROW=0);
-                                  // with none (stage_own): 2 x stage_per_buf, both buffers
-    int stage_own;                // the prefill staging in the prefetch's own slots, no staging slots of its own
-                                  // (STRATA_HY_STAGE_OWN=1, A/B): ~2 x 43 more cache slots at 16 GiB on 30B-A3B
+                                  // its second buffer, their copies dropped first; 0: none (STRATA_HY_PF_BORROW=0)
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
     const uint8_t **rec_d;
@@ -445,9 +440,8 @@ static int64_t pf_own_slot0(const st_hybrid *h) {
     return (int64_t)h->lay.n_cache + (int64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
 }
 
-// Prefill staging buffers in use: the layout's, or two where the second (stage_own: both) borrows the prefetch's
-// first own slots (they follow the one buffer, or the cache, so buffer b still starts at slot n_cache + b *
-// stage_per_buf).
+// Prefill staging buffers in use: the layout's, or two where the second borrows the prefetch's first own slots
+// (they follow the one buffer, so buffer b still starts at slot n_cache + b * stage_per_buf).
 static uint32_t prefill_bufs(const st_hybrid *h) {
     return h->lay.n_stage_bufs > 1 ? h->lay.n_stage_bufs : h->pf_borrow ? 2u : 1u;
 }
@@ -987,8 +981,6 @@ static void CUDART_CB hy_pc_wait(void *ud) {
     pthread_mutex_unlock(&h->pc_mu);
 }
 
-static int hy_borrow_own(st_hybrid *h, cudaStream_t st);
-
 // Seconds per record staged (a copy of `n` records of layer 0 into the staging slots, after a warm-up).
 static int hy_time_stage(st_hybrid *h, int n, double *t) {
     uint32_t ex[64];
@@ -996,10 +988,6 @@ static int hy_time_stage(st_hybrid *h, int n, double *t) {
     if ((uint32_t)n > h->E) n = (int)h->E;
     if ((uint64_t)n > h->lay.stage_per_buf) n = (int)h->lay.stage_per_buf;
     if (n < 1) return st_err("no staging slots to time");
-    if (h->stage_own) {  // the staging slots are the prefetch's (filled at load): their copies go home first
-        if (hy_borrow_own(h, NULL)) return -1;
-        HY_CHECK(cudaStreamSynchronize(NULL));
-    }
     for (int i = 0; i < n; i++) ex[i] = (uint32_t)i;
     const int64_t slot0 = (int64_t)h->lay.n_cache;
     cudaEvent_t a, b;
@@ -1138,11 +1126,6 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     h->pf_own = (uint64_t)h->L * own_p;
     if (own_p) h->pf_P = (int)own_p;
     n_total -= h->pf_own;
-    // The staging in the own slots (a prefill drops the copies there, as for a borrowed second buffer): its slots,
-    // 2 x (n_expert - the least resident count) at the largest record size, go to the cache. Needs room for two
-    // buffers of up to n_expert slots in the own sets and the borrowing on.
-    h->stage_own = env_int("STRATA_HY_STAGE_OWN", 0, 0, 1) && h->pf_own >= 2ull * h->E &&
-                   env_int("STRATA_HY_PF_BORROW", 1, 0, 1);
     // Cache slots sized per layer (default since 2026-12-03; STRATA_HY_SLOT_FIT=0 is the A/B switch back to one
     // size). Q4_K_M's records are 2.53 MiB (Q4_K down) or 2.92 MiB (Q6_K down, ~half the layers), so one size
     // wastes ~7% of the cache; the staging and prefetch slots serve every layer and keep the largest size.
@@ -1159,9 +1142,8 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     }
     const uint64_t avail = h->plan.budget - fixed - h->pf_own * h->stride;  // (>= n_total * stride)
     const uint64_t *prof = h->have_prof ? h->prof.counts : NULL;
-    const int lay_rc = h->slot_fit ? st_hycache_layout_fit(h->L, h->E, avail, lbytes, h->stride, prof, h->stage_own,
-                                                           &h->lay)
-                                   : st_hycache_layout_compute(h->L, h->E, n_total, prof, h->stage_own, &h->lay);
+    const int lay_rc = h->slot_fit ? st_hycache_layout_fit(h->L, h->E, avail, lbytes, h->stride, prof, &h->lay)
+                                   : st_hycache_layout_compute(h->L, h->E, n_total, prof, &h->lay);
     h->n_slots_alloc = lay_rc ? 0 : h->lay.n_cache + (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf + h->pf_own;
     h->slot_off = lay_rc ? NULL : malloc(sizeof *h->slot_off * (h->n_slots_alloc + 1));
     if (h->slot_off) {
@@ -1171,10 +1153,9 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     }
     free(lbytes);
     if (lay_rc) return st_err_prefix("%s: ", h->m->path);
-    if (h->stage_own) h->pf_borrow = 2u * h->lay.stage_per_buf;  // (pf_own >= 2 E >= 2 stage_per_buf)
     if (!h->slot_off) return st_err("out of memory");
     st_hycache_layout one;  // the layout at one slot size, for the log
-    if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, h->stage_own, &one) == 0) {
+    if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, &one) == 0) {
         st_info("hybrid placement: cache slots sized per layer: %" PRIu64
                 " cache slots, %" PRIu64 " at one size", h->lay.n_cache, one.n_cache);
         st_hycache_layout_free(&one);
@@ -1285,12 +1266,11 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     size_t fr = 0, tot = 0;
     st_cuda_mem_info(ctx, &fr, &tot);
     st_info("hybrid placement: %" PRIu64 " of %" PRIu64 " experts (%.1f%%) in %" PRIu64 " VRAM slots of up to %s (%s), "
-            "%u x %u prefill staging slots%s; host arena %s (%s, %d ranges%s), built in %.2f s, anonymous RSS +%s; "
+            "%u x %u prefill staging slots; host arena %s (%s, %d ranges%s), built in %.2f s, anonymous RSS +%s; "
             "adaptive cache %s (period %d tokens, %d swaps, half-life %.0f tokens); device memory in use %s of %s",
             h->lay.n_cache, n_rec, 100.0 * (double)h->lay.n_cache / (double)n_rec, h->lay.n_cache,
             st_fmt_bytes(b[0], 32, (double)h->stride), st_fmt_bytes(b[1], 32, (double)h->slot_off[h->lay.n_cache]),
-            h->stage_own ? 2u : h->lay.n_stage_bufs, h->lay.stage_per_buf,
-            h->stage_own ? " (in the prefetch's own slots)" : "", st_fmt_bytes(b[2], 32, (double)h->arena->bytes),
+            h->lay.n_stage_bufs, h->lay.stage_per_buf, st_fmt_bytes(b[2], 32, (double)h->arena->bytes),
             st_arena_mode_name(h->arena->mode), h->arena->n_chunks,
             h->n_reg_failed ? ", some not page-locked" : ", page-locked and mapped", st_now() - t0,
             st_fmt_bytes(b[3], 32, rss0 >= 0 && rss1 >= rss0 ? (double)(rss1 - rss0) : 0.0),
@@ -1376,7 +1356,7 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
     s->n_slots = h->lay.n_cache;
     s->n_experts = (uint64_t)h->L * h->E;
     s->slot_bytes = h->stride;
-    s->n_staging = h->stage_own ? h->pf_borrow : (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
+    s->n_staging = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
     s->pcie_frac = st_hybrid_cpu_split(h) ? h->pcie_frac : 1.0;
     s->cpu_threads = st_hybrid_cpu_split(h) ? st_hy_cpu_threads(h->cpu) : 0;
     s->pf_per_layer = h->pf_on ? h->pf_P : 0;
@@ -1593,11 +1573,7 @@ static int hy_pf_init(st_hybrid *h) {
     // One staging buffer (the plan kept more own sets instead of the second): a prefill borrows the first own slots
     // as its second buffer. H200, Qwen3-235B-A22B IQ1_M at 8 GiB, pp512 (2026-12-01i): one buffer with 4 own sets
     // 491.2 / 492.6 tok/s, two buffers with 3 own sets 574.4 / 575.0 (tg128 15.0 against 12.3 / 12.9).
-    if (h->stage_own) {
-        st_info("hybrid prefill: double-buffered staging in the prefetch's first %u own slots, none of its own "
-                "(a prefill drops the copies there; STRATA_HY_STAGE_OWN)", h->pf_borrow);
-    } else if (h->lay.n_stage_bufs == 1 && n_own >= h->lay.stage_per_buf &&
-               env_int("STRATA_HY_PF_BORROW", 1, 0, 1)) {
+    if (h->lay.n_stage_bufs == 1 && n_own >= h->lay.stage_per_buf && env_int("STRATA_HY_PF_BORROW", 1, 0, 1)) {
         h->pf_borrow = (uint32_t)h->lay.stage_per_buf;
         st_info("hybrid prefill: double-buffered staging, the second buffer in the prefetch's first %u own slots "
                 "(a prefill drops the copies there)", h->pf_borrow);
@@ -1693,18 +1669,6 @@ static int hy_pf_owners_read(st_hybrid *h, cudaStream_t st) {
     return 0;
 }
 
-// The borrowed own slots become staging: the copies there go home first (an owner set only with its copy queued,
-// so none is in flight: the engine synchronises after every step).
-static int hy_borrow_own(st_hybrid *h, cudaStream_t st) {
-    if (!h->pf_borrow || !h->pf_owner_h) return 0;  // (no owners: the prefetch is off, no copies there)
-    int any = 0;
-    for (uint32_t j = 0; j < h->pf_borrow; j++)
-        if (h->pf_owner_h[j] >= 0) any = 1, h->pf_owner_h[j] = -1;
-    if (any && st_cuda_hy_pf_reset(&h->pf, (int)h->pf_borrow, st)) return -1;
-    h->pmap_dirty |= any;
-    return 0;
-}
-
 int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats, cudaStream_t st) {
     if (h->E > 1024) return st_err("hybrid prefill: %u experts per layer (at most 1024)", h->E);
     if (h->n_pend) {  // the slot maps must not name a slot that is being filled
@@ -1715,7 +1679,14 @@ int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats,
     // copies, and the prefill reads them (the owners as the last decode steps left them).
     if (h->pf_on && !h->pf_own && st_cuda_hy_pf_reset(&h->pf, -1, st)) return -1;
     if (hy_pf_owners_read(h, st)) return -1;
-    if (hy_borrow_own(h, st)) return -1;
+    if (h->pf_borrow) {  // the borrowed slots become staging: the copies there go home first (an owner set only
+                         // with its copy queued, so none is in flight: the engine synchronises after every step)
+        int any = 0;
+        for (uint32_t j = 0; j < h->pf_borrow; j++)
+            if (h->pf_owner_h[j] >= 0) any = 1, h->pf_owner_h[j] = -1;
+        if (any && st_cuda_hy_pf_reset(&h->pf, (int)h->pf_borrow, st)) return -1;
+        h->pmap_dirty |= any;
+    }
     hy_pc_plan(h, n_tok);  // (after the owners: a prefetch copy is not the CPU's)
     if (h->pmap_dirty) {
         rebuild_pmap(h);

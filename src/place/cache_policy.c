@@ -35,7 +35,7 @@ static uint32_t min_resident(const st_hycache_layout *o) {
 }
 
 int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_total, const uint64_t *counts,
-                              int stage_elsewhere, st_hycache_layout *out) {
+                              st_hycache_layout *out) {
     memset(out, 0, sizeof *out);
     if (n_layer == 0 || n_expert == 0) return st_err("expert cache layout: no experts (%u layers x %u)", n_layer, n_expert);
     const uint64_t all = (uint64_t)n_layer * n_expert;
@@ -51,12 +51,6 @@ int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_to
         return st_err("out of memory");
     }
     int ok = 0;
-    if (stage_elsewhere) {
-        ok = 1;
-        out->n_cache = n_total < all ? n_total : all;
-        assign(out, out->n_cache, order);
-        out->stage_per_buf = n_expert - min_resident(out);
-    }
     for (uint32_t bufs = 2; bufs >= 1 && !ok; bufs--) {
         // n_cache shrinks until the staging of the worst layer fits beside it; each step can only lower the minimum
         // resident count, so the loop ends (at n_cache = 0 at worst).
@@ -93,19 +87,19 @@ uint64_t st_hycache_layout_bytes(const st_hycache_layout *l, const uint64_t *slo
 }
 
 int st_hycache_layout_fit(uint32_t n_layer, uint32_t n_expert, uint64_t avail, const uint64_t *slot_bytes,
-                          uint64_t max_bytes, const uint64_t *counts, int stage_elsewhere, st_hycache_layout *out) {
+                          uint64_t max_bytes, const uint64_t *counts, st_hycache_layout *out) {
     uint64_t min_bytes = max_bytes;
     for (uint32_t l = 0; l < n_layer; l++)
         if (slot_bytes[l] < min_bytes) min_bytes = slot_bytes[l];
     if (min_bytes == 0) return st_err("expert cache layout: a layer's slot size is 0");
     uint64_t lo = avail / max_bytes, hi = avail / min_bytes;  // lo fits: every slot at most max_bytes
-    if (st_hycache_layout_compute(n_layer, n_expert, lo, counts, stage_elsewhere, out)) return -1;
+    if (st_hycache_layout_compute(n_layer, n_expert, lo, counts, out)) return -1;
     // Invariant: lo fits (its layout in out). The bytes are not strictly monotone in n_total (one more slot may
     // raise the least resident count and so free staging), so the search finds a large fit, not always the largest.
     while (lo < hi) {
         const uint64_t mid = lo + (hi - lo + 1) / 2;
         st_hycache_layout t;
-        if (st_hycache_layout_compute(n_layer, n_expert, mid, counts, stage_elsewhere, &t) == 0 &&
+        if (st_hycache_layout_compute(n_layer, n_expert, mid, counts, &t) == 0 &&
             st_hycache_layout_bytes(&t, slot_bytes, max_bytes) <= avail) {
             st_hycache_layout_free(out);
             *out = t;

@@ -173,20 +173,6 @@ if [[ deep-borrow =~ $only ]]; then
     fail "deep-borrow: no borrowed staging buffer"
   fi
 fi
-# the prefill staging in the prefetch's own slots (STRATA_HY_STAGE_OWN=1: no staging slots of its own, both buffers
-# borrowed from 16 own slots per layer, their copies dropped at each prefill and at load before the staging's timing);
-# a second long prompt after the decode's copies; still bitwise
-if [[ deep-stage-own =~ $only ]]; then
-  [ -f $deep ] || "$S" make-model --preset qwen3-30b-a3b --n-layer 40 --n-embd 512 --n-ff-exp 256 --type Q4_K_M \
-    --router-skew 0.5 --seed 7 -o $deep -q
-  SLOTS=2000 run_decode deep-stage-own $deep 128 1100 400 STRATA_HY_STAGE_OWN=1 HYBRID_DECODE_PROMPT2=1100
-  if grep -q "staging in the prefetch's first" "$out/deep-stage-own.log"; then
-    pass "deep-stage-own: the staging in the own slots"
-  else
-    grep -E "lookahead|placement|staging" "$out/deep-stage-own.log" | sed 's/^/   /'
-    fail "deep-stage-own: the staging not in the own slots"
-  fi
-fi
 
 # ---- 4. CLI: strata logits ------------------------------------------------------------------------------------------
 ids=$(python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); print(",".join(str(r.randrange(4096)) for _ in range(130)))' "${STRATA_SEED:-$RANDOM}")

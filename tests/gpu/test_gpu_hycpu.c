@@ -610,7 +610,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
             cnt.counts = p->counts, cnt.sel_miss = p->sel_miss;
             if (w == 0) {
                 ST(st_cuda_router_topk_count(ST_TYPE_F32, W_d, D, E, b->xn, 1, K, 1, logits_d, p->ids, p->wts, rcnt,
-                                             &cnt, NULL, st));
+                                             &cnt, st));
                 ST(st_cuda_hy_classify_bell(p->ids, K, E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
                                             p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0, st));
                 ST(st_cuda_moe_glu_q(GU_TYPE, L->tab_d, E, D, FF, b->xq, p->ids_gpu, 1, K, b->act, b->actq, dfmt,
@@ -624,7 +624,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
                                              p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
                 const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
                 ST(st_cuda_router_topk_split(ST_TYPE_F32, W_d, D, E, b->xn, K, 1, logits_d, p->ids, p->wts, rcnt, &cnt,
-                                             &sa, NULL, st));
+                                             &sa, st));
                 ST(st_cuda_moe_glu_q(GU_TYPE, L->tab_d, E, D, FF, b->xq, p->ids_gpu, 1, K, b->act, b->actq, dfmt,
                                      b->counters, st));
                 ST(st_cuda_moe_down_join(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids_gpu, p->wts, K, p->out, b->x, &j,
@@ -667,7 +667,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
             const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
                                          p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
             const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
-            ST(st_cuda_router_logits(ST_TYPE_F32, W_d, D, E, b->xn, logits_d, NULL, st));
+            ST(st_cuda_router_logits(ST_TYPE_F32, W_d, D, E, b->xn, logits_d, st));
             ST(st_cuda_moe_route_glu_hy(GU_TYPE, L->tab_d, E, D, FF, b->xq, logits_d, 1, K, p->ids, p->wts, b->act,
                                         b->actq, dfmt, b->counters, &cnt, split ? &sa : NULL, st));
             if (split)

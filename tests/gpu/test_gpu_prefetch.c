@@ -382,7 +382,7 @@ int main(void) {
                     CKE(st_cuda_hy_count(rids_d, K, &ca, 0));
                 } else {
                     CKE(st_cuda_router_topk_count(ST_TYPE_F32, wr_d, D, NE, x_d, 1, K, 1, logit_d, rids_d, wts_d,
-                                                  rcnt_d, &ca, NULL, 0));
+                                                  rcnt_d, &ca, 0));
                 }
                 CK(cudaMemcpy(v ? got_ids : ref_ids, rids_d, sizeof ref_ids, cudaMemcpyDeviceToHost));
                 CK(cudaMemcpy(v ? got_w : ref_w, wts_d, sizeof ref_w, cudaMemcpyDeviceToHost));

@@ -80,7 +80,7 @@ static void test_layout(st_rng *r) {
             for (uint64_t i = 0; i < all; i++) counts[i] = st_rng_below(r, 50);
         }
         st_hycache_layout o;
-        int rc = st_hycache_layout_compute(L, E, n_total, counts, 0, &o);
+        int rc = st_hycache_layout_compute(L, E, n_total, counts, &o);
         CHECK(rc == 0, "L %u E %u n_total %" PRIu64 ": %s", L, E, n_total, st_errmsg());
         if (rc == 0) {
             check_layout(&o, L, E, n_total, counts);
@@ -90,10 +90,10 @@ static void test_layout(st_rng *r) {
     }
     // too small: fewer slots than one layer's experts
     st_hycache_layout o;
-    CHECK(st_hycache_layout_compute(4, 64, 63, NULL, 0, &o) == -1 && strstr(st_errmsg(), "raise --gpu-mem"),
+    CHECK(st_hycache_layout_compute(4, 64, 63, NULL, &o) == -1 && strstr(st_errmsg(), "raise --gpu-mem"),
           "63 slots for 64 experts should fail with a hint, got '%s'", st_errmsg());
     // a known case: 48 layers x 128 experts, 2014 slots -> (2014 - 2 * (128 - r)) / 48 >= r: r = 38, cache 1834+
-    CHECK(st_hycache_layout_compute(48, 128, 2014, NULL, 0, &o) == 0, "48x128: %s", st_errmsg());
+    CHECK(st_hycache_layout_compute(48, 128, 2014, NULL, &o) == 0, "48x128: %s", st_errmsg());
     CHECK(o.n_stage_bufs == 2 && o.n_cache + 2ull * o.stage_per_buf <= 2014 && o.n_cache >= 1834,
           "48x128 / 2014: cache %" PRIu64 ", %u x %u staging", o.n_cache, o.n_stage_bufs, o.stage_per_buf);
     printf("48 layers x 128 experts, 2014 slots: %" PRIu64 " cache + %u x %u staging\n", o.n_cache, o.n_stage_bufs,
@@ -101,51 +101,10 @@ static void test_layout(st_rng *r) {
     st_hycache_layout_free(&o);
     // Fewer slots than two staging buffers (the 235B IQ1_M at 8 GiB after the prefetch's 4 own sets per layer,
     // place/plan.h ST_PLAN_PREFETCH_SINGLE_BELOW): one buffer, the rest cache (measured there: 122 + 1 x 127).
-    CHECK(st_hycache_layout_compute(94, 128, 249, NULL, 0, &o) == 0, "94x128: %s", st_errmsg());
+    CHECK(st_hycache_layout_compute(94, 128, 249, NULL, &o) == 0, "94x128: %s", st_errmsg());
     CHECK(o.n_stage_bufs == 1 && o.stage_per_buf == 127 && o.n_cache == 122, "94x128 / 249: cache %" PRIu64
           ", %u x %u staging", o.n_cache, o.n_stage_bufs, o.stage_per_buf);
     st_hycache_layout_free(&o);
-}
-
-// The staging elsewhere (in the prefetch's own slots): every slot a cache slot, no staging buffer, stage_per_buf the
-// worst layer's need; sized per layer it fits the bytes and holds the one-buffer layout's cache and more.
-static void test_layout_stage_elsewhere(st_rng *r) {
-    for (int it = 0; it < 200; it++) {
-        const uint32_t L = 1 + st_rng_below(r, 48), E = 2 + st_rng_below(r, 160);
-        const uint64_t all = (uint64_t)L * E, n_total = E + st_rng_below(r, (uint32_t)(all + E));
-        uint64_t *counts = NULL;
-        if (it % 2) {
-            counts = malloc(sizeof *counts * all);
-            for (uint64_t i = 0; i < all; i++) counts[i] = st_rng_below(r, 50);
-        }
-        st_hycache_layout o, b;
-        const int rc = st_hycache_layout_compute(L, E, n_total, counts, 1, &o);
-        const int rb = st_hycache_layout_compute(L, E, n_total, counts, 0, &b);
-        CHECK(rc == 0 && rb == 0, "elsewhere: L %u E %u n_total %" PRIu64 ": %s", L, E, n_total, st_errmsg());
-        if (rc == 0 && rb == 0) {
-            check_layout(&o, L, E, n_total, counts);
-            CHECK(o.n_stage_bufs == 0 && o.n_cache == (n_total < all ? n_total : all) && o.n_cache >= b.n_cache,
-                  "elsewhere: L %u E %u n_total %" PRIu64 ": %" PRIu64 " cache + %u x %u staging (with staging: %"
-                  PRIu64 ")", L, E, n_total, o.n_cache, o.n_stage_bufs, o.stage_per_buf, b.n_cache);
-            const uint64_t big = 4096, sb = 3072;
-            uint64_t *bytes = malloc(sizeof *bytes * L);
-            for (uint32_t l = 0; l < L; l++) bytes[l] = l % 2 ? sb : big;
-            st_hycache_layout f;
-            const uint64_t avail = big * n_total;
-            if (st_hycache_layout_fit(L, E, avail, bytes, big, counts, 1, &f) == 0) {
-                CHECK(f.n_stage_bufs == 0 && st_hycache_layout_bytes(&f, bytes, big) <= avail && f.n_cache >= o.n_cache,
-                      "elsewhere, sized per layer: L %u E %u: %" PRIu64 " cache slots (%" PRIu64 " at one size)", L, E,
-                      f.n_cache, o.n_cache);
-                st_hycache_layout_free(&f);
-            } else {
-                CHECK(0, "elsewhere, sized per layer: L %u E %u: %s", L, E, st_errmsg());
-            }
-            free(bytes);
-        }
-        if (rc == 0) st_hycache_layout_free(&o);
-        if (rb == 0) st_hycache_layout_free(&b);
-        free(counts);
-    }
 }
 
 // Slots sized per layer (st_hycache_layout_fit): the layout fits the bytes, a reference sum of its slots agrees,
@@ -165,8 +124,8 @@ static void test_layout_fit(st_rng *r) {
         }
         const uint64_t avail = big * (E + st_rng_below(r, (uint32_t)(all + E))) + st_rng_below(r, (uint32_t)big);
         st_hycache_layout f, u;
-        const int rf = st_hycache_layout_fit(L, E, avail, sb, big, counts, 0, &f);
-        const int ru = st_hycache_layout_compute(L, E, avail / big, counts, 0, &u);
+        const int rf = st_hycache_layout_fit(L, E, avail, sb, big, counts, &f);
+        const int ru = st_hycache_layout_compute(L, E, avail / big, counts, &u);
         CHECK(rf == 0 && ru == 0, "L %u E %u avail %" PRIu64 ": %s", L, E, avail, st_errmsg());
         if (rf == 0 && ru == 0) {
             check_layout(&f, L, E, f.n_total, counts);
@@ -358,7 +317,6 @@ int main(void) {
     st_rng_init(&r, seed, 0);
     test_layout(&r);
     test_layout_fit(&r);
-    test_layout_stage_elsewhere(&r);
     test_decay(&r);
     test_swaps(&r);
     test_pf_gate(&r);
