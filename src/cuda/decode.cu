@@ -261,13 +261,6 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     router_preload<T>(w, n4, lane, have, wp);
     st_pdl_wait();
     st_pdl_trigger();
-    // (pf.early: the progress word from block 0 now, so the last block's count and classify need not set it; block
-    // 0's fence comes before its counter arrival, so the last block's table reads still follow it)
-    const bool early = cnt.pf.early && cnt.pf.progress;
-    if (early && blockIdx.x == 0 && threadIdx.x == 0) {
-        atomicExch(cnt.pf.progress, cnt.pf.layer);
-        __threadfence();
-    }
     if (have) {
         const int r = task % E, t = task / E;
         const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
@@ -276,17 +269,15 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
-    st_hy_count_args tail = cnt;
-    if (early) tail.pf.progress = nullptr;  // (set by block 0)
     if constexpr (SPLIT) {
         // One token, routed by warp 0, which classifies it with the count inside (lane k reads back the ids[k] it
         // wrote itself: no barrier before the classify).
-        hy_classify_block(*split, ids, K, &tail);
+        hy_classify_block(*split, ids, K, &cnt);
         return;
     }
     if (!cnt.counts) return;
     __syncthreads();  // the ids of every token
-    hy_count_pairs(ids, n_tok * K, tail, threadIdx.x, blockDim.x);
+    hy_count_pairs(ids, n_tok * K, cnt, threadIdx.x, blockDim.x);
 }
 
 template <typename T>

@@ -24,9 +24,6 @@ typedef struct st_hy_count_pf {
     int layer;
     const void *lo, *hi;           // the prefetch slots
     unsigned long long *hits;      // device counter
-    int early;                     // in a router launch: its block 0 sets progress right after its dependency wait
-                                   // (fenced there, before its counter arrival), not its last block after the route
-                                   // (STRATA_HY_PF_EARLY=1, A/B): one fenced atomic off the router's tail
 } st_hy_count_pf;
 typedef struct st_hy_count_args {
     int n_expert;

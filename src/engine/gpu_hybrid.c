@@ -197,8 +197,6 @@ struct st_hybrid {
     // 2 (default): also, after a long prompt, the own sets refilled as cache and the branch off; 1: the rule only.
     int pf_gate;
     int pf_lean;                  // STRATA_HY_PF_LEAN (default 1): branch off, no progress word (hy_pf_progress)
-    int pf_early;                 // STRATA_HY_PF_EARLY=1 (A/B): the router's block 0 sets the progress word after its
-                                  // dependency wait, not its last block's tail (cuda/hybrid.h st_hy_count_pf.early)
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
@@ -1390,7 +1388,6 @@ void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_coun
         a->pf.lo = h->pf.pf_slots;
         a->pf.hi = h->pf.pf_slots + (uint64_t)h->pf.n_sets * (uint64_t)h->pf_P * h->stride;
         a->pf.hits = h->pf_stats_d + 4;
-        a->pf.early = h->pf_early;
     }
 }
 
@@ -1567,7 +1564,6 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);
     h->pf_lean = env_int("STRATA_HY_PF_LEAN", 1, 0, 1);
-    h->pf_early = env_int("STRATA_HY_PF_EARLY", 0, 0, 1);
     st_info("hybrid: lookahead prefetch of %d experts per layer (%d sets of %d slots, %s; at most %d cop%s per layer; "
             "%d copy blocks)", h->pf_P, pf->n_sets, h->pf_P, h->pf_own ? "own slots" : "in the prefill staging",
             max_copies, max_copies == 1 ? "y" : "ies", h->pf_blocks);

@@ -138,8 +138,6 @@ run_decode mid-prefetch-gate $mid 128 1100 400 STRATA_HY_PF_GATE=1
 # progress word (the default, STRATA_HY_PF_LEAN=1), and with it (STRATA_HY_PF_LEAN=0)
 run_decode mid-prefetch-gate2 $mid 128 1100 400 STRATA_HY_PF_GATE=2 HYBRID_DECODE_PROMPT2=1100  # (the default level)
 run_decode mid-prefetch-word $mid 128 1100 400 STRATA_HY_PF_LEAN=0 HYBRID_DECODE_PROMPT2=1100
-# the progress word set by the router's block 0 after its wait instead of its last block (STRATA_HY_PF_EARLY=1)
-run_decode mid-prefetch-early $mid 128 1100 400 STRATA_HY_PF_EARLY=1 HYBRID_DECODE_PROMPT2=1100
 # the decode periods' read-back without a stream synchronisation (processed a step or two later); with the gate
 run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE=1
 # without the prefetch's branch the route in the GLU launch, a side block counting (STRATA_HY_GLU_SIDE, default 1):
@@ -229,7 +227,6 @@ run_cpumiss mid-cpumiss-hostnode $mid 128 100 1000 0.5 STRATA_HY_HOSTNODE=1
 run_cpumiss mid-cpumiss-slot-one $mid 128 100 1000 0 STRATA_HY_SLOT_FIT=0  # (cache slots at one size)
 run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
-run_cpumiss mid-cpumiss-early $mid 128 100 1000 0 STRATA_HY_PF_EARLY=1  # (the split router's tail without the word)
 # without the prefetch's branch the side block classifies and rings (every miss the CPU's; STRATA_HY_GLU_SIDE)
 run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
