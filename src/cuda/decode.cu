@@ -563,15 +563,8 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     st_pdl_wait();  // ids (or logits), xq: earlier kernels
     st_pdl_trigger();
     int e;
-    if constexpr (ROUTE) {
-        e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
-    } else {
-        e = ids[p];
-        // A column-split CPU miss (hybrid_split.h): this GPU part computes the rows from col0 on, by zero-copy reads
-        // of the arena (the table's entry of a miss); the CPU's rows below col0 are NaN here and never read (the
-        // down kernel's partial starts at col0). col0 is a multiple of 256, so a block lies on one side of it.
-        if (st_hy_col_is(e)) e = (int)blockIdx.x * R * DEC_GROUPS >= st_hy_col_start(e) ? st_hy_col_expert(e) : -1;
-    }
+    if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
+    else e = ids[p];
     glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
                       aq_stride, fmt, chunk_rows, counters);
 }
@@ -831,22 +824,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     const int rr = threadIdx.x, r = r0 + rr;
     if constexpr (JOIN) {
         if (hy_any_cpu_rank(ids, K)) {  // (uniform in the block)
-            // Column-split ranks (hybrid_split.h st_hy_col_id): their rows above were NaN; the GPU's partial over the
-            // items from col0 / 32 by zero-copy reads of the arena (the miss's table entry), while the CPU computes
-            // the rest. Only layers with a CPU rank get here.
-            for (int task = g; task < K * DOWN_R; task += ng) {
-                const int k = task / DOWN_R, tr = task % DOWN_R, p = t * K + k;
-                const int32_t id = ids[p];
-                if (!st_hy_col_is(id) || r0 + tr >= d || st_hy_col_expert(id) >= E) continue;
-                const uint8_t *row = st_tbl_entry(tbl, 3 * st_hy_col_expert(id) + 2) + (size_t)(r0 + tr) * row_bytes;
-                const uint8_t *xr = actq + (size_t)p * (size_t)aq_stride;
-                const int it0 = st_hy_col_start(id) / 32;
-                float v;
-                if constexpr (TYPE == 0) v = row_dot_from_any(type, row, xr, nitems, it0, lane);
-                else v = row_dot<TYPE, DEC_TAB>(row, xr, nitems, lane, it0);
-                if (lane == 0) ys[k][tr] = v;
-            }
-            __syncthreads();  // (the partials before the join reads them)
             __shared__ int s_ok;
             if (threadIdx.x == 0) s_ok = hy_wait_answer(*join);
             __syncthreads();

@@ -139,15 +139,14 @@ static __device__ __forceinline__ void load_act(const uint8_t *xq, const uint8_t
     ds = ((const float2 *)xds)[it];
 }
 
-// dot(row, x) over nitems items by one 32-lane group; every lane gets the sum. it0: the partial dot over items
-// [it0, nitems) (a column-split miss's GPU part, hybrid_split.h; it0 must start a weight block, it0 % IPB == 0).
+// dot(row, x) over nitems items by one 32-lane group; every lane gets the sum.
 template <int TYPE, int MODE = 0>
-__device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane, int it0 = 0) {
+__device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, int nitems, int lane) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
     const uint8_t *xds = xq + (size_t)nitems * 32;
     float acc = 0.0f;
 #pragma unroll 2
-    DEC_FOR_ITEMS(it, nitems, it0 + lane) {  // unrolled: both items' loads in flight together
+    DEC_FOR_ITEMS(it, nitems, lane) {  // unrolled: both items' loads in flight together
         int32_t q[8];
         float2 ds;
         load_act(xq, xds, it, q, ds);
@@ -188,14 +187,6 @@ static __device__ __noinline__ float row_dot_any(int type, const uint8_t *row, c
     case T: return row_dot<T, MODE>(row, xq, nitems, lane);
     DEC_TYPE_SWITCH(type, RD1, return f_nan())
 #undef RD1
-}
-// row_dot over items [it0, nitems) by runtime type (a column-split miss's GPU part in the generic down instance).
-static __device__ __noinline__ float row_dot_from_any(int type, const uint8_t *row, const uint8_t *xq, int nitems,
-                                                      int it0, int lane) {
-#define RDF(T) \
-    case T: return row_dot<T>(row, xq, nitems, lane, it0);
-    DEC_TYPE_SWITCH(type, RDF, return f_nan())
-#undef RDF
 }
 static __device__ __noinline__ void row_dot2_any(int type, const uint8_t *ra, const uint8_t *rb, const uint8_t *xq,
                                                  int nitems, int lane, float *a, float *b) {

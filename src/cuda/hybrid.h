@@ -58,9 +58,8 @@ int st_cuda_hy_set_table(const void **table, const st_hy_update *u, int n, cudaS
 //   *carry: the layer's error-diffusion residue (st_hy_split_cpu), *cpu_count += n_cpu (if cpu_count).
 //   ids: device int32 [K] (K <= 32); x: device f32 [n_embd]; ids_gpu: device int32 [K]; meta: int32 [65] and hx:
 //   f32 [n_embd], both page-locked host memory mapped into the device (device pointers); carry, cpu_count: device
-//   uint32 [1]. cpu_q16: st_hy_cpu_q16(F). One block. meta: [0] n_cpu, [1 + i] rank and [33 + i] expert of the
-//   CPU's miss i, [65] the column split of its job (st_hy_split_args.col0; 0: whole experts).
-#define ST_HY_META_INTS 66
+//   uint32 [1]. cpu_q16: st_hy_cpu_q16(F). One block.
+#define ST_HY_META_INTS 65
 int st_cuda_hy_classify(const int32_t *ids, int K, int n_expert, const void *const *table, const void *vram_lo,
                         const void *vram_hi, uint32_t cpu_q16, uint32_t *carry, int32_t *ids_gpu, int32_t *meta,
                         const float *x, float *hx, int n_embd, uint32_t *cpu_count, cudaStream_t stream);
@@ -115,8 +114,6 @@ typedef struct st_hy_split_args {  // st_cuda_hy_classify_bell's arguments after
     uint32_t *cpu_count;
     uint32_t *seq, *bell;
     int layer;
-    int col0;                      // > 0: the CPU's ranks are column-split at col0 (hybrid_split.h st_hy_col_id;
-                                   // only with the fused join, decode.h st_cuda_moe_down_join); 0: whole experts
 } st_hy_split_args;
 typedef struct st_hy_join_args {  // st_cuda_hy_combine_bell's wait
     const float *y_cpu;            // mapped f32 [K][n_embd]: the CPU's rank rows

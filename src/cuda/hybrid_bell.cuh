@@ -10,33 +10,24 @@
 #include "cuda/hybrid_count.cuh"  // the count's statistics (hy_pf_hit, hy_count_stats)
 #include "cuda/hybrid_split.h"
 
-// A rank of ids_gpu [K] is the CPU's (-1, or column-split: hybrid_split.h st_hy_col_id): only then has the layer an
-// answer to wait for and CPU rows to sum. Unrolled to the bound so that the K loads issue together (a rolled loop
-// waited for each in turn).
+// A rank of ids_gpu [K] is the CPU's (-1): only then has the layer an answer to wait for and CPU rows to sum.
+// Unrolled to the bound so that the K loads issue together (a rolled loop waited for each in turn).
 __device__ __forceinline__ bool hy_any_cpu_rank(const int32_t *ids_gpu, int K) {
     bool any = false;
 #pragma unroll
     for (int k = 0; k < 32; k++)
-        if (k < K) {
-            const int32_t id = ids_gpu[k];
-            any |= id == -1 || st_hy_col_is(id);
-        }
+        if (k < K) any |= ids_gpu[k] == -1;
     return any;
 }
 
 // One row's rank-order weighted sum over all K ranks, the fused down kernel's order (o = w0 y0; o = o + w_k y_k ...,
-// each step IEEE-rounded): y_k = y_gpu[k * gpu_stride] for a GPU rank, the CPU's y_cpu_r[k * d] for a CPU rank, read
-// uncached (the host wrote it after the launch began), plus cpu_nan (NaN after a wait that timed out); for a
-// column-split rank the GPU's partial plus the CPU's.
+// each step IEEE-rounded): y_k = y_gpu[k * gpu_stride] for a GPU rank, else the CPU's y_cpu_r[k * d], read uncached
+// (the host wrote it after the launch began), plus cpu_nan (NaN after a wait that timed out).
 __device__ __forceinline__ float hy_join_row(const int32_t *ids_gpu, const float *w, int K, const float *y_gpu,
                                              int gpu_stride, const float *y_cpu_r, int d, float cpu_nan) {
     float o = 0.0f;
     for (int k = 0; k < K; k++) {
-        const int32_t id = ids_gpu[k];
-        const float yg = y_gpu[(size_t)k * gpu_stride];
-        const float y = id >= 0 && !st_hy_col_is(id) ? yg
-                        : st_hy_col_is(id)           ? __fadd_rn(yg, __ldcv(y_cpu_r + (size_t)k * d) + cpu_nan)
-                                                     : __ldcv(y_cpu_r + (size_t)k * d) + cpu_nan;
+        const float y = ids_gpu[k] >= 0 ? y_gpu[(size_t)k * gpu_stride] : __ldcv(y_cpu_r + (size_t)k * d) + cpu_nan;
         const float t = __fmul_rn(y, w[k]);
         o = k == 0 ? t : __fadd_rn(o, t);
     }
@@ -83,7 +74,7 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
         const uint32_t below = (1u << lane) - 1u;  // the lower ranks' bits
         const uint32_t cpu_mask = st_hy_cpu_mask(miss_mask, n_cpu);
         const bool cpu = (cpu_mask >> lane) & 1u;
-        if (lane < K) a.ids_gpu[lane] = cpu ? (a.col0 ? st_hy_col_id(e, a.col0) : -1) : e;
+        if (lane < K) a.ids_gpu[lane] = cpu ? -1 : e;
         if (cpu) {
             const int i = __popc(cpu_mask & below);
             a.meta[1 + i] = lane;
@@ -92,7 +83,7 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
         if (lane == 0) {
             // meta[0] (host memory) only where a reader looks: with the doorbell the host reads meta after a ring,
             // which only a layer with CPU ranks sends; the host-node path reads it after every classify.
-            if (n_cpu || !a.bell) a.meta[0] = n_cpu, a.meta[65] = a.col0;
+            if (n_cpu || !a.bell) a.meta[0] = n_cpu;
             if (a.cpu_count && n_cpu) *a.cpu_count += (uint32_t)n_cpu;
             s_ncpu = n_cpu;
         }

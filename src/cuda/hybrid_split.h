@@ -55,17 +55,6 @@ ST_HY_HD uint32_t st_hy_cpu_mask(uint32_t miss_mask, int n_cpu) {
     return cpu;
 }
 
-// Column split of a CPU miss (STRATA_HY_COL_SPLIT, docs/HYBRID.md): the CPU computes the FFN's intermediate columns
-// [0, col0) of the expert (gate / up rows below col0, the down product's partial over them), the GPU the columns
-// [col0, n_ff) by zero-copy reads of the arena over PCIe, both at once; the rank's output is the sum of the two
-// partials. In ids_gpu such a rank is ST_HY_COL_BIT | (col0 / 256) << 20 | e (expert ids < 2^20, col0 a multiple
-// of 256 below 2^18): a kernel that does not know the encoding sees an id out of range and writes NaN rows.
-#define ST_HY_COL_BIT 0x40000000
-ST_HY_HD int32_t st_hy_col_id(int e, int col0) { return ST_HY_COL_BIT | ((col0 / 256) << 20) | e; }
-ST_HY_HD int st_hy_col_is(int32_t id) { return id >= 0 && (id & ST_HY_COL_BIT) != 0; }
-ST_HY_HD int st_hy_col_expert(int32_t id) { return id & 0xfffff; }
-ST_HY_HD int st_hy_col_start(int32_t id) { return ((id >> 20) & 0x3ff) * 256; }
-
 // Classes of K experts in rank order: is_miss[k] != 0 for misses; the last n_cpu misses (highest ranks) become
 // ST_HY_CPU (st_hy_cpu_mask), the other misses ST_HY_PCIE, the rest ST_HY_HIT. Returns the number of misses.
 ST_HY_HD int st_hy_classify(const uint8_t *is_miss, int K, int n_cpu, uint8_t *cls) {

@@ -197,9 +197,6 @@ struct st_hybrid {
     // 2 (default): also, after a long prompt, the own sets refilled as cache and the branch off; 1: the rule only.
     int pf_gate;
     int pf_lean;                  // STRATA_HY_PF_LEAN (default 1): branch off, no progress word (hy_pf_progress)
-    int col0;                     // > 0: a CPU miss is column-split (cuda/hybrid_split.h st_hy_col_id): the CPU
-                                  // computes intermediate columns [0, col0), the GPU the rest over PCIe, at once
-                                  // (STRATA_HY_COL_SPLIT=1: col0 = 2/3 of n_ff in 256s, or =N; A/B, fused join only)
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
@@ -717,35 +714,7 @@ static int hy_cpu_init(st_hybrid *h) {
     // STRATA_HY_CPU_PROFILE=1: where the CPU misses' time goes, printed when the engine closes (after the timing
     // above, which it would otherwise count).
     if (env_int("STRATA_HY_CPU_PROFILE", 0, 0, 1) && st_hy_cpu_set_profile(h->cpu, 1)) return -1;
-    if (getenv("STRATA_HY_HOSTNODE")) return 0;
-    if (hy_bell_init(h)) return -1;
-    // The column split of a CPU miss (opt-in A/B): the link idles while the GPU waits for the CPU's ~60 us job
-    // (16 GiB, 30B-A3B: 1.4 experts a job, DRAM-bound at ~70 GB/s); the CPU's 2/3 of the bytes and the GPU's 1/3
-    // over PCIe (~40 GB/s zero-copy) finish together. Only where the join is fused (the separate combine sums whole
-    // ranks) and every expert type's blocks divide 256 columns; the GLU side block (which decides a rank from its
-    // table entry alone) is off with it.
-    const int64_t F = hp->n_ff_exp;
-    const int cs = env_int("STRATA_HY_COL_SPLIT", 0, 0, 1 << 20);
-    int blocks_ok = 1;  // every expert type's block ends on 256 columns (the partials start on a block)
-    for (uint32_t l = 0; l < h->L; l++) {
-        const st_layer *ml = &h->m->layers[l];
-        const int ts[3] = {ml->gate_exps.type, ml->up_exps.type, ml->down_exps.type};
-        for (int k = 0; k < 3; k++) {
-            const st_type_info *ti = st_type_get(ts[k]);
-            blocks_ok &= ti && ti->block_size > 0 && 256 % ti->block_size == 0;
-        }
-    }
-    if (cs && h->split_fused && blocks_ok && F % 256 == 0 && F >= 512) {
-        int64_t c0 = cs == 1 ? F * 2 / 3 / 256 * 256 : (int64_t)cs / 256 * 256;
-        if (c0 < 256) c0 = 256;
-        if (c0 > F - 256) c0 = F - 256;
-        h->col0 = (int)c0;
-        st_info("hybrid decode: CPU misses column-split: the CPU computes intermediate columns [0, %d) of %lld, the "
-                "GPU the rest over PCIe (STRATA_HY_COL_SPLIT; the GLU side block off)", h->col0, (long long)F);
-    } else if (cs) {
-        st_info("hybrid decode: STRATA_HY_COL_SPLIT ignored (needs the fused join and n_ff a multiple of 256, >= 512)");
-    }
-    return 0;
+    return getenv("STRATA_HY_HOSTNODE") ? 0 : hy_bell_init(h);
 }
 
 int st_hybrid_cpu_split(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0; }
@@ -777,8 +746,7 @@ static void hy_cpu_job(st_hybrid *h, uint32_t l) {
         ok = rank >= 0 && rank < h->K;
         out[i] = h->ycpu_h + (size_t)(ok ? rank : 0) * d;
     }
-    const int64_t col0 = h->meta_h[65], cols = col0 > 0 ? col0 : (int64_t)h->m->hp.n_ff_exp;  // (0: whole experts)
-    if (ok && st_hy_cpu_experts_cols(h->cpu, l, h->xrow_h, n, ids, out, cols) == 0) return;
+    if (ok && st_hy_cpu_experts(h->cpu, l, h->xrow_h, n, ids, out) == 0) return;
     if (!atomic_exchange(&h->cpu_failed, 1))
         snprintf(h->cpu_err, sizeof h->cpu_err, "layer %u: %s", l,
                  ok ? st_errmsg() : "the classify kernel exported a bad CPU-miss list");
@@ -856,15 +824,14 @@ static int hy_side_split_ok(const st_hybrid *h) {
 }
 
 int st_hybrid_glu_side(const st_hybrid *h) {
-    return h && h->glu_side && !h->col0 && !st_hybrid_prefetch_on(h) && hy_side_split_ok(h);
+    return h && h->glu_side && !st_hybrid_prefetch_on(h) && hy_side_split_ok(h);
 }
 
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a) {
     const st_hy_split_args v = {(int)h->E, st_hybrid_layer_table(h, l), h->slots,
                                 h->slots + h->slot_off[h->n_slots_alloc], h->cpu_q16, h->carry_d + l, h->ids_gpu_d,
                                 h->meta_dp, xn, h->xrow_dp, (int)h->m->hp.n_embd,
-                                h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l, h->bell_seq_d, h->bell_dp, (int)l,
-                                h->col0};
+                                h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l, h->bell_seq_d, h->bell_dp, (int)l};
     *a = v;
 }
 
@@ -878,7 +845,6 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
         return st_err("hybrid: a side block without its mode");
     st_hy_split_args a;
     st_hybrid_split_args(h, l, xn, &a);
-    if (!routed_split) a.col0 = 0;  // (the separate combine sums whole ranks)
     const int dfmt = st_cuda_act_format(down_type);
     if (!routed_split) {  // classify (the doorbell variant rings); host nodes: fork, the CPU branch waits for it only
         if (h->doorbell ? st_cuda_hy_classify_bell(ids, K, E, a.table, a.vram_lo, a.vram_hi, a.cpu_q16, a.carry,

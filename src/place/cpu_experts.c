@@ -57,9 +57,7 @@ struct st_hy_cpu {
     int n;
     const int32_t *experts;
     float *const *out;
-    int64_t n_down_chunks;               // down tasks per expert (DOWN_ROWS rows each)
-    int64_t n_cols;                      // the call's intermediate columns [0, n_cols) (n_ff: whole experts)
-    int64_t n_gu_call;                   // the call's gate/up tasks per expert (n_cols / GU_ROWS rounded up)
+    int64_t n_gu_chunks, n_down_chunks;  // tasks per expert (GU_ROWS, DOWN_ROWS rows each)
     hy_prof *prof;               // st_hy_cpu_set_profile, or NULL
     _Atomic int failed;
     // multi-token calls (st_hy_cpu_tokens): the chunk's CPU pairs in expert order, buffers grown on demand
@@ -136,6 +134,7 @@ st_hy_cpu *st_hy_cpu_create(const st_arena *a, int64_t n_embd, int64_t n_ff, int
         st_hy_cpu_free(c);
         return st_err("CPU miss workers: out of memory"), NULL;
     }
+    c->n_gu_chunks = (n_ff + GU_ROWS - 1) / GU_ROWS;
     c->n_down_chunks = (n_embd + DOWN_ROWS - 1) / DOWN_ROWS;
     c->n_tgu = (int)((n_ff + TOK_GU_ROWS - 1) / TOK_GU_ROWS);
     c->n_tdown = (int)((n_embd + TOK_DOWN_ROWS - 1) / TOK_DOWN_ROWS);
@@ -240,8 +239,8 @@ static size_t ff_stride(const st_hy_cpu *c) { return align64(sizeof(float) * (si
 static void gu_task(void *ud, int64_t task, int thread) {
     st_hy_cpu *c = ud;
     const double t0 = c->prof ? st_now() : 0;
-    const int i = (int)(task / c->n_gu_call);
-    const int64_t r0 = task % c->n_gu_call * GU_ROWS, nr = r0 + GU_ROWS <= c->n_cols ? GU_ROWS : c->n_cols - r0;
+    const int i = (int)(task / c->n_gu_chunks);
+    const int64_t r0 = task % c->n_gu_chunks * GU_ROWS, nr = r0 + GU_ROWS <= c->n_ff ? GU_ROWS : c->n_ff - r0;
     const st_xlayer *x = &c->a->layers[c->layer].x;
     const uint32_t e = (uint32_t)c->experts[i];
     float *g = c->g + (size_t)i * ff_stride(c), *u = c->u + (size_t)i * ff_stride(c);
@@ -255,9 +254,7 @@ static void gu_task(void *ud, int64_t task, int thread) {
     if (c->prof) prof_task(c, thread, t0, st_now());
 }
 
-// Task (expert i, chunk j) of down: output rows [r0, r0 + nr) of expert i (with a column split, each row's dot over
-// its first n_cols inputs only: the row's leading blocks; the software prefetch takes only those bytes, so the GPU's
-// part of the rows is never read here).
+// Task (expert i, chunk j) of down: output rows [r0, r0 + nr) of expert i.
 static void down_task(void *ud, int64_t task, int thread) {
     st_hy_cpu *c = ud;
     const double t0 = c->prof ? st_now() : 0;
@@ -265,36 +262,14 @@ static void down_task(void *ud, int64_t task, int thread) {
     const int64_t r0 = task % c->n_down_chunks * DOWN_ROWS,
                   nr = r0 + DOWN_ROWS <= c->n_embd ? DOWN_ROWS : c->n_embd - r0;
     const st_xlayer *x = &c->a->layers[c->layer].x;
-    const uint8_t *W = st_arena_part(c->a, c->layer, (uint32_t)c->experts[i], 2);
-    const void *aq = c->aq + (size_t)i * c->aq_stride;
-    if (c->n_cols == c->n_ff) {
-        if (st_cpu_matmul_rows_q(NULL, x->type[2], W, c->n_ff, r0, nr, aq, 0, 1, c->out[i] + r0, c->n_embd,
-                                 ST_MM_EXPERT))
-            atomic_store(&c->failed, 1);
-    } else {
-        const st_vec_dot_fn dot = st_cpu_vec_dot(x->type[2], st_cpu_isa_active());
-        const size_t stride = st_row_size(x->type[2], c->n_ff), used = st_row_size(x->type[2], c->n_cols);
-        if (!dot) atomic_store(&c->failed, 1);
-        for (int64_t r = r0; dot && r < r0 + nr; r++) {
-            const uint8_t *w = W + (size_t)r * stride;
-            for (size_t off = 0; r + 2 < r0 + nr && off < used; off += 64)
-                __builtin_prefetch(w + 2 * stride + off, 0, 3);
-            c->out[i][r] = dot(c->n_cols, w, aq);
-        }
-    }
+    if (st_cpu_matmul_rows_q(NULL, x->type[2], st_arena_part(c->a, c->layer, (uint32_t)c->experts[i], 2), c->n_ff,
+                             r0, nr, c->aq + (size_t)i * c->aq_stride, 0, 1, c->out[i] + r0, c->n_embd, ST_MM_EXPERT))
+        atomic_store(&c->failed, 1);
     if (c->prof) prof_task(c, thread, t0, st_now());
 }
 
 int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out) {
-    return st_hy_cpu_experts_cols(c, layer, x, n, experts, out, c->n_ff);
-}
-
-int st_hy_cpu_experts_cols(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts,
-                           float *const *out, int64_t n_cols) {
     if (n <= 0) return 0;
-    if (n_cols != c->n_ff && (n_cols <= 0 || n_cols > c->n_ff || n_cols % 256))
-        return st_err("CPU miss workers: %lld of %lld intermediate columns (a multiple of 256, or all)",
-                      (long long)n_cols, (long long)c->n_ff);
     if (layer >= c->a->n_layer || n > c->max_experts)
         return st_err("CPU miss workers: layer %u of %u, %d experts (at most %d)", layer, c->a->n_layer, n,
                       c->max_experts);
@@ -314,15 +289,13 @@ int st_hy_cpu_experts_cols(st_hy_cpu *c, uint32_t layer, const float *x, int n, 
     c->n = n;
     c->experts = experts;
     c->out = out;
-    c->n_cols = n_cols;
-    c->n_gu_call = (n_cols + GU_ROWS - 1) / GU_ROWS;
     atomic_store(&c->failed, 0);
-    prof_pool_run(c, 0, n * c->n_gu_call, gu_task);
+    prof_pool_run(c, 0, n * c->n_gu_chunks, gu_task);
     if (atomic_load(&c->failed)) return st_err("CPU miss workers: layer %u: gate/up product failed", layer);
     const int down_act = st_cpu_act_type(xl->type[2]);
     const double t1 = c->prof ? st_now() : 0;
     for (int i = 0; i < n; i++)
-        if (st_cpu_quantize_act(down_act, c->g + (size_t)i * ff_stride(c), c->aq + (size_t)i * c->aq_stride, n_cols,
+        if (st_cpu_quantize_act(down_act, c->g + (size_t)i * ff_stride(c), c->aq + (size_t)i * c->aq_stride, c->n_ff,
                                 isa))
             return -1;
     if (c->prof) c->prof->quant_g += st_now() - t1;

@@ -43,12 +43,6 @@ int st_hy_cpu_profile_text(const st_hy_cpu *c, char *buf, size_t size);
 // out[i][0 .. n_embd) = y_{experts[i]} of layer `layer` for x [n_embd] f32, i < n (n <= max_experts; n == 0: no
 // work). Not reentrant (one call at a time per st_hy_cpu). 0, or -1 with st_errmsg (expert id out of range).
 int st_hy_cpu_experts(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts, float *const *out);
-// The CPU's part of column-split misses (cuda/hybrid_split.h st_hy_col_id): out[i] = down_e's partial over the
-// intermediate columns [0, n_cols) of swiglu(gate_e x, up_e x) (gate / up rows below n_cols only), which the GPU's
-// partial over [n_cols, n_ff) completes. n_cols a multiple of 256 (so it ends a block of every expert type), or
-// n_ff: st_hy_cpu_experts. The partial sums its row's blocks in the CPU dot's order (not bitwise a split of the whole).
-int st_hy_cpu_experts_cols(st_hy_cpu *c, uint32_t layer, const float *x, int n, const int32_t *experts,
-                           float *const *out, int64_t n_cols);
 
 // Multi-token (hybrid prefill, docs/HYBRID.md "prefill CPU share"): for a chunk's layer with n_tok rows X
 // [n_tok][n_embd] (the normalized FFN input) routed by ids/w [n_tok][K] (device order: rank k of token t at

@@ -233,16 +233,6 @@ run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
 run_cpumiss mid-prefill-cpu $mid 128 600 1000 prefill-cpu
 run_cpumiss mid-iq1m-cpumiss-auto $midiq 128 100 1000 auto
-# a CPU miss split by the FFN's columns (STRATA_HY_COL_SPLIT=1): the CPU's 2/3 of the intermediate columns and the
-# GPU's 1/3 over PCIe summed in the join; every miss the CPU's, half of them, and the IQ1_M mix; top-1 as the others
-for c in "mid-cpumiss-col $mid 0" "mid-cpumiss-col-0.5 $mid 0.5" "mid-iq1m-cpumiss-col $midiq 0"; do
-  read -r lab mdl frac <<< "$c"
-  run_cpumiss "$lab" "$mdl" 128 100 1000 "$frac" STRATA_HY_COL_SPLIT=1
-  if [[ $lab =~ $only ]] && ! grep -q "column-split: the CPU computes intermediate columns \[0, 512)" "$out/$lab.log"; then
-    grep -E "hybrid decode" "$out/$lab.log" | sed 's/^/   /'
-    fail "$lab: the column split was not on"
-  fi
-done
 # --deterministic overrides --pcie-frac: bitwise all-in-VRAM again (ref.json from section 4)
 if logits det $mid --gpu-mem "$gmid" --pcie-frac 0.5 --deterministic; then
   if cmp -s "$out/ref.json" "$out/det.json"; then pass "logits CLI: --pcie-frac 0.5 --deterministic == unlimited"

@@ -621,7 +621,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
                                            NULL, st));
             } else {
                 const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
-                                             p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0, 0};
+                                             p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
                 const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
                 ST(st_cuda_router_topk_split(ST_TYPE_F32, W_d, D, E, b->xn, K, 1, logits_d, p->ids, p->wts, rcnt, &cnt,
                                              &sa, st));
@@ -665,7 +665,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
             cnt.n_expert = E, cnt.table = L->tab_d, cnt.vram_lo = L->vram, cnt.vram_hi = L->vram + L->rec_bytes * E;
             cnt.counts = p->counts, cnt.sel_miss = p->sel_miss;
             const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
-                                         p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0, 0};
+                                         p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
             const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
             ST(st_cuda_router_logits(ST_TYPE_F32, W_d, D, E, b->xn, logits_d, st));
             ST(st_cuda_moe_route_glu_hy(GU_TYPE, L->tab_d, E, D, FF, b->xq, logits_d, 1, K, p->ids, p->wts, b->act,
