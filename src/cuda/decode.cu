@@ -251,7 +251,8 @@ template <typename T, bool SPLIT>
 __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x,
                                             int n_tok, int K, int norm, float *logits, int32_t *__restrict__ ids,
                                             float *__restrict__ weights, int32_t *counter,
-                                            const st_hy_count_args &cnt, const st_hy_split_args *split) {
+                                            const st_hy_count_args &cnt, const st_hy_split_args *split,
+                                            const st_hy_snap_args *snap = nullptr) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int task = blockIdx.x * ng + g;  // (token, expert) logit
     const int n4 = ne0 / 4;
@@ -259,8 +260,16 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     const bool have = task < E * n_tok;
     const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
     router_preload<T>(w, n4, lane, have, wp);
+    if (snap && snap->snap && have && lane == 0) {  // (hybrid.h st_hy_snap_args: before the wait, off the chain)
+        const uint8_t *gate = st_tbl_entry(snap->table, 3 * (size_t)(task % E));
+        snap->snap[task % E] = gate >= (const uint8_t *)snap->vram_lo && gate < (const uint8_t *)snap->vram_hi;
+    }
     st_pdl_wait();
     st_pdl_trigger();
+    if (snap && snap->progress && blockIdx.x == 0 && threadIdx.x == 0) {
+        atomicExch(snap->progress, snap->layer);  // before the layer's MoE kernels read the table (prefetch rule 1)
+        __threadfence();
+    }
     if (have) {
         const int r = task % E, t = task / E;
         const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
@@ -284,8 +293,8 @@ template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
     k_router(const T *__restrict__ W, int ne0, int E, const float *__restrict__ x, int n_tok, int K, int norm,
              float *logits, int32_t *__restrict__ ids, float *__restrict__ weights, int32_t *counter,
-             const st_hy_count_args cnt) {
-    router_body<T, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr);
+             const st_hy_count_args cnt, const st_hy_snap_args snap) {
+    router_body<T, false>(W, ne0, E, x, n_tok, K, norm, logits, ids, weights, counter, cnt, nullptr, &snap);
 }
 
 template <typename T>
@@ -354,15 +363,17 @@ __global__ void __launch_bounds__(DEC_THREADS)
 // k_router over n_tok tokens (counters NULL: the logits only, no route).
 static int router_launch(const char *fn, int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
                          int n_tok, int n_used, int norm, float *logits, int32_t *ids, float *weights,
-                         int32_t *counters, const st_hy_count_args *count, cudaStream_t stream) {
+                         int32_t *counters, const st_hy_count_args *count, const st_hy_snap_args *snap,
+                         cudaStream_t stream) {
     const st_hy_count_args cnt = count ? *count : st_hy_count_args{};
+    const st_hy_snap_args sn = snap ? *snap : st_hy_snap_args{};
     if (((uintptr_t)W & 15) || ((uintptr_t)x & 15) || !logits)
         return st_err("%s: W and x must be 16-byte aligned; logits non-NULL", fn);
     const int per_block = ROUTER_GROUPS;  // few logits per block: the rows are pulled by many SMs at once
     const unsigned grid = (unsigned)((n_expert * n_tok + per_block - 1) / per_block);
 #define RT_GO(T)                                                                                                   \
     st_dec_launch(k_router<T>, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const T *)W, (int)ne0, n_expert, \
-                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt)
+                  x, n_tok, n_used, norm, logits, ids, weights, counters, cnt, sn)
     ROUTER_TYPE_DISPATCH(w_type, RT_GO, fn);
 #undef RT_GO
     return launch_check(fn);
@@ -388,7 +399,7 @@ extern "C" int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0,
     if (router_route_check("st_cuda_router_topk", ne0, n_expert, n_tok, n_used, ids, weights, counters, count))
         return -1;
     return router_launch("st_cuda_router_topk", w_type, W, ne0, n_expert, x, n_tok, n_used, norm, logits, ids,
-                         weights, counters, count, stream);
+                         weights, counters, count, NULL, stream);
 }
 
 extern "C" int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
@@ -424,12 +435,14 @@ extern "C" int st_cuda_router_topk(int w_type, const void *W, int64_t ne0, int n
 }
 
 extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
-                                     float *logits, cudaStream_t stream) {
+                                     float *logits, const st_hy_snap_args *snap, cudaStream_t stream) {
     if (ne0 <= 0 || ne0 % 4 || ne0 > INT32_MAX / 2 || n_expert <= 0)
         return st_err("st_cuda_router_logits: unsupported shape: ne0 %lld (multiple of 4), %d experts",
                       (long long)ne0, n_expert);
+    if (snap && snap->snap && !snap->table)
+        return st_err("st_cuda_router_logits: a snapshot without its table");
     return router_launch("st_cuda_router_logits", w_type, W, ne0, n_expert, x, 1, 1, 0, logits, NULL, NULL, NULL,
-                         NULL, stream);
+                         NULL, snap, stream);
 }
 
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
@@ -601,8 +614,12 @@ __global__ void __launch_bounds__(DEC_THREADS, 3)
     const int nbx = n_ff / (2 * DEC_GROUPS), q = blockIdx.x - 1, p = q / nbx;
     int e = glu_route_rank(rt, E, K, p, g, false);
     if (hy.has_split && e >= 0 && e < E) {  // F 0: a miss is the CPU's rank, as the side block's classify reads it
-        const uint8_t *gate = st_tbl_entry(tbl, 3 * e);
-        if (gate < (const uint8_t *)hy.split.vram_lo || gate >= (const uint8_t *)hy.split.vram_hi) e = -1;
+        if (hy.split.snap) {  // (the router's snapshot: the side block decides from the same bytes)
+            if (!hy.split.snap[e]) e = -1;
+        } else {
+            const uint8_t *gate = st_tbl_entry(tbl, 3 * e);
+            if (gate < (const uint8_t *)hy.split.vram_lo || gate >= (const uint8_t *)hy.split.vram_hi) e = -1;
+        }
     }
     const int bx = q % nbx;
     glu_rows<TYPE, 2>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, 0, 0, p, bx, threadIdx.x % G32,
@@ -719,7 +736,8 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
     glu_hy_args hy;
     memset(&hy, 0, sizeof hy);
     hy.cnt = *count;
-    hy.cnt.pf.progress = NULL;  // (the side block decodes only with the prefetch's branch off: no plan reads it)
+    hy.cnt.pf.progress = NULL;  // (the branch off: no plan reads it; with the branch, the router's snapshot launch
+                                // set it, hybrid.h st_hy_snap_args)
     if (split) hy.split = *split, hy.has_split = 1;
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,

@@ -77,9 +77,10 @@ int st_cuda_router_topk_count(int w_type, const void *W, int64_t ne0, int n_expe
 int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, int n_used,
                               int norm, float *logits, int32_t *ids, float *weights, int32_t *counters,
                               const st_hy_count_args *count, const st_hy_split_args *split, cudaStream_t stream);
-// One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's.
+// One token's logits only (the route is taken by st_cuda_moe_route_glu_q): as st_cuda_router_topk's. snap (NULL:
+// none): also the hybrid side block's snapshot of the layer's table and the prefetch's progress word (hybrid.h).
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
-                          cudaStream_t stream);
+                          const st_hy_snap_args *snap, cudaStream_t stream);
 
 // One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
 // ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn

@@ -69,7 +69,7 @@ static int hy_classify(const char *fn, const int32_t *ids, int K, int n_expert, 
     // The doorbell path is a plain chain of kernels: PDL there; the host-node path forks after this kernel, whose
     // event must see it complete: a plain launch.
     const st_hy_split_args a = {n_expert, table, vram_lo, vram_hi, cpu_q16, carry, ids_gpu, meta, x, hx, n_embd,
-                                cpu_count, seq, bell, layer};
+                                cpu_count, seq, bell, layer, NULL};
     st_dec_launch_if(bell != NULL, k_hy_classify, dim3(1), dim3(256), 0, stream, ids, K, a);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_classify<<<>>>", __FILE__, __LINE__);

@@ -114,7 +114,22 @@ typedef struct st_hy_split_args {  // st_cuda_hy_classify_bell's arguments after
     uint32_t *cpu_count;
     uint32_t *seq, *bell;
     int layer;
+    const uint8_t *snap;           // device [n_expert] or NULL: the misses as this snapshot of the table (the router
+                                   // launch's, st_hy_snap_args) says, not as the live table does (STRATA_HY_SNAP)
 } st_hy_split_args;
+// The router launch's snapshot for the side-block GLU (decode.h st_cuda_moe_route_glu_hy) in steps with the
+// lookahead prefetch's branch (STRATA_HY_SNAP, A/B): each task records before the launch's dependency wait whether
+// its expert's gate entry lies in VRAM, and block 0 sets the prefetch's progress word after the wait. The GLU blocks
+// and the side block then decide a rank's side from the snapshot: one decision per rank while a late copy or plan
+// may flip the layer's entries (both addresses of an entry hold the expert's bytes, prefetch rule 1 below; a flip
+// makes a rank slower, never wrong), and the progress word orders the plan's evictions before the layer's reads.
+typedef struct st_hy_snap_args {
+    const void *const *table;      // the layer's [n_expert][3] address table
+    const void *vram_lo, *vram_hi; // the VRAM expert slots (cache, staging, prefetch)
+    uint8_t *snap;                 // device [n_expert]: 1 where the gate entry lay in VRAM
+    int32_t *progress;             // device: the prefetch's progress word, set to layer (NULL: none)
+    int layer;
+} st_hy_snap_args;
 typedef struct st_hy_join_args {  // st_cuda_hy_combine_bell's wait
     const float *y_cpu;            // mapped f32 [K][n_embd]: the CPU's rank rows
     const uint32_t *seq;

@@ -878,6 +878,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int routed_split = n == 1 && count_in_router && st_hybrid_split_fused(g->hy);
             st_hy_split_args sa;
             if (routed_split) st_hybrid_split_args(g->hy, l, s->xn, &sa);
+            // The side block with the prefetch's branch on (STRATA_HY_SNAP): the router launch snapshots the layer's
+            // table and sets the progress word (cuda/hybrid.h st_hy_snap_args)
+            st_hy_snap_args sn;
+            const st_hy_snap_args *snap = hy_side && st_hybrid_snap_args(g->hy, l, &sn) ? &sn : NULL;
             if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
@@ -888,8 +892,9 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             } else if (RUN(DEC_SKIP_FFN_NORM, st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm,
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
-                       (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
-                        : hy_side ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, st)
+                       (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, NULL,
+                                                           st)
+                        : hy_side ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, snap, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
                                                         hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,

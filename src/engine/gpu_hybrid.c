@@ -197,6 +197,9 @@ struct st_hybrid {
     // 2 (default): also, after a long prompt, the own sets refilled as cache and the branch off; 1: the rule only.
     int pf_gate;
     int pf_lean;                  // STRATA_HY_PF_LEAN (default 1): branch off, no progress word (hy_pf_progress)
+    int snap_on;                  // STRATA_HY_SNAP=1 (A/B): the side-block GLU also with the prefetch's branch on,
+                                  // deciding CPU ranks from the router launch's snapshot (cuda/hybrid.h)
+    uint8_t *snap_d;              // device [n_layer][n_expert]: the snapshots (1: the gate entry lay in VRAM)
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
@@ -824,14 +827,34 @@ static int hy_side_split_ok(const st_hybrid *h) {
 }
 
 int st_hybrid_glu_side(const st_hybrid *h) {
-    return h && h->glu_side && !st_hybrid_prefetch_on(h) && hy_side_split_ok(h);
+    return h && h->glu_side && (h->snap_on || !st_hybrid_prefetch_on(h)) && hy_side_split_ok(h);
+}
+
+static int32_t *hy_pf_progress(const st_hybrid *h);
+
+// The snapshot's layer row, where the side block decodes with the branch on; NULL otherwise.
+static uint8_t *hy_snap(const st_hybrid *h, uint32_t l) {
+    return h->snap_on && st_hybrid_prefetch_on(h) ? h->snap_d + (uint64_t)l * h->E : NULL;
+}
+
+int st_hybrid_snap_args(const st_hybrid *h, uint32_t l, st_hy_snap_args *a) {
+    memset(a, 0, sizeof *a);
+    if (!h || !hy_snap(h, l)) return 0;
+    a->table = st_hybrid_layer_table(h, l);
+    a->vram_lo = h->slots;
+    a->vram_hi = h->slots + h->slot_off[h->n_slots_alloc];
+    a->snap = hy_snap(h, l);
+    a->progress = hy_pf_progress(h);
+    a->layer = (int)l;
+    return 1;
 }
 
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a) {
     const st_hy_split_args v = {(int)h->E, st_hybrid_layer_table(h, l), h->slots,
                                 h->slots + h->slot_off[h->n_slots_alloc], h->cpu_q16, h->carry_d + l, h->ids_gpu_d,
                                 h->meta_dp, xn, h->xrow_dp, (int)h->m->hp.n_embd,
-                                h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l, h->bell_seq_d, h->bell_dp, (int)l};
+                                h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l, h->bell_seq_d, h->bell_dp, (int)l,
+                                NULL};
     *a = v;
 }
 
@@ -845,6 +868,7 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
         return st_err("hybrid: a side block without its mode");
     st_hy_split_args a;
     st_hybrid_split_args(h, l, xn, &a);
+    if (routed_split == 2) a.snap = hy_snap(h, l);  // (the router launch took it: st_hybrid_snap_args)
     const int dfmt = st_cuda_act_format(down_type);
     if (!routed_split) {  // classify (the doorbell variant rings); host nodes: fork, the CPU branch waits for it only
         if (h->doorbell ? st_cuda_hy_classify_bell(ids, K, E, a.table, a.vram_lo, a.vram_hi, a.cpu_q16, a.carry,
@@ -1257,10 +1281,14 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
             h->freq[i] = h->prof.n_tokens ? (float)((double)h->prof.counts[i] * half / (double)h->prof.n_tokens) : 0;
 
     h->glu_side = env_int("STRATA_HY_GLU_SIDE", 1, 0, 1);
+    h->snap_on = h->glu_side && env_int("STRATA_HY_SNAP", 0, 0, 1);
+    if (h->snap_on && !(h->snap_d = st_cuda_alloc(ctx, (size_t)h->L * h->E, "side-block snapshots"))) return -1;
     if (hy_cpu_init(h) || hy_pf_init(h) || hy_pc_init(h)) return -1;
     if (h->glu_side && hy_side_split_ok(h))
-        st_info("hybrid decode: steps without the prefetch's branch route in the GLU launch, a side block counting%s "
+        st_info("hybrid decode: steps %s route in the GLU launch, a side block counting%s "
                 "(STRATA_HY_GLU_SIDE=0: in the router's tail)",
+                h->snap_on ? "with and without the prefetch's branch (STRATA_HY_SNAP: the router's snapshot decides "
+                             "the CPU's ranks)" : "without the prefetch's branch",
                 st_hybrid_cpu_split(h) ? ", classifying and ringing" : "");
 
     size_t fr = 0, tot = 0;
@@ -1309,7 +1337,7 @@ void st_hybrid_free(st_hybrid *h) {
         if (h->tab_d) st_cuda_free(ctx, (void *)h->tab_d);
         if (h->pmap_d) st_cuda_free(ctx, h->pmap_d);
         if (h->cnt_d) st_cuda_free(ctx, h->cnt_d);
-        void *cb[] = {h->carry_d, h->ids_gpu_d, h->ones_d, h->y_d};
+        void *cb[] = {h->carry_d, h->ids_gpu_d, h->ones_d, h->y_d, h->snap_d};
         for (size_t i = 0; i < sizeof cb / sizeof cb[0]; i++)
             if (cb[i]) st_cuda_free(ctx, cb[i]);
     }

@@ -144,6 +144,16 @@ run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE
 # still bitwise; and the router's tail in its place (=0)
 run_decode mid-glu-side $mid 128 300 400 STRATA_HY_PREFETCH=0
 run_decode mid-glu-side-off $mid 128 300 400 STRATA_HY_PREFETCH=0 STRATA_HY_GLU_SIDE=0
+# the side block with the prefetch's branch on too (STRATA_HY_SNAP=1: the router launch snapshots the layer's table
+# and sets the progress word; the CPU's ranks decided from the snapshot): bitwise, and top-1 with every miss the CPU's
+run_decode mid-prefetch-snap $mid 128 300 1000 STRATA_HY_SNAP=1  # (a short prompt: the gate keeps the branch on)
+snap_on() {  # label: the log says the side block took the branch-on steps too
+  if [[ $1 =~ $only ]] && ! grep -q "with and without the prefetch's branch" "$out/$1.log"; then
+    grep -E "hybrid decode" "$out/$1.log" | sed 's/^/   /'
+    fail "$1: the side block was not on with the branch"
+  fi
+}
+snap_on mid-prefetch-snap
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
 run_decode mid-prefetch $mid 128 600 2000 STRATA_HY_PREFETCH=8 STRATA_HY_PF_OWN=0 STRATA_HY_PREFETCH_MAX=8
 run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBRID_PERIOD=1 STRATA_HYBRID_SWAPS=32 \
@@ -229,6 +239,8 @@ run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # without the prefetch's branch the side block classifies and rings (every miss the CPU's; STRATA_HY_GLU_SIDE)
 run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
+run_cpumiss mid-cpumiss-snap $mid 128 100 1000 0 STRATA_HY_SNAP=1  # (with the branch: the router's snapshot)
+snap_on mid-cpumiss-snap
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
 run_cpumiss mid-prefill-cpu $mid 128 600 1000 prefill-cpu

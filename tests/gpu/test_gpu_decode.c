@@ -721,7 +721,7 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
                 CKL(st_cuda_moe_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dids, 1, K, dact, daq, dfmt,
                                       dcnt, 0));
             } else {
-                CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, 0));
+                CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, NULL, 0));
                 CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dlog, norm, K, dids, dw,
                                             dact, daq, dfmt, dcnt, 0));
             }

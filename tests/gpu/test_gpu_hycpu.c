@@ -583,8 +583,12 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
     make_path(&pa);
     make_path(&pb);
     make_path(&pc);
-    int bad_c = 0, n_side = 0, n_side_cpu = 0;
+    int bad_c = 0, n_side = 0, n_side_cpu = 0, n_snap = 0;
     char det_c[256] = "";
+    uint8_t *snap_d = NULL;  // every other side-block replay decides from the router's snapshot (STRATA_HY_SNAP)
+    int32_t *prog_d = NULL;
+    CK(cudaMalloc((void **)&snap_d, E));
+    CK(cudaMalloc((void **)&prog_d, sizeof(int32_t)));
     const int dfmt = st_cuda_act_format(DN_TYPE);
     int bad = 0, n_cpu_layers = 0;
     char det[256] = "";
@@ -621,7 +625,7 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
                                            NULL, st));
             } else {
                 const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
-                                             p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
+                                             p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0, NULL};
                 const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
                 ST(st_cuda_router_topk_split(ST_TYPE_F32, W_d, D, E, b->xn, K, 1, logits_d, p->ids, p->wts, rcnt, &cnt,
                                              &sa, st));
@@ -664,10 +668,15 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
             memset(&cnt, 0, sizeof cnt);
             cnt.n_expert = E, cnt.table = L->tab_d, cnt.vram_lo = L->vram, cnt.vram_hi = L->vram + L->rec_bytes * E;
             cnt.counts = p->counts, cnt.sel_miss = p->sel_miss;
+            const int use_snap = n_side % 2;
             const st_hy_split_args sa = {E, L->tab_d, L->vram, L->vram + L->rec_bytes * E, q, p->carry,
-                                         p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0};
+                                         p->ids_gpu, p->meta_d, b->xn, p->hx_d, D, p->cnt, seq_d, bell_d, 0,
+                                         use_snap ? snap_d : NULL};
             const st_hy_join_args j = {b->ycpu_d, seq_d, bell_d, wait_d, leader_d};
-            ST(st_cuda_router_logits(ST_TYPE_F32, W_d, D, E, b->xn, logits_d, st));
+            const st_hy_snap_args sn = {L->tab_d, L->vram, L->vram + L->rec_bytes * E, snap_d, prog_d, 7};
+            CK(cudaMemsetAsync(snap_d, 0x55, E, st));     // poison: an unwritten entry reads as neither 0 nor 1
+            CK(cudaMemsetAsync(prog_d, 0xff, sizeof(int32_t), st));
+            ST(st_cuda_router_logits(ST_TYPE_F32, W_d, D, E, b->xn, logits_d, use_snap ? &sn : NULL, st));
             ST(st_cuda_moe_route_glu_hy(GU_TYPE, L->tab_d, E, D, FF, b->xq, logits_d, 1, K, p->ids, p->wts, b->act,
                                         b->actq, dfmt, b->counters, &cnt, split ? &sa : NULL, st));
             if (split)
@@ -677,6 +686,22 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
                 ST(st_cuda_moe_down_sum(DN_TYPE, L->tab_d, E, D, FF, b->actq, p->ids, p->wts, 1, K, p->out, b->x,
                                         st));
             CK(cudaStreamSynchronize(st));
+            if (use_snap) {  // the snapshot: every entry written, 1 exactly where the gate lies in VRAM; progress set
+                uint8_t sh[E];
+                const void *tab[E * 3];
+                int32_t prog = 0;
+                CK(cudaMemcpy(sh, snap_d, E, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(tab, L->tab_d, sizeof tab, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(&prog, prog_d, sizeof prog, cudaMemcpyDeviceToHost));
+                int snap_ok = prog == 7;
+                for (int e = 0; e < E; e++) {
+                    const uint8_t *gp = (const uint8_t *)tab[3 * e];
+                    snap_ok &= sh[e] == (gp >= L->vram && gp < L->vram + L->rec_bytes * E);
+                }
+                if (!snap_ok && !bad_c) snprintf(det_c, sizeof det_c, "replay %d: the snapshot or progress word", it);
+                bad_c += !snap_ok;
+                n_snap++;
+            }
             int32_t ic[K], gc[K];
             float wc[K], oc[D];
             uint32_t cc[PATH_COUNTERS], ca1[PATH_COUNTERS];
@@ -733,9 +758,11 @@ static void test_fused(const layer *L, st_cuda_ctx *ctx, bufs *b, st_rng *r, cud
              det[0] ? "; " : "", det);
     report("fused split (router classifies, down joins) == the separate launches, bitwise", bad || timed_out ||
                n_cpu_layers == 0 || n_cpu_layers == reps, d);
-    snprintf(d, sizeof d, "%d replays, %d with CPU ranks%s%s", n_side, n_side_cpu, det_c[0] ? "; " : "", det_c);
-    report("side block (GLU launch routes, counts, classifies, rings) == the separate launches, bitwise",
-           bad_c || bell_h[3] != 0 || n_side_cpu == 0, d);
+    snprintf(d, sizeof d, "%d replays (%d deciding from the router's snapshot), %d with CPU ranks%s%s", n_side,
+             n_snap, n_side_cpu, det_c[0] ? "; " : "", det_c);
+    report("side block (GLU launch routes, counts, classifies, rings; live table or the router's snapshot) == the "
+           "separate launches, bitwise", bad_c || bell_h[3] != 0 || n_side_cpu == 0 || n_snap == 0, d);
+    cudaFree(snap_d), cudaFree(prog_d);
     free_path(&pc);
     atomic_store(&ac.stop, 1);
     pthread_join(thr, NULL);
