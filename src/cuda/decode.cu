@@ -260,12 +260,13 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
     const bool have = task < E * n_tok;
     const T *w = W + (int64_t)(have ? task % E : 0) * ne0;
     router_preload<T>(w, n4, lane, have, wp);
-    if (snap && snap->snap && have && lane == 0) {  // (hybrid.h st_hy_snap_args: before the wait, off the chain)
-        const uint8_t *gate = st_tbl_entry(snap->table, 3 * (size_t)(task % E));
-        snap->snap[task % E] = gate >= (const uint8_t *)snap->vram_lo && gate < (const uint8_t *)snap->vram_hi;
-    }
     st_pdl_wait();
     st_pdl_trigger();
+    // (hybrid.h st_hy_snap_args) The snapshot's entry load issues here and is used after the dot, off the chain; after
+    // the wait, so that a copy finishing while the FFN norm runs still counts (a snapshot taken before it, as the
+    // publish locks of 2026-12-02d were, moved the prefetch's deadline and lost 1.1%).
+    const bool snapping = snap && snap->snap && have && lane == 0;
+    const uint8_t *snap_gate = snapping ? st_tbl_entry(snap->table, 3 * (size_t)(task % E)) : nullptr;
     if (snap && snap->progress && blockIdx.x == 0 && threadIdx.x == 0) {
         atomicExch(snap->progress, snap->layer);  // before the layer's MoE kernels read the table (prefetch rule 1)
         __threadfence();
@@ -274,6 +275,10 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
         const int r = task % E, t = task / E;
         const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
+    }
+    if (snapping) {
+        const uint8_t *lo = (const uint8_t *)snap->vram_lo, *hi = (const uint8_t *)snap->vram_hi;
+        snap->snap[task % E] = snap_gate >= lo && snap_gate < hi;
     }
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
     for (int t = g; t < n_tok; t += ng)
