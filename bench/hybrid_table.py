@@ -80,10 +80,11 @@ def main(argv):
     print(f"# Hybrid placement: {os.path.basename(model)}, pp{pp} / tg{tg}{rounds_note}\n")
     print("| budget | Strata pp t/s | llama pp t/s (-ncmoe) | pp ratio | Strata tg t/s | llama tg t/s | tg ratio | "
           "Strata tg t/s, eval mode (ratio) | "
-          "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | CPU misses/tok (F) | PCIe GB/tok | "
-          "staged GB/tok (pp) | pp experts/chunk from copies, CPU | prefetched/tok (served) |")
+          "Strata peak VRAM MiB | llama peak VRAM MiB | hit rate | misses/tok | CPU misses/tok (F) | "
+          "CPU job / GPU wait us | PCIe GB/tok | staged GB/tok (pp) | pp experts/chunk from copies, CPU | "
+          "prefetched/tok (served) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: | ---: |")
+          "| ---: | ---: | ---: |")
     for label, sname, lname, n, ename in rows:
         sp = per_round(lambda d: (strata(d, sname, "pp") or {}).get("avg_ts"))
         st = per_round(lambda d: (strata(d, sname, "tg") or {}).get("avg_ts"))
@@ -93,6 +94,11 @@ def main(argv):
         hy = next((h for h in per_round(lambda d: (strata(d, sname, "tg") or {}).get("hybrid")) if h), {})
         hyp = next((h for h in per_round(lambda d: (strata(d, sname, "pp") or {}).get("hybrid")) if h), {})
         mlt = mean(lt)
+        # the CPU-miss job's time and the GPU's wait for it, per layer job, mean of the rounds: the host's DRAM sets
+        # them, and with them much of a budget's decode speed (2026-12-03b: 54-85 us between machines)
+        job = [mean(per_round(lambda d: ((strata(d, sname, "tg") or {}).get("hybrid") or {}).get(k)))
+               for k in ("cpu_job_us", "cpu_wait_us")]
+        job_txt = f"{f(job[0])} / {f(job[1])}" if hy.get("cpu_threads") and job[0] is not None else "-"
         pf = hy.get("prefetch_per_token")
         pf_txt = f"{f(pf)} ({hy['prefetch_hits_per_token']:.1f})" if pf else "-"
         print(f"| {label} | {f(mean(sp))} | {f(mean(lp))} ({n}) | {ratio(sp, lp)} | {f(mean(st))} | {f(mlt)} | "
@@ -102,6 +108,7 @@ def main(argv):
               f"{f(100 * hy['hit_rate'] if 'hit_rate' in hy else None, '%.1f%%')} | "
               f"{f(hy.get('misses_per_token'))} | "
               f"{f(hy.get('cpu_misses_per_token'))}{' (%.2f)' % hy['pcie_frac'] if hy.get('cpu_threads') else ''} | "
+              f"{job_txt} | "
               f"{f(hy.get('pcie_gb_per_token'), '%.3f')} | "
               f"{f(hyp.get('staged_gb_per_token'), '%.4f')} | "
               f"{f(hyp.get('prefill_prefetch_records_per_chunk'), '%.0f')}, "

@@ -26,9 +26,10 @@ def write(d, name, obj):
         json.dump(obj, f)
 
 
-def round_files(d, s_tg, l_tg, s_pp, l_pp, s_depth, l_depth, vram):
+def round_files(d, s_tg, l_tg, s_pp, l_pp, s_depth, l_depth, vram, job=(60.0, 50.0)):
     hy = {"hit_rate": 0.979, "misses_per_token": 8.0, "cpu_misses_per_token": 8.0, "cpu_threads": 15,
-          "pcie_frac": 0.0, "pcie_gb_per_token": 0.0, "prefetch_per_token": 6.5, "prefetch_hits_per_token": 85.7}
+          "pcie_frac": 0.0, "pcie_gb_per_token": 0.0, "prefetch_per_token": 6.5, "prefetch_hits_per_token": 85.7,
+          "cpu_job_us": job[0], "cpu_wait_us": job[1]}
     write(d, "strata-16", [{"test": "pp512", "avg_ts": s_pp, "hybrid": {"staged_gb_per_token": 0.0088}},
                            {"test": "tg128", "avg_ts": s_tg, "hybrid": hy}])
     write(d, "llama-7", [{"n_prompt": 512, "n_gen": 0, "avg_ts": l_pp}, {"n_prompt": 0, "n_gen": 128, "avg_ts": l_tg}])
@@ -63,7 +64,7 @@ with tempfile.TemporaryDirectory() as out:  # one round, in OUT itself
 
 with tempfile.TemporaryDirectory() as out:  # two rounds: the peer 100 then 150 tok/s
     round_files(os.path.join(out, "r1"), 350.0, 100.0, 6000.0, 2000.0, 330.0, 110.0, 16300)
-    round_files(os.path.join(out, "r2"), 370.0, 150.0, 6200.0, 3000.0, 334.0, 140.0, 16350)
+    round_files(os.path.join(out, "r2"), 370.0, 150.0, 6200.0, 3000.0, 334.0, 140.0, 16350, job=(70.0, 40.0))
     with open(os.path.join(out, "idle.vram"), "w") as f:
         f.write("50\n")
     t = table(out)
@@ -72,6 +73,7 @@ with tempfile.TemporaryDirectory() as out:  # two rounds: the peer 100 then 150 
     check(r[1:7] == ["6100.0", "2500.0 (7)", "2.44x (2.07-3.00)", "360.0", "125.0", "2.88x (2.47-3.50)"],
           "two rounds: %s" % r)
     check(r[8] == "16300", "peak VRAM: the largest of the rounds minus idle, got %s" % r[8:9])
+    check(r[12:14] == ["8.0 (0.00)", "65.0 / 45.0"], "CPU misses and the job / wait means: %s" % r[12:14])
     a = row(t, "| 16 GiB", 1)
     check(a[4:7] == ["332.0", "125.0", "2.66x (2.39-3.00)"], "two rounds, agent: %s" % a)
     check("mean of 2 rounds" in t, "the title does not say the rounds")
