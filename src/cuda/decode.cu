@@ -276,10 +276,7 @@ __device__ __forceinline__ void router_body(const T *__restrict__ W, int ne0, in
         const float sum = router_dot<T>(w, wp, x + (int64_t)t * ne0, n4, lane);
         if (lane == 0) logits[(int64_t)t * E + r] = sum;
     }
-    if (snapping) {
-        const uint8_t *lo = (const uint8_t *)snap->vram_lo, *hi = (const uint8_t *)snap->vram_hi;
-        snap->snap[task % E] = snap_gate >= lo && snap_gate < hi;
-    }
+    if (snapping) snap->snap[task % E] = hy_in_vram(snap_gate, snap->vram_lo, snap->vram_hi);
     if (!counter || !last_block_done(counter)) return;  // the last block routes each token (NULL: logits only)
     for (int t = g; t < n_tok; t += ng)
         route_group(logits + (int64_t)t * E, E, K, norm, ids + (int64_t)t * K, weights + (int64_t)t * K);
@@ -622,8 +619,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 3)
         if (hy.split.snap) {  // (the router's snapshot: the side block decides from the same bytes)
             if (!hy.split.snap[e]) e = -1;
         } else {
-            const uint8_t *gate = st_tbl_entry(tbl, 3 * e);
-            if (gate < (const uint8_t *)hy.split.vram_lo || gate >= (const uint8_t *)hy.split.vram_hi) e = -1;
+            if (!hy_in_vram(st_tbl_entry(tbl, 3 * e), hy.split.vram_lo, hy.split.vram_hi)) e = -1;
         }
     }
     const int bx = q % nbx;

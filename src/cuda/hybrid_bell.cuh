@@ -63,7 +63,7 @@ __device__ inline void hy_classify_block(const st_hy_split_args &a, const int32_
         const uint8_t *lo = (const uint8_t *)a.vram_lo, *hi = (const uint8_t *)a.vram_hi;
         const uint8_t *w = valid ? st_tbl_entry(a.table, 3 * (size_t)e) : lo;
         // (a.snap: the router's snapshot decides, as the GLU blocks read it; w then only feeds the statistics)
-        const bool in_vram = a.snap ? !valid || a.snap[e] != 0 : w >= lo && w < hi;
+        const bool in_vram = a.snap ? !valid || a.snap[e] != 0 : hy_in_vram(w, lo, hi);
         const uint32_t miss_mask = __ballot_sync(0xffffffffu, lane < K && !in_vram);
         const int n_miss = __popc(miss_mask);
         int n_cpu = 0;

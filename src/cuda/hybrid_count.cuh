@@ -6,6 +6,11 @@
 #include "cuda/common.cuh"  // st_tbl_entry
 #include "cuda/hybrid.h"
 
+// Whether an expert whose gate address is w sits in the VRAM slots [lo, hi) (else it is a miss in the host arena).
+__device__ __forceinline__ bool hy_in_vram(const void *w, const void *lo, const void *hi) {
+    return (const uint8_t *)w >= (const uint8_t *)lo && (const uint8_t *)w < (const uint8_t *)hi;
+}
+
 // Whether a routed pair whose gate address is w was served from the lookahead prefetch's slots.
 __device__ __forceinline__ bool hy_pf_hit(const st_hy_count_args &a, const uint8_t *w) {
     return w >= (const uint8_t *)a.pf.lo && w < (const uint8_t *)a.pf.hi;
@@ -32,7 +37,7 @@ __device__ inline void hy_count_pairs(const int32_t *ids, int n_pairs, const st_
         atomicAdd(&a.counts[e], 1u);
         if (a.sel_miss) {
             const uint8_t *w = st_tbl_entry(a.table, 3 * (size_t)e);
-            misses += (w < lo || w >= hi) ? 1u : 0u;
+            misses += hy_in_vram(w, lo, hi) ? 0u : 1u;
             pf_hits += hy_pf_hit(a, w) ? 1u : 0u;
         }
     }

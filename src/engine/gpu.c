@@ -892,9 +892,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             } else if (RUN(DEC_SKIP_FFN_NORM, st_cuda_rmsnorm_act(s->xn, s->xq, afmt, s->x, s->ffn_out, L->ffn_norm,
                                                                   n, d, hp->rms_eps, st)) ||
                        (n == 1 && g->hy && prefetch_next(s, l, st)) ||
-                       (glu_routes ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, NULL,
-                                                           st)
-                        : hy_side ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, snap, st)
+                       (glu_routes || hy_side
+                            ? st_cuda_router_logits(L->router.type, L->router.d, d, E, s->xn, s->router, snap, st)
                         : routed_split
                             ? st_cuda_router_topk_split(L->router.type, L->router.d, d, E, s->xn, K,
                                                         hp->expert_weights_norm, s->router, s->d_ids, s->d_wts,

@@ -826,6 +826,9 @@ static int hy_side_split_ok(const st_hybrid *h) {
     return !st_hybrid_cpu_split(h) || (st_hybrid_split_fused(h) && h->cpu_q16 == ST_HY_Q16);
 }
 
+// The end of the VRAM expert slots (cache, staging, prefetch): an entry in [h->slots, this) is no miss.
+static const uint8_t *hy_vram_end(const st_hybrid *h) { return h->slots + h->slot_off[h->n_slots_alloc]; }
+
 int st_hybrid_glu_side(const st_hybrid *h) {
     return h && h->glu_side && (h->snap_on || !st_hybrid_prefetch_on(h)) && hy_side_split_ok(h);
 }
@@ -839,19 +842,20 @@ static uint8_t *hy_snap(const st_hybrid *h, uint32_t l) {
 
 int st_hybrid_snap_args(const st_hybrid *h, uint32_t l, st_hy_snap_args *a) {
     memset(a, 0, sizeof *a);
-    if (!h || !hy_snap(h, l)) return 0;
+    uint8_t *snap = h ? hy_snap(h, l) : NULL;
+    if (!snap) return 0;
     a->table = st_hybrid_layer_table(h, l);
     a->vram_lo = h->slots;
-    a->vram_hi = h->slots + h->slot_off[h->n_slots_alloc];
-    a->snap = hy_snap(h, l);
+    a->vram_hi = hy_vram_end(h);
+    a->snap = snap;
     a->progress = hy_pf_progress(h);
     a->layer = (int)l;
     return 1;
 }
 
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a) {
-    const st_hy_split_args v = {(int)h->E, st_hybrid_layer_table(h, l), h->slots,
-                                h->slots + h->slot_off[h->n_slots_alloc], h->cpu_q16, h->carry_d + l, h->ids_gpu_d,
+    const st_hy_split_args v = {(int)h->E, st_hybrid_layer_table(h, l), h->slots, hy_vram_end(h), h->cpu_q16,
+                                h->carry_d + l, h->ids_gpu_d,
                                 h->meta_dp, xn, h->xrow_dp, (int)h->m->hp.n_embd,
                                 h->cnt_d + (uint64_t)h->L * h->E + 2ull * h->L + l, h->bell_seq_d, h->bell_dp, (int)l,
                                 NULL};
@@ -1407,7 +1411,7 @@ void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_coun
     a->n_expert = (int)h->E;
     a->table = st_hybrid_layer_table(h, l);
     a->vram_lo = h->slots;
-    a->vram_hi = h->slots + h->slot_off[h->n_slots_alloc];
+    a->vram_hi = hy_vram_end(h);
     a->counts = h->cnt_d + (uint64_t)l * h->E;
     a->sel_miss = decode ? h->cnt_d + (uint64_t)h->L * h->E + 2ull * l : NULL;
     if (decode && h->pf_on) {
