@@ -197,8 +197,8 @@ struct st_hybrid {
     // 2 (default): also, after a long prompt, the own sets refilled as cache and the branch off; 1: the rule only.
     int pf_gate;
     int pf_lean;                  // STRATA_HY_PF_LEAN (default 1): branch off, no progress word (hy_pf_progress)
-    int snap_on;                  // STRATA_HY_SNAP=1 (A/B): the side-block GLU also with the prefetch's branch on,
-                                  // deciding CPU ranks from the router launch's snapshot (cuda/hybrid.h)
+    int snap_on;                  // STRATA_HY_SNAP (default 1; 0: the router's tail): the side-block GLU also with the
+                                  // prefetch's branch on, deciding CPU ranks from the router launch's snapshot
     uint8_t *snap_d;              // device [n_layer][n_expert]: the snapshots (1: the gate entry lay in VRAM)
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
@@ -1285,14 +1285,14 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
             h->freq[i] = h->prof.n_tokens ? (float)((double)h->prof.counts[i] * half / (double)h->prof.n_tokens) : 0;
 
     h->glu_side = env_int("STRATA_HY_GLU_SIDE", 1, 0, 1);
-    h->snap_on = h->glu_side && env_int("STRATA_HY_SNAP", 0, 0, 1);
+    h->snap_on = h->glu_side && env_int("STRATA_HY_SNAP", 1, 0, 1);
     if (h->snap_on && !(h->snap_d = st_cuda_alloc(ctx, (size_t)h->L * h->E, "side-block snapshots"))) return -1;
     if (hy_cpu_init(h) || hy_pf_init(h) || hy_pc_init(h)) return -1;
     if (h->glu_side && hy_side_split_ok(h))
         st_info("hybrid decode: steps %s route in the GLU launch, a side block counting%s "
                 "(STRATA_HY_GLU_SIDE=0: in the router's tail)",
-                h->snap_on ? "with and without the prefetch's branch (STRATA_HY_SNAP: the router's snapshot decides "
-                             "the CPU's ranks)" : "without the prefetch's branch",
+                h->snap_on ? "with and without the prefetch's branch (the router's snapshot decides the CPU's ranks; "
+                             "STRATA_HY_SNAP=0: only without)" : "without the prefetch's branch",
                 st_hybrid_cpu_split(h) ? ", classifying and ringing" : "");
 
     size_t fr = 0, tot = 0;

@@ -72,12 +72,12 @@ int st_hybrid_moe_decode(st_hybrid *h, uint32_t l, int gu_type, int down_type, c
 // The split folded into the router and down launches (STRATA_HY_SPLIT_FUSED=1, A/B; doorbell path only): 1 when on.
 // st_hybrid_split_args gives the router launch layer l's classify arguments (xn: the router's input row).
 int st_hybrid_split_fused(const st_hybrid *h);
-// STRATA_HY_GLU_SIDE (default 1) and the mode applies now (the prefetch's branch off, or on with STRATA_HY_SNAP=1;
-// no CPU misses, or all of a layer's misses the CPU's through the fused doorbell split): one-token decode layers
-// take st_cuda_router_logits + st_cuda_moe_route_glu_hy (decode.h).
+// STRATA_HY_GLU_SIDE (default 1) and the mode applies now (the prefetch's branch off, or on with STRATA_HY_SNAP,
+// default 1; no CPU misses, or all of a layer's misses the CPU's through the fused doorbell split): one-token decode
+// layers take st_cuda_router_logits + st_cuda_moe_route_glu_hy (decode.h).
 int st_hybrid_glu_side(const st_hybrid *h);
 // The router launch's snapshot for layer l's side-block GLU (cuda/hybrid.h st_hy_snap_args): 1 with *a filled where
-// the side block decodes with the prefetch's branch on (STRATA_HY_SNAP=1), else 0.
+// the side block decodes with the prefetch's branch on (STRATA_HY_SNAP, default 1), else 0.
 int st_hybrid_snap_args(const st_hybrid *h, uint32_t l, st_hy_snap_args *a);
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a);
 // Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h), one-token decode steps only, all capturable:

@@ -144,9 +144,11 @@ run_decode mid-rb-async $mid 128 300 1000 STRATA_HY_RB_ASYNC=1 STRATA_HY_PF_GATE
 # still bitwise; and the router's tail in its place (=0)
 run_decode mid-glu-side $mid 128 300 400 STRATA_HY_PREFETCH=0
 run_decode mid-glu-side-off $mid 128 300 400 STRATA_HY_PREFETCH=0 STRATA_HY_GLU_SIDE=0
-# the side block with the prefetch's branch on too (STRATA_HY_SNAP=1: the router launch snapshots the layer's table
-# and sets the progress word; the CPU's ranks decided from the snapshot): bitwise, and top-1 with every miss the CPU's
-run_decode mid-prefetch-snap $mid 128 300 1000 STRATA_HY_SNAP=1  # (a short prompt: the gate keeps the branch on)
+# the side block with the prefetch's branch on too (STRATA_HY_SNAP, default 1: the router launch snapshots the layer's
+# table and sets the progress word; the CPU's ranks decided from the snapshot): bitwise, and top-1 with every miss
+# the CPU's; and the router's tail in its place with the branch on (=0)
+run_decode mid-prefetch-snap $mid 128 300 1000  # (a short prompt: the gate keeps the branch on)
+run_decode mid-prefetch-snap-off $mid 128 300 1000 STRATA_HY_SNAP=0
 snap_on() {  # label: the log says the side block took the branch-on steps too
   if [[ $1 =~ $only ]] && ! grep -q "with and without the prefetch's branch" "$out/$1.log"; then
     grep -E "hybrid decode" "$out/$1.log" | sed 's/^/   /'
@@ -239,7 +241,8 @@ run_cpumiss mid-cpumiss-separate $mid 128 100 1000 0.5 STRATA_HY_SPLIT_FUSED=0
 run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # without the prefetch's branch the side block classifies and rings (every miss the CPU's; STRATA_HY_GLU_SIDE)
 run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
-run_cpumiss mid-cpumiss-snap $mid 128 100 1000 0 STRATA_HY_SNAP=1  # (with the branch: the router's snapshot)
+run_cpumiss mid-cpumiss-snap $mid 128 100 1000 0  # (with the branch: the router's snapshot, STRATA_HY_SNAP=1)
+run_cpumiss mid-cpumiss-snap-off $mid 128 100 1000 0 STRATA_HY_SNAP=0  # (with the branch: the router's tail)
 snap_on mid-cpumiss-snap
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
