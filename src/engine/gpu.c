@@ -115,6 +115,7 @@ struct st_gpu_session {
     int64_t logits_rows;        // grows on demand (all-position logits of a prefill chunk)
     void *gemm_scratch;         // prefill GEMM / MoE scratch [gemm_scratch_bytes]
     size_t gemm_scratch_bytes;
+    int gemm_scratch_lent;      // gemm_scratch lies in the hybrid's prefetch slots (st_hybrid_scratch_lend)
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
     void *attn_ws;
@@ -569,7 +570,9 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     const char *gm = getenv("STRATA_GEMM_MIN");
     if (gm && atoi(gm) > 0) s->gemm_min = atoi(gm);
     s->gemm_scratch_bytes = gemm_scratch_need(g);
-    s->gemm_scratch = dalloc(s, s->gemm_scratch_bytes, "prefill scratch", &fail);
+    s->gemm_scratch = g->hy && !fail ? st_hybrid_scratch_lend(g->hy, s->gemm_scratch_bytes) : NULL;
+    s->gemm_scratch_lent = s->gemm_scratch != NULL;
+    if (!s->gemm_scratch) s->gemm_scratch = dalloc(s, s->gemm_scratch_bytes, "prefill scratch", &fail);
     s->n_split = st_cuda_attn_decode_splits((int)hp->n_head_kv, g->ctx.sm_count);
     s->attn_ws = dalloc(s, st_cuda_attn_decode_workspace_bytes((int)hp->n_head, (int)hp->head_dim_k, s->n_split),
                         "attention workspace", &fail);
@@ -622,6 +625,10 @@ void st_gpu_session_free(st_gpu_session *s) {
     for (uint32_t l = 0; s->k_cache && l < s->g->m->hp.n_layer; l++) {
         if (s->k_cache[l]) st_cuda_free(c, s->k_cache[l]);
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
+    }
+    if (s->gemm_scratch_lent) {
+        st_hybrid_scratch_return(s->g->hy, s->gemm_scratch);
+        s->gemm_scratch = NULL;
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->rope_cs, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b,
                     s->ffn_out, s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,

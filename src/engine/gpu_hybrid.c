@@ -208,6 +208,10 @@ struct st_hybrid {
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     uint32_t pf_borrow;           // with one staging buffer: the first own slots (stage_per_buf) a prefill borrows as
                                   // its second buffer, their copies dropped first; 0: none (STRATA_HY_PF_BORROW=0)
+    uint32_t pf_scratch;          // STRATA_HY_PF_SCRATCH=1 (A/B): own slots [pf_borrow, pf_borrow + pf_scratch) hold
+                                  // a session's prefill GEMM / MoE scratch (st_hybrid_scratch_lend), their copies
+                                  // dropped before every prefill step; the cache took those bytes. 0: off
+    int scratch_lent;             // a session holds that scratch
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
     const uint8_t **rec_d;
@@ -1140,7 +1144,6 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
                       st_fmt_bytes(b[4], 32, (double)h->plan.host_map_bytes), h->E,
                       st_fmt_bytes(b[5], 32, (double)h->stride),
                       (double)(fixed + h->stride * h->E) / (double)(1ull << 30) + 0.01);
-    uint64_t n_total = (h->plan.budget - fixed) / h->stride;
     // The lookahead prefetch (hy_pf_init) as planned (place/plan.h): P predictions per layer, by default in L x P
     // slots of its own out of the cache's share (one set per layer), else in sets carved from the prefill staging.
     h->pf_P = (int)h->plan.prefetch_per_layer;
@@ -1148,9 +1151,21 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         st_info("hybrid: lookahead prefetch off: the cache holds %.1f%% of the experts (off from %.0f%%, where its "
                 "slots and side launches cost more than its copies save; STRATA_HY_PREFETCH=P keeps it on)",
                 100.0 * (double)h->plan.n_slots / (double)h->plan.n_experts_total, 100.0 * ST_PLAN_PREFETCH_MAX_SHARE);
-    // The plan's own sets, fewer per layer where the slots left after this engine's tables hold fewer (plan.h)
-    const uint32_t own_p =
-        h->plan.n_prefetch ? st_plan_prefetch_own_fit(n_total, 2ull * h->E, h->E, h->L, (uint32_t)h->pf_P, NULL) : 0;
+    // STRATA_HY_PF_SCRATCH=1 (A/B): the sessions' prefill GEMM / MoE scratch, idle during decode, lives in the own
+    // slots (after a borrowed staging buffer, which hy_pf_init leaves out where both do not fit) instead of beside
+    // them; the cache takes its bytes. Only where the own slots hold it.
+    uint64_t credit = h->plan.n_prefetch && env_int("STRATA_HY_PF_SCRATCH", 0, 0, 1) ? h->plan.gemm_scratch_bytes : 0;
+    uint64_t n_total;
+    uint32_t own_p;
+    for (;;) {
+        n_total = (h->plan.budget - fixed + credit) / h->stride;
+        // The plan's own sets, fewer per layer where the slots left after this engine's tables hold fewer (plan.h)
+        own_p = h->plan.n_prefetch
+                    ? st_plan_prefetch_own_fit(n_total, 2ull * h->E, h->E, h->L, (uint32_t)h->pf_P, NULL) : 0;
+        h->pf_scratch = (uint32_t)((credit + h->stride - 1) / h->stride);
+        if (!credit || (uint64_t)h->L * own_p >= h->pf_scratch) break;
+        credit = 0;
+    }
     h->pf_own = (uint64_t)h->L * own_p;
     if (own_p) h->pf_P = (int)own_p;
     n_total -= h->pf_own;
@@ -1168,7 +1183,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         st_xlayer_init(&x, hp, ml->gate_exps.type, ml->up_exps.type, ml->down_exps.type);
         lbytes[l] = h->slot_fit ? x.slot_bytes : h->stride;
     }
-    const uint64_t avail = h->plan.budget - fixed - h->pf_own * h->stride;  // (>= n_total * stride)
+    const uint64_t avail = h->plan.budget - fixed + credit - h->pf_own * h->stride;  // (>= n_total * stride)
     const uint64_t *prof = h->have_prof ? h->prof.counts : NULL;
     const int lay_rc = h->slot_fit ? st_hycache_layout_fit(h->L, h->E, avail, lbytes, h->stride, prof, &h->lay)
                                    : st_hycache_layout_compute(h->L, h->E, n_total, prof, &h->lay);
@@ -1183,6 +1198,10 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     if (lay_rc) return st_err_prefix("%s: ", h->m->path);
     if (!h->slot_off) return st_err("out of memory");
     st_hycache_layout one;  // the layout at one slot size, for the log
+    if (h->pf_scratch)
+        st_info("hybrid placement: the prefill GEMM scratch (%s) in %u of the prefetch's own slots, the cache has its "
+                "bytes (STRATA_HY_PF_SCRATCH: a prefill drops the copies there)",
+                st_fmt_bytes(b[0], 32, (double)credit), h->pf_scratch);
     if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, &one) == 0) {
         st_info("hybrid placement: cache slots sized per layer: %" PRIu64
                 " cache slots, %" PRIu64 " at one size", h->lay.n_cache, one.n_cache);
@@ -1435,6 +1454,21 @@ int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on && h->pf_ga
 
 int st_hybrid_prefetch_gated(const st_hybrid *h) { return h && h->pf_on && !h->pf_gate_state.live; }
 int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_chunk; }
+
+void *st_hybrid_scratch_lend(st_hybrid *h, size_t bytes) {
+    if (!h->pf_scratch || h->scratch_lent || bytes > (uint64_t)h->pf_scratch * h->stride) return NULL;
+    // (own slots have the uniform stride: the region is contiguous)
+    if ((uint64_t)h->pf_borrow + h->pf_scratch > h->pf_own) return NULL;
+    h->scratch_lent = 1;
+    char b[32];
+    st_info("hybrid session: the prefill GEMM scratch (%s) lent from the prefetch's own slots", st_fmt_bytes(b, 32,
+            (double)bytes));
+    return (void *)slot_ptr(h, pf_own_slot0(h) + (int64_t)h->pf_borrow);
+}
+
+void st_hybrid_scratch_return(st_hybrid *h, const void *p) {
+    if (h->scratch_lent && p == slot_ptr(h, pf_own_slot0(h) + (int64_t)h->pf_borrow)) h->scratch_lent = 0;
+}
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
     if (n_ctx) *n_ctx = h->plan.n_ctx;
     return h->plan.kv_bytes + h->plan.scratch_bytes;
@@ -1605,7 +1639,9 @@ static int hy_pf_init(st_hybrid *h) {
     // One staging buffer (the plan kept more own sets instead of the second): a prefill borrows the first own slots
     // as its second buffer. H200, Qwen3-235B-A22B IQ1_M at 8 GiB, pp512 (2026-12-01i): one buffer with 4 own sets
     // 491.2 / 492.6 tok/s, two buffers with 3 own sets 574.4 / 575.0 (tg128 15.0 against 12.3 / 12.9).
-    if (h->lay.n_stage_bufs == 1 && n_own >= h->lay.stage_per_buf && env_int("STRATA_HY_PF_BORROW", 1, 0, 1)) {
+    // (Not where the prefill GEMM scratch would not fit after it, STRATA_HY_PF_SCRATCH: one staging buffer then.)
+    if (h->lay.n_stage_bufs == 1 && n_own >= h->lay.stage_per_buf + h->pf_scratch &&
+        env_int("STRATA_HY_PF_BORROW", 1, 0, 1)) {
         h->pf_borrow = (uint32_t)h->lay.stage_per_buf;
         st_info("hybrid prefill: double-buffered staging, the second buffer in the prefetch's first %u own slots "
                 "(a prefill drops the copies there)", h->pf_borrow);
@@ -1711,12 +1747,14 @@ int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats,
     // copies, and the prefill reads them (the owners as the last decode steps left them).
     if (h->pf_on && !h->pf_own && st_cuda_hy_pf_reset(&h->pf, -1, st)) return -1;
     if (hy_pf_owners_read(h, st)) return -1;
-    if (h->pf_borrow) {  // the borrowed slots become staging: the copies there go home first (an owner set only
-                         // with its copy queued, so none is in flight: the engine synchronises after every step)
+    // The borrowed slots become staging, the lent ones GEMM scratch: the copies there go home first (an owner set
+    // only with its copy queued, so none is in flight: the engine synchronises after every step).
+    const uint32_t n_lend = h->pf_borrow + (h->scratch_lent ? h->pf_scratch : 0);
+    if (n_lend && h->pf_owner_h) {
         int any = 0;
-        for (uint32_t j = 0; j < h->pf_borrow; j++)
+        for (uint32_t j = 0; j < n_lend; j++)
             if (h->pf_owner_h[j] >= 0) any = 1, h->pf_owner_h[j] = -1;
-        if (any && st_cuda_hy_pf_reset(&h->pf, (int)h->pf_borrow, st)) return -1;
+        if (any && st_cuda_hy_pf_reset(&h->pf, (int)n_lend, st)) return -1;
         h->pmap_dirty |= any;
     }
     hy_pc_plan(h, n_tok);  // (after the owners: a prefetch copy is not the CPU's)

@@ -129,23 +129,11 @@ void st_place_desc_free(st_place_desc *d) {
 // cuda/qblock.h st_q8_1_row_bytes: 40 bytes per 32 elements, rows padded to 128.
 static uint64_t q8_1_row_bytes(uint64_t ne0) { return align_up(ne0 / 32 * 40, 128); }
 
-uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
+// gpu.c gemm_scratch_need: the largest GEMM / MoE scratch of one chunk (cuda/gemm_sizes.h), 256-aligned.
+uint64_t st_plan_gemm_scratch_bytes(const st_place_desc *d, int64_t chunk) {
     const st_hparams *hp = &d->hp;
     if (chunk <= 0) chunk = ST_PLAN_PREFILL_CHUNK;
-    const uint64_t P = (uint64_t)chunk, B = ST_PLAN_DECODE_BATCH, K = hp->n_expert_used ? hp->n_expert_used : 1;
-    const uint64_t dd = hp->n_embd, kd = (uint64_t)hp->n_head_kv * hp->head_dim_k;
-    const uint64_t qd = (uint64_t)hp->n_head * hp->head_dim_k, ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
-    const uint64_t A = ST_PLAN_ALIGN;
-    // gpu.c st_gpu_session_new: the per-chunk activations (each its own allocation).
-    uint64_t ffn_rows = B * K > P ? B * K : P;
-    uint64_t widest = dd > qd ? dd : qd;
-    if (ff > widest) widest = ff;
-    uint64_t s = align_up(4 * P, A) + align_up(4, A) + 2 * align_up(4 * P * dd, A) + 2 * align_up(4 * P * qd, A) +
-                 2 * align_up(4 * P * kd, A) + 2 * align_up(4 * ffn_rows * ff, A) + align_up(4 * ffn_rows * dd, A) +
-                 align_up(4 * P * (hp->n_expert ? hp->n_expert : 1), A) + 2 * align_up(4 * P * K, A) +
-                 align_up(4 * B * K, A) + align_up(q8_1_row_bytes(widest) * B * K, A) +
-                 align_up(4 * B * hp->n_vocab, A);
-    // gpu.c gemm_scratch_need: the largest GEMM / MoE scratch of one chunk (cuda/gemm_sizes.h).
+    const uint64_t P = (uint64_t)chunk, K = hp->n_expert_used ? hp->n_expert_used : 1;
     uint64_t need = 0;
     int moe_gu = -1;
     for (int i = 0; i < d->n_tensors; i++) {
@@ -176,7 +164,26 @@ uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
                 if (b > need) need = b;
             }
     }
-    s += align_up(need, A);
+    return align_up(need, ST_PLAN_ALIGN);
+}
+
+uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk) {
+    const st_hparams *hp = &d->hp;
+    if (chunk <= 0) chunk = ST_PLAN_PREFILL_CHUNK;
+    const uint64_t P = (uint64_t)chunk, B = ST_PLAN_DECODE_BATCH, K = hp->n_expert_used ? hp->n_expert_used : 1;
+    const uint64_t dd = hp->n_embd, kd = (uint64_t)hp->n_head_kv * hp->head_dim_k;
+    const uint64_t qd = (uint64_t)hp->n_head * hp->head_dim_k, ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    const uint64_t A = ST_PLAN_ALIGN;
+    // gpu.c st_gpu_session_new: the per-chunk activations (each its own allocation).
+    uint64_t ffn_rows = B * K > P ? B * K : P;
+    uint64_t widest = dd > qd ? dd : qd;
+    if (ff > widest) widest = ff;
+    uint64_t s = align_up(4 * P, A) + align_up(4, A) + 2 * align_up(4 * P * dd, A) + 2 * align_up(4 * P * qd, A) +
+                 2 * align_up(4 * P * kd, A) + 2 * align_up(4 * ffn_rows * ff, A) + align_up(4 * ffn_rows * dd, A) +
+                 align_up(4 * P * (hp->n_expert ? hp->n_expert : 1), A) + 2 * align_up(4 * P * K, A) +
+                 align_up(4 * B * K, A) + align_up(q8_1_row_bytes(widest) * B * K, A) +
+                 align_up(4 * B * hp->n_vocab, A);
+    s += st_plan_gemm_scratch_bytes(d, chunk);
     // Decode attention workspace: n_head * n_split * (head_dim + 2) floats, n_split = ceil(4 n_sm / n_head_kv).
     uint64_t n_split = (4 * ST_PLAN_SM_COUNT + hp->n_head_kv - 1) / (hp->n_head_kv ? hp->n_head_kv : 1);
     s += align_up(4 * (uint64_t)hp->n_head * n_split * (hp->head_dim_k + 2), A);
@@ -286,6 +293,7 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
                     align_up(4 * (uint64_t)out->n_ctx * hp->n_rot, ST_PLAN_ALIGN);
     out->prefill_chunk = pp->prefill_chunk > 0 ? pp->prefill_chunk : ST_PLAN_PREFILL_CHUNK;
     out->scratch_bytes = st_plan_scratch_bytes(d, out->prefill_chunk);
+    out->gemm_scratch_bytes = st_plan_gemm_scratch_bytes(d, out->prefill_chunk);
     out->reserve_bytes = pp->reserve_bytes >= 0 ? (uint64_t)pp->reserve_bytes : ST_PLAN_RESERVE_DEFAULT;
     uint64_t base = out->dense_bytes + out->kv_bytes + out->scratch_bytes + out->reserve_bytes;
 
@@ -334,6 +342,7 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         const uint64_t s2 = st_plan_scratch_bytes(d, out->prefill_chunk);
         base = base - out->scratch_bytes + s2;
         out->scratch_bytes = s2;
+        out->gemm_scratch_bytes = st_plan_gemm_scratch_bytes(d, out->prefill_chunk);
         out->min_bytes = base + hy_fixed;
     }
     if (out->budget < out->min_bytes) {

@@ -105,6 +105,8 @@ void st_xlayer_init(st_xlayer *x, const st_hparams *hp, int type_gate, int type_
 // dense GEMMs of >= 256 tokens: the weight dequantized to f16; int8 mmq for MoE where the type allows), and the
 // decode attention workspace. Excludes the KV cache and ST_PLAN_RESERVE_DEFAULT.
 uint64_t st_plan_scratch_bytes(const st_place_desc *d, int64_t chunk);
+// Its largest GEMM / MoE part (gpu.c's `gemm_scratch`, used by prefill steps only), 256-aligned.
+uint64_t st_plan_gemm_scratch_bytes(const st_place_desc *d, int64_t chunk);
 
 // Per-layer, per-expert routing counts (place/profile.h reads and writes them).
 typedef struct st_profile {
@@ -164,6 +166,7 @@ typedef struct st_plan {
     uint64_t dense_bytes;      // every non-expert tensor as uploaded (256-aligned, norms as F32)
     uint64_t kv_bytes;         // K and V of n_ctx positions, all layers
     uint64_t scratch_bytes;    // st_plan_scratch_bytes
+    uint64_t gemm_scratch_bytes;  // its prefill-only GEMM / MoE part (st_plan_gemm_scratch_bytes)
     int64_t prefill_chunk;     // the chunk scratch_bytes is for (tokens)
     bool prefill_chunk_lowered;  // the default chunk was halved to fit the budget (ST_PLAN_PREFILL_CHUNK_MIN)
     uint64_t reserve_bytes;    // CUDA context and library workspaces

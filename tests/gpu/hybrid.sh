@@ -74,10 +74,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 
 # budget NAME MODEL CTX E [SLOTS]: GiB that gives the hybrid engine about $share of the experts as cache slots plus
 # double-buffered staging (or SLOTS expert slots in all), from the planner's own sizes (strata info --plan, f32 KV as
-# the tests use) and gpu_hybrid.c's formula (fixed = dense + KV + scratch + reserve + tables; slots = share * all +
-# 2 * (n_expert - share * n_expert)).
+# the tests use; UB=N: the scratch of N-token prefill steps, with HYBRID_DECODE_UBATCH=N for the engines) and
+# gpu_hybrid.c's formula (fixed = dense + KV + scratch + reserve + tables; slots = share * all + 2 * (n_expert -
+# share * n_expert)).
 budget() {
-  "$S" info -m "$2" --plan -c "$3" -ctk f32 --json 2>/dev/null | python3 -c '
+  "$S" info -m "$2" --plan -c "$3" -ctk f32 ${UB:+-ub $UB} --json 2>/dev/null | python3 -c '
 import json, sys
 p = json.load(sys.stdin)
 share = float(sys.argv[1])
@@ -164,6 +165,15 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
+# the prefill GEMM scratch in the first own slots (STRATA_HY_PF_SCRATCH=1; 128-token steps, so that the 8 layers' own
+# sets hold it): the decode's copies land there, every prefill step drops them first; still bitwise over a second
+# long prompt
+UB=128 run_decode mid-pf-scratch $mid 128 1100 1000 HYBRID_DECODE_UBATCH=128 HYBRID_DECODE_PROMPT2=1100 \
+  STRATA_HY_PF_SCRATCH=1
+if [[ mid-pf-scratch =~ $only ]] && ! grep -q "GEMM scratch.*lent from" "$out/mid-pf-scratch.log"; then
+  grep -E "hybrid placement" "$out/mid-pf-scratch.log" | sed 's/^/   /'
+  fail "mid-pf-scratch: the session's scratch was not lent from the own slots"
+fi
 # cache slots sized per layer (the default; the 8-layer Q4_K_M mixes Q4_K and Q6_K down records): swaps, prefill
 # maps in offset units, a second long prompt over the decode's copies; still bitwise. *-slot-one: one slot size
 run_decode mid-slot-fit $mid 128 1100 1000 HYBRID_DECODE_PROMPT2=1100

@@ -49,6 +49,8 @@ static strata_engine *load(const char *path, double gib, int32_t n_ctx, const ch
     p.gpu_mem_gib = gib;
     p.plan_n_ctx = n_ctx;
     p.plan_kv_f32 = true;
+    const char *ub = getenv("HYBRID_DECODE_UBATCH");  // prefill steps of N tokens (both engines: the same bits)
+    if (ub && atoi(ub) > 0) p.n_ubatch = atoi(ub);
     strata_engine *e = strata_engine_load(&p);
     if (!e) fprintf(stderr, "hybrid_decode: loading %s (--gpu-mem %.3f): %s\n", path, gib, strata_last_error());
     return e;
