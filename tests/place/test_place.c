@@ -110,6 +110,14 @@ static void test_planner(const st_model *m) {
           "default chunk %lld", (long long)p.prefill_chunk);
     CHECK(st_plan_scratch_bytes(&d, 512) > 0 && st_plan_scratch_bytes(&d, 512) < p.scratch_bytes &&
               p.scratch_bytes < st_plan_scratch_bytes(&d, 2 * ST_PLAN_PREFILL_CHUNK), "scratch grows with the chunk");
+    // Its prefill-only GEMM part (the hybrid may lend it from prefetch slots): a part of it; at >= 256 rows the
+    // quantized LM head's f16 copy (cuBLAS) at least; smaller for 128-token steps
+    const uint64_t head_f16 = 2ull * m->hp.n_vocab * m->hp.n_embd;
+    CHECK(p.gemm_scratch_bytes == st_plan_gemm_scratch_bytes(&d, ST_PLAN_PREFILL_CHUNK) &&
+              p.gemm_scratch_bytes > 0 && p.gemm_scratch_bytes < p.scratch_bytes && p.gemm_scratch_bytes % 256 == 0 &&
+              p.gemm_scratch_bytes >= head_f16 && st_plan_gemm_scratch_bytes(&d, 128) < p.gemm_scratch_bytes,
+          "GEMM scratch %" PRIu64 " of %" PRIu64 " (LM head f16 %" PRIu64 ", 128-token steps %" PRIu64 ")",
+          p.gemm_scratch_bytes, p.scratch_bytes, head_f16, st_plan_gemm_scratch_bytes(&d, 128));
     st_plan_free(&p);
     // Exactly all: still all in VRAM; one byte less: hybrid with fewer slots than experts.
     pp.gpu_budget = all;
@@ -346,6 +354,10 @@ static void test_planner(const st_model *m) {
                g, p.dense_bytes / 1073741824.0, p.kv_bytes / 1073741824.0, p.scratch_bytes / 1073741824.0,
                p.reserve_bytes / 1073741824.0, p.staging_bytes / 1073741824.0, p.n_slots, p.slot_bytes / 1048576.0,
                100.0 * p.n_slots / p.n_experts_total, p.arena_bytes / 1073741824.0);
+        // The prefill-only GEMM part there is the Q6_K LM head's f16 copy and 512 f16 input rows (cuBLAS), larger
+        // than the 4096-token MoE scratch
+        CHECK(p.gemm_scratch_bytes == 2ull * 151936 * 2048 + 2ull * 512 * 2048, "30B GEMM scratch %" PRIu64,
+              p.gemm_scratch_bytes);
         st_plan_free(&p);
     }
     st_place_desc_free(&db);
