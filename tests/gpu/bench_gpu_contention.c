@@ -6,8 +6,9 @@
 //   cpu   decode jobs of `experts` experts each (st_hy_cpu_experts, distinct records: from DRAM), `threads` workers
 //   gpu   the prefetch's copy kernel (st_cuda_hy_pf_copy, the engine's 16 blocks) reading records into VRAM
 //   both  the copies queued on a stream while the CPU runs jobs until they complete
-// and prints each side's rate alone and together, and the sum.
-//   usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]]   (defaults: CPUs - 1, 2, 1920)
+// and prints each side's rate alone and together, and the sum. --dma: the GPU side as copy-engine copies of the same
+// records (cudaMemcpyAsync from the registered arena) instead of the kernel (docs/STATUS-2026-12-03c.md Next 2).
+//   usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]] [--dma]   (defaults: CPUs - 1, 2, 1920)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,9 +61,17 @@ static double cpu_job(decode_jobs *s, double *bytes) {
 // The copies of n_launch work lists (launch i: list i, layer i % Lg) queued on st between events e0 and e1; the
 // copy kernel takes its list from pf.work, so each launch gets a pf of its own. Exits on a launch failure.
 static void gpu_batch(const st_hy_pf *pf, int32_t *work_d, int n_launch, uint32_t Lg, cudaStream_t st, cudaEvent_t e0,
-                      cudaEvent_t e1) {
+                      cudaEvent_t e1, const st_arena *dma, const int32_t *work_h) {
     CK(cudaEventRecord(e0, st));
-    for (int i = 0; i < n_launch; i++) {
+    for (int i = 0; dma && i < n_launch; i++) {  // the same records by the copy engine
+        const int32_t *w = work_h + (size_t)i * (1 + 2 * PER_LAUNCH);
+        const uint32_t l = (uint32_t)i % Lg;
+        for (int j = 0; j < w[0]; j++)
+            CK(cudaMemcpyAsync(pf->pf_slots + (size_t)w[1 + 2 * j] * (size_t)pf->stride,
+                               dma->rec[(size_t)l * dma->n_expert + (size_t)w[2 + 2 * j]], dma->layers[l].record_bytes,
+                               cudaMemcpyHostToDevice, st));
+    }
+    for (int i = 0; !dma && i < n_launch; i++) {
         st_hy_pf p = *pf;
         p.work = work_d + (size_t)i * (1 + 2 * PER_LAUNCH);
         if (st_cuda_hy_pf_copy(&p, i % (int)Lg, BLOCKS, st)) {
@@ -74,8 +83,10 @@ static void gpu_batch(const st_hy_pf *pf, int32_t *work_d, int n_launch, uint32_
 }
 
 int main(int argc, char **argv) {
+    const int use_dma = argc > 2 && !strcmp(argv[argc - 1], "--dma");
+    if (use_dma) argc--;
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        printf("usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]]\n");
+        printf("usage: bench_gpu_contention MODEL.gguf [threads [experts [records]]] [--dma]\n");
         return argc < 2 ? 2 : 0;
     }
     const int n_ex = argc > 3 ? atoi(argv[3]) : 2, n_rec = argc > 4 ? atoi(argv[4]) : 1920;
@@ -161,17 +172,20 @@ int main(int argc, char **argv) {
     printf("cpu alone:  %d threads, jobs of %d experts: %.1f us per job, %.1f GB/s\n", bs.threads, n_ex, cpu_us,
            cpu_gbs);
 
-    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1);  // warm-up
+    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1, use_dma ? a : NULL, work_h);  // warm-up
     CK(cudaStreamSynchronize(st));
-    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1);
+    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1, use_dma ? a : NULL, work_h);
     CK(cudaStreamSynchronize(st));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, e0, e1));
     const double gpu_gbs = gpu_bytes / (ms * 1e-3) / 1e9;
-    printf("gpu alone:  copy kernel (%d blocks), %d records: %.1f ms, %.1f GB/s\n", BLOCKS, n_launch * PER_LAUNCH, ms,
-           gpu_gbs);
+    if (use_dma)
+        printf("gpu alone:  copy engine, %d records: %.1f ms, %.1f GB/s\n", n_launch * PER_LAUNCH, ms, gpu_gbs);
+    else
+        printf("gpu alone:  copy kernel (%d blocks), %d records: %.1f ms, %.1f GB/s\n", BLOCKS, n_launch * PER_LAUNCH,
+               ms, gpu_gbs);
 
-    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1);
+    gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1, use_dma ? a : NULL, work_h);
     int n_both = 0;
     b = 0, t = 0;
     const double w0 = st_now();
