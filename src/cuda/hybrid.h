@@ -118,8 +118,8 @@ typedef struct st_hy_split_args {  // st_cuda_hy_classify_bell's arguments after
                                    // launch's, st_hy_snap_args) says, not as the live table does (STRATA_HY_SNAP)
 } st_hy_split_args;
 // The router launch's snapshot for the side-block GLU (decode.h st_cuda_moe_route_glu_hy) in steps with the
-// lookahead prefetch's branch (STRATA_HY_SNAP, default 1): each task records, after the launch's dependency wait, whether
-// its expert's gate entry lies in VRAM, and block 0 sets the prefetch's progress word. The GLU blocks
+// lookahead prefetch's branch (STRATA_HY_SNAP, default 1): each task records, after the launch's dependency wait,
+// whether its expert's gate entry lies in VRAM, and block 0 sets the prefetch's progress word. The GLU blocks
 // and the side block then decide a rank's side from the snapshot: one decision per rank while a late copy or plan
 // may flip the layer's entries (both addresses of an entry hold the expert's bytes, prefetch rule 1 below; a flip
 // makes a rank slower, never wrong), and the progress word orders the plan's evictions before the layer's reads.

@@ -1455,19 +1455,23 @@ int st_hybrid_prefetch_on(const st_hybrid *h) { return h && h->pf_on && h->pf_ga
 int st_hybrid_prefetch_gated(const st_hybrid *h) { return h && h->pf_on && !h->pf_gate_state.live; }
 int st_hybrid_prefill_chunk(const st_hybrid *h) { return (int)h->plan.prefill_chunk; }
 
+// The lent scratch: own slots [pf_borrow, pf_borrow + pf_scratch), contiguous (own slots have the uniform stride;
+// st_hybrid_init keeps pf_scratch <= pf_own, hy_pf_init borrows only where both fit).
+static uint8_t *hy_scratch_ptr(const st_hybrid *h) {
+    return (uint8_t *)slot_ptr(h, pf_own_slot0(h) + (int64_t)h->pf_borrow);
+}
+
 void *st_hybrid_scratch_lend(st_hybrid *h, size_t bytes) {
     if (!h->pf_scratch || h->scratch_lent || bytes > (uint64_t)h->pf_scratch * h->stride) return NULL;
-    // (own slots have the uniform stride: the region is contiguous)
-    if ((uint64_t)h->pf_borrow + h->pf_scratch > h->pf_own) return NULL;
     h->scratch_lent = 1;
     char b[32];
     st_info("hybrid session: the prefill GEMM scratch (%s) lent from the prefetch's own slots", st_fmt_bytes(b, 32,
             (double)bytes));
-    return (void *)slot_ptr(h, pf_own_slot0(h) + (int64_t)h->pf_borrow);
+    return hy_scratch_ptr(h);
 }
 
 void st_hybrid_scratch_return(st_hybrid *h, const void *p) {
-    if (h->scratch_lent && p == slot_ptr(h, pf_own_slot0(h) + (int64_t)h->pf_borrow)) h->scratch_lent = 0;
+    if (h->scratch_lent && p == hy_scratch_ptr(h)) h->scratch_lent = 0;
 }
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
     if (n_ctx) *n_ctx = h->plan.n_ctx;
