@@ -150,11 +150,14 @@ run_decode mid-glu-side-off $mid 128 300 400 STRATA_HY_PREFETCH=0 STRATA_HY_GLU_
 # the CPU's; and the router's tail in its place with the branch on (=0)
 run_decode mid-prefetch-snap $mid 128 300 1000  # (a short prompt: the gate keeps the branch on)
 run_decode mid-prefetch-snap-off $mid 128 300 1000 STRATA_HY_SNAP=0
-snap_on() {  # label: the log says the side block took the branch-on steps too
-  if [[ $1 =~ $only ]] && ! grep -q "with and without the prefetch's branch" "$out/$1.log"; then
-    grep -E "hybrid decode" "$out/$1.log" | sed 's/^/   /'
-    fail "$1: the side block was not on with the branch"
+log_says() {  # label pattern context what: a case that ran has the pattern in its log, else fail (context lines shown)
+  if [[ $1 =~ $only ]] && ! grep -q "$2" "$out/$1.log"; then
+    grep -E "$3" "$out/$1.log" | sed 's/^/   /'
+    fail "$1: $4"
   fi
+}
+snap_on() {  # label: the log says the side block took the branch-on steps too
+  log_says "$1" "with and without the prefetch's branch" "hybrid decode" "the side block was not on with the branch"
 }
 snap_on mid-prefetch-snap
 # lookahead prefetch (side-stream copies of the next layer's predicted experts): still bitwise, copies and hits > 0
@@ -170,10 +173,8 @@ run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
 # long prompt
 UB=128 run_decode mid-pf-scratch $mid 128 1100 1000 HYBRID_DECODE_UBATCH=128 HYBRID_DECODE_PROMPT2=1100 \
   STRATA_HY_PF_SCRATCH=1
-if [[ mid-pf-scratch =~ $only ]] && ! grep -q "GEMM scratch.*lent from" "$out/mid-pf-scratch.log"; then
-  grep -E "hybrid placement" "$out/mid-pf-scratch.log" | sed 's/^/   /'
-  fail "mid-pf-scratch: the session's scratch was not lent from the own slots"
-fi
+log_says mid-pf-scratch "GEMM scratch.*lent from" "hybrid placement" \
+  "the session's scratch was not lent from the own slots"
 # cache slots sized per layer (the default; the 8-layer Q4_K_M mixes Q4_K and Q6_K down records): swaps, prefill
 # maps in offset units, a second long prompt over the decode's copies; still bitwise. *-slot-one: one slot size
 run_decode mid-slot-fit $mid 128 1100 1000 HYBRID_DECODE_PROMPT2=1100
