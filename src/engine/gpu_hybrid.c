@@ -208,7 +208,7 @@ struct st_hybrid {
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     uint32_t pf_borrow;           // with one staging buffer: the first own slots (stage_per_buf) a prefill borrows as
                                   // its second buffer, their copies dropped first; 0: none (STRATA_HY_PF_BORROW=0)
-    uint32_t pf_scratch;          // STRATA_HY_PF_SCRATCH=1 (A/B): own slots [pf_borrow, pf_borrow + pf_scratch) hold
+    uint32_t pf_scratch;          // own slots [pf_borrow, pf_borrow + pf_scratch) hold
                                   // a session's prefill GEMM / MoE scratch (st_hybrid_scratch_lend), their copies
                                   // dropped before every prefill step; the cache took those bytes. 0: off
     int scratch_lent;             // a session holds that scratch
@@ -283,7 +283,11 @@ static int env_int(const char *name, int def, int lo, int hi) {
 //   prefetch, 424.2 vs 439.4 without it (92% cached, the default there since the planner's share rule).
 #define HY_SPLIT_OVERHEAD_S 2e-6
 #define HY_PCIE_SHARED 1.6
-#define HY_SPLIT_MAX_SHARE 0.7
+//   2026-12-03d (cache slots sized per layer, the snapshot, the lent prefill scratch): 16 GiB (70% cached) F 0 406.2
+//   vs F 1 349.8; 17.5 GiB (80%) F 0 439.8; 17.5 GiB without the lent scratch (76%) F 0 423.0 vs F 1 415.7; 18.9
+//   GiB (99%, no prefetch, no misses) F 1 504.0 vs F 0 480.7: the split's kernels cost ~2 us per layer even where
+//   nothing misses. So F 1 only where the cache's share turns the prefetch off.
+#define HY_SPLIT_MAX_SHARE ST_PLAN_PREFETCH_MAX_SHARE
 #define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
 #define HY_BELL_IDLE_S 1.0    // and dozes lightly (20 us) this long before it sleeps 1 ms at a time
 // Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.
@@ -1151,10 +1155,13 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         st_info("hybrid: lookahead prefetch off: the cache holds %.1f%% of the experts (off from %.0f%%, where its "
                 "slots and side launches cost more than its copies save; STRATA_HY_PREFETCH=P keeps it on)",
                 100.0 * (double)h->plan.n_slots / (double)h->plan.n_experts_total, 100.0 * ST_PLAN_PREFETCH_MAX_SHARE);
-    // STRATA_HY_PF_SCRATCH=1 (A/B): the sessions' prefill GEMM / MoE scratch, idle during decode, lives in the own
-    // slots (after a borrowed staging buffer, which hy_pf_init leaves out where both do not fit) instead of beside
-    // them; the cache takes its bytes. Only where the own slots hold it.
-    uint64_t credit = h->plan.n_prefetch && env_int("STRATA_HY_PF_SCRATCH", 0, 0, 1) ? h->plan.gemm_scratch_bytes : 0;
+    // The sessions' prefill GEMM / MoE scratch, idle during decode, lives in the own slots (after a borrowed staging
+    // buffer, which hy_pf_init leaves out where both do not fit) instead of beside them; the cache takes its bytes.
+    // Only where the own slots hold it (the plan's scratch_lent_bytes; STRATA_HY_PF_SCRATCH=0: beside them).
+    // Measured on an H200 (bench/ab.sh, 30B-A3B Q4_K_M, --pcie-frac 0 both; 2026-12-03d): 16 GiB tg128 394.5 ->
+    // 406.2 (+3.0%; 4093 -> 4322 cache slots, CPU misses/token 6.1 -> 4.3), 17.5 GiB 423.0 -> 439.8 (+4.0%);
+    // pp512 7446 -> 7562.
+    uint64_t credit = h->plan.scratch_lent_bytes;
     uint64_t n_total;
     uint32_t own_p;
     for (;;) {
@@ -1200,7 +1207,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     st_hycache_layout one;  // the layout at one slot size, for the log
     if (h->pf_scratch)
         st_info("hybrid placement: the prefill GEMM scratch (%s) in %u of the prefetch's own slots, the cache has its "
-                "bytes (STRATA_HY_PF_SCRATCH: a prefill drops the copies there)",
+                "bytes (a prefill drops the copies there; STRATA_HY_PF_SCRATCH=0: beside them)",
                 st_fmt_bytes(b[0], 32, (double)credit), h->pf_scratch);
     if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, &one) == 0) {
         st_info("hybrid placement: cache slots sized per layer: %" PRIu64
@@ -1643,7 +1650,7 @@ static int hy_pf_init(st_hybrid *h) {
     // One staging buffer (the plan kept more own sets instead of the second): a prefill borrows the first own slots
     // as its second buffer. H200, Qwen3-235B-A22B IQ1_M at 8 GiB, pp512 (2026-12-01i): one buffer with 4 own sets
     // 491.2 / 492.6 tok/s, two buffers with 3 own sets 574.4 / 575.0 (tg128 15.0 against 12.3 / 12.9).
-    // (Not where the prefill GEMM scratch would not fit after it, STRATA_HY_PF_SCRATCH: one staging buffer then.)
+    // (Not where the prefill GEMM scratch would not fit after it: one staging buffer then.)
     if (h->lay.n_stage_bufs == 1 && n_own >= h->lay.stage_per_buf + h->pf_scratch &&
         env_int("STRATA_HY_PF_BORROW", 1, 0, 1)) {
         h->pf_borrow = (uint32_t)h->lay.stage_per_buf;

@@ -90,8 +90,8 @@ int st_hybrid_prefetch_on(const st_hybrid *h);
 int st_hybrid_prefetch_gated(const st_hybrid *h);
 // Tokens per prefill chunk the plan's scratch is for (-ub, else ST_PLAN_PREFILL_CHUNK, halved to fit).
 int st_hybrid_prefill_chunk(const st_hybrid *h);
-// A session's prefill GEMM / MoE scratch of `bytes` in the prefetch's own slots (STRATA_HY_PF_SCRATCH=1), or NULL
-// (off, too small, or lent to another session): the session then allocates its own. Every prefill step drops the
+// A session's prefill GEMM / MoE scratch of `bytes` in the prefetch's own slots (the plan's scratch_lent_bytes), or
+// NULL (off, too small, or lent to another session): the session then allocates its own. Every prefill step drops the
 // prefetch copies there first (st_hybrid_prefill_begin). st_hybrid_scratch_return takes it back.
 void *st_hybrid_scratch_lend(st_hybrid *h, size_t bytes);
 void st_hybrid_scratch_return(st_hybrid *h, const void *p);

@@ -212,11 +212,13 @@ void st_plan_params_default(st_plan_params *p) {
     p->kv_elem_bytes = 2;
     p->staging_slots = -1;
     p->reserve_bytes = -1;
-    const char *pf = getenv("STRATA_HY_PREFETCH"), *own = getenv("STRATA_HY_PF_OWN");
+    const char *pf = getenv("STRATA_HY_PREFETCH"), *own = getenv("STRATA_HY_PF_OWN"),
+               *lend = getenv("STRATA_HY_PF_SCRATCH");
     p->prefetch_per_layer = pf && *pf ? atoi(pf) : ST_PLAN_PREFETCH_DEFAULT;
     if (p->prefetch_per_layer < 0) p->prefetch_per_layer = 0;
     if (p->prefetch_per_layer > 32) p->prefetch_per_layer = 32;
     p->prefetch_own = !(own && *own && atoi(own) == 0);
+    p->scratch_in_prefetch = !(lend && *lend && atoi(lend) == 0);
     p->prefetch_max_share = pf && *pf ? 0.0 : ST_PLAN_PREFETCH_MAX_SHARE;
 }
 
@@ -388,10 +390,19 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
             out->n_prefetch = own;
             out->prefetch_bytes = own * out->slot_bytes;
             out->n_slots -= own;
+            // The prefill GEMM / MoE scratch, idle while the prefetch's copies are in use (decode) and those copies
+            // dropped before every prefill step, lives in the own slots; the cache gets its bytes. (Engine:
+            // st_hybrid_scratch_lend; measured in gpu_hybrid.c at the lend.)
+            const uint64_t lent_slots = (out->gemm_scratch_bytes + out->slot_bytes - 1) / out->slot_bytes;
+            if (pp->scratch_in_prefetch && lent_slots && own >= lent_slots) {
+                out->scratch_lent_bytes = out->gemm_scratch_bytes;
+                out->n_slots += out->gemm_scratch_bytes / out->slot_bytes;
+                if (out->n_slots >= out->n_experts_total) out->n_slots = out->n_experts_total - 1;
+            }
         }
     }
     out->cache_bytes = out->n_slots * out->slot_bytes;
-    out->used_bytes = out->min_bytes + out->prefetch_bytes + out->cache_bytes;
+    out->used_bytes = out->min_bytes + out->prefetch_bytes + out->cache_bytes - out->scratch_lent_bytes;
     out->resident = calloc(hp->n_layer, sizeof *out->resident);
     out->initial = calloc(out->n_slots ? out->n_slots : 1, sizeof *out->initial);
     if (!out->resident || !out->initial) {

@@ -130,6 +130,8 @@ typedef struct st_plan_params {
     double prefetch_max_share; // no prefetch where the cache would hold at least this share of the experts without
                                // it; <= 0: no limit (st_plan_params_default: ST_PLAN_PREFETCH_MAX_SHARE, no limit
                                // when STRATA_HY_PREFETCH names P)
+    bool scratch_in_prefetch;  // the prefill GEMM / MoE scratch (idle in decode) lent from the prefetch's own slots,
+                               // the cache taking its bytes (default; STRATA_HY_PF_SCRATCH=0: beside them)
     const st_profile *profile;  // optional: initial cache contents by count (must match the model's shape)
 } st_plan_params;
 
@@ -184,6 +186,8 @@ typedef struct st_plan {
                                    // (st_plan_prefetch_own_fit)
     bool prefetch_share_off;   // asked for, but off: the cache alone holds >= prefetch_max_share of the experts
     uint64_t prefetch_bytes;   // n_prefetch * slot_bytes
+    uint64_t scratch_lent_bytes;  // gemm_scratch_bytes where the prefetch's own slots hold it (scratch_in_prefetch):
+                                  // counted in scratch_bytes and in the own slots, so the cache has that much more
     uint64_t n_slots;          // expert-cache slots (hybrid), or every expert (all in VRAM)
     uint64_t cache_bytes;      // n_slots * slot_bytes (hybrid)
     uint64_t used_bytes;       // everything above that is allocated

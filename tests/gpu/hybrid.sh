@@ -168,8 +168,8 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
-# the prefill GEMM scratch in the first own slots (STRATA_HY_PF_SCRATCH=1; 128-token steps, so that the 8 layers' own
-# sets hold it): the decode's copies land there, every prefill step drops them first; still bitwise over a second
+# the prefill GEMM scratch in the first own slots (the default; 128-token steps, so that the 8 layers' own sets hold
+# it): the decode's copies land there, every prefill step drops them first; still bitwise over a second
 # long prompt
 UB=128 run_decode mid-pf-scratch $mid 128 1100 1000 HYBRID_DECODE_UBATCH=128 HYBRID_DECODE_PROMPT2=1100 \
   STRATA_HY_PF_SCRATCH=1

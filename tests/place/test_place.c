@@ -358,6 +358,23 @@ static void test_planner(const st_model *m) {
         // than the 4096-token MoE scratch
         CHECK(p.gemm_scratch_bytes == 2ull * 151936 * 2048 + 2ull * 512 * 2048, "30B GEMM scratch %" PRIu64,
               p.gemm_scratch_bytes);
+        // That scratch lent from the prefetch's own slots (the default) where they hold it: the cache gets its whole
+        // slots, nothing is counted twice, the budget still holds.
+        st_plan q;
+        pp.scratch_in_prefetch = false;
+        CHECK(st_plan_compute(&db, &pp, &q) == 0 && q.scratch_lent_bytes == 0, "30B at %d GiB, no lend", g);
+        const uint64_t lent_slots = (p.gemm_scratch_bytes + p.slot_bytes - 1) / p.slot_bytes;
+        const bool lends = p.n_prefetch >= lent_slots && p.n_prefetch == q.n_prefetch;
+        CHECK(lends ? p.scratch_lent_bytes == p.gemm_scratch_bytes &&
+                          p.n_slots == q.n_slots + p.gemm_scratch_bytes / p.slot_bytes
+                    : p.scratch_lent_bytes == 0 && p.n_slots == q.n_slots,
+              "30B at %d GiB: lent %" PRIu64 " bytes, %" PRIu64 " vs %" PRIu64 " cache slots, %" PRIu64 " own", g,
+              p.scratch_lent_bytes, p.n_slots, q.n_slots, p.n_prefetch);
+        CHECK(p.used_bytes <= p.budget && q.used_bytes <= q.budget &&
+                  p.used_bytes + p.scratch_lent_bytes == q.used_bytes + (p.n_slots - q.n_slots) * p.slot_bytes,
+              "30B at %d GiB: used %" PRIu64 " / %" PRIu64 " of %" PRIu64, g, p.used_bytes, q.used_bytes, p.budget);
+        if (g == 16) CHECK(lends, "30B at 16 GiB: the scratch is not lent (%" PRIu64 " own slots)", p.n_prefetch);
+        st_plan_free(&q);
         st_plan_free(&p);
     }
     st_place_desc_free(&db);
