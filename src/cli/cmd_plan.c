@@ -190,7 +190,8 @@ int cmd_info_plan(int argc, char **argv) {
         json_str(d.name);
         printf(", \"budget_bytes\": %" PRIu64 ", \"n_ctx\": %" PRId64 ", \"kv_type\": \"%s\", "
                "\"moe\": %s, \"all_in_vram\": %s, \"dense_bytes\": %" PRIu64 ", \"kv_bytes\": %" PRIu64
-               ", \"scratch_bytes\": %" PRIu64 ", \"gemm_scratch_bytes\": %" PRIu64 ", \"prefill_chunk\": %" PRId64
+               ", \"scratch_bytes\": %" PRIu64 ", \"gemm_scratch_bytes\": %" PRIu64
+               ", \"scratch_lent_bytes\": %" PRIu64 ", \"prefill_chunk\": %" PRId64
                ", \"reserve_bytes\": %" PRIu64
                ", \"staging_bytes\": %" PRIu64 ", \"host_map_bytes\": %" PRIu64
                ", \"min_bytes\": %" PRIu64 ", \"slot_bytes\": %" PRIu64 ", \"n_slots\": %" PRIu64
@@ -201,7 +202,7 @@ int cmd_info_plan(int argc, char **argv) {
                ", \"expected_hit_rate\": %.6f, \"misses_per_token\": %.3f, \"resident_per_layer\": [",
                plan.budget, plan.n_ctx, plan.kv_elem_bytes == 2 ? "F16" : "F32", plan.moe ? "true" : "false",
                plan.all_in_vram ? "true" : "false", plan.dense_bytes, plan.kv_bytes, plan.scratch_bytes,
-               plan.gemm_scratch_bytes, plan.prefill_chunk, plan.reserve_bytes, plan.staging_bytes, plan.host_map_bytes,
+               plan.gemm_scratch_bytes, plan.scratch_lent_bytes, plan.prefill_chunk, plan.reserve_bytes, plan.staging_bytes, plan.host_map_bytes,
                plan.min_bytes,
                plan.slot_bytes, plan.n_slots,
                plan.prefetch_per_layer, plan.prefetch_share_off ? "true" : "false", plan.n_prefetch, plan.prefetch_bytes, plan.cache_bytes, plan.used_bytes, plan.n_experts_total, plan.experts_bytes, plan.arena_bytes,
@@ -252,6 +253,9 @@ int cmd_info_plan(int argc, char **argv) {
     else if (plan.n_prefetch)
         printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer\n",
                fb(plan.prefetch_bytes), plan.n_prefetch, plan.prefetch_per_layer);
+    if (plan.scratch_lent_bytes)
+        printf("                   %10s  of them hold the prefill GEMM scratch (counted above; idle in decode)\n",
+               fb(plan.scratch_lent_bytes));
     else if (plan.prefetch_per_layer)
         printf("  prefetch slots   %10s  the lookahead prefetch's %u per layer in the prefill staging slots\n", fb(0),
                plan.prefetch_per_layer);

@@ -781,7 +781,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         // count has run, hybrid.h rule 1, and the router that runs it finished before this block started.)
         const int e = __ldcg(ids + (size_t)t * K + threadIdx.x);
         const uint8_t *base = e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2) : NULL;
-        if (pf && base && r0 < d)
+        if (!JOIN && pf && base && r0 < d)
             st_prefetch_l2_range(base + (size_t)r0 * (size_t)row_bytes,
                                  (size_t)min(DOWN_R, d - r0) * (size_t)row_bytes);
 #if ST_DOWN_ROWS4 && DOWN_GUESS
@@ -878,10 +878,9 @@ template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     k_moe_down_join(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
                     const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
-                    const float *__restrict__ wts, int K, float *out, const float *add, const st_hy_join_args join,
-                    int pf) {
+                    const float *__restrict__ wts, int K, float *out, const float *add, const st_hy_join_args join) {
     moe_down_body<TYPE, true>(type, tbl, E, nitems, row_bytes, d, actq, aq_stride, ids, wts, K, out, add, nullptr,
-                              &join, pf);
+                              &join, 0);
 }
 
 // STRATA_DOWN_PF=0|1: the down kernel's L2 prefetch of its rows before the dependency wait (A/B; default 1). The
@@ -893,19 +892,6 @@ static int down_prefetch_env(void) {
     if (v < 0) {
         const char *e = getenv("STRATA_DOWN_PF");
         v = e ? atoi(e) != 0 : 1;
-    }
-    return v;
-}
-
-// STRATA_HY_DOWN_PF=1 (A/B, default 0): the same prefetch in the hybrid split's joining down kernel. (Measured
-// 2026-12-02 at depth 16384, 16 GiB, beside another opt-in: 300.7 vs 306.6 tok/s; retried because the split's path
-// costs ~2 us per layer over the plain one where nothing misses, 18.9 GiB F 0 480.7 vs F 1 504.0, and this
-// prefetch is one of the differences.) A guess from an earlier layer's ids may prefetch rows over PCIe: DOWN_R rows.
-static int join_prefetch_env(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("STRATA_HY_DOWN_PF");
-        v = e ? atoi(e) != 0 : 0;
     }
     return v;
 }
@@ -930,8 +916,7 @@ static int moe_down_sum(const char *what, int down_type, const void *const *tabl
         DEC_PICK(fn, k_moe_down_join, down_type);
         st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
                       (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, (const uint8_t *)actq,
-                      (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, *join,
-                      down_prefetch_env() && join_prefetch_env());
+                      (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, *join);
         return launch_check(what);
     }
     decltype(&k_moe_down<0>) fn;

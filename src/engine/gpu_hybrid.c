@@ -284,10 +284,12 @@ static int env_int(const char *name, int def, int lo, int hi) {
 #define HY_SPLIT_OVERHEAD_S 2e-6
 #define HY_PCIE_SHARED 1.6
 //   2026-12-03d (cache slots sized per layer, the snapshot, the lent prefill scratch): 16 GiB (70% cached) F 0 406.2
-//   vs F 1 349.8; 17.5 GiB (80%) F 0 439.8; 17.5 GiB without the lent scratch (76%) F 0 423.0 vs F 1 415.7; 18.9
-//   GiB (99%, no prefetch, no misses) F 1 504.0 vs F 0 480.7: the split's kernels cost ~2 us per layer even where
-//   nothing misses. So F 1 only where the cache's share turns the prefetch off.
-#define HY_SPLIT_MAX_SHARE ST_PLAN_PREFETCH_MAX_SHARE
+//   vs F 1 349.8; 17.5 GiB without the lent scratch (76%) F 0 423.0 vs F 1 415.7; without the prefetch: 16.8 GiB
+//   (85.7%) F 0 432.6 vs F 1 432.0, 17.7 GiB (91.5%, 1.0 misses per token) F 0 470.5 vs F 1 485.4, 18.9 GiB (99%,
+//   none) F 0 479.5 vs F 1 502.7: the split's kernels cost ~2 us per layer even where nothing misses. Since the
+//   prefetch's share cut (ST_PLAN_PREFETCH_MAX_SHARE, 0.77 of the plan's slots) the cache holds ~85% or more where
+//   the prefetch is off and at most ~75% where it is on.
+#define HY_SPLIT_MAX_SHARE 0.83
 #define HY_BELL_SPIN_S 50e-3  // the doorbell thread spins this long after a split before it dozes
 #define HY_BELL_IDLE_S 1.0    // and dozes lightly (20 us) this long before it sleeps 1 ms at a time
 // Lookahead prefetch defaults (P: place/plan.h ST_PLAN_PREFETCH_DEFAULT): at most one copy per layer and token.

@@ -50,8 +50,10 @@ extern "C" {
 // Off by default where the cache alone (its share of every expert, the prefetch's slots counted in) is at least
 // ST_PLAN_PREFETCH_MAX_SHARE: there its own slots and side launches cost more than its copies save. H200, Qwen3-30B-A3B
 // shape Q4_K_M, tg128 on / off (2026-12-01c): 17.0 GiB (81.2%) 360.3 / 327.5; 17.6 GiB (84.8%) 369.4 / 382.6;
-// 18.2 GiB (88.4%) 382.7 / 403.9; 16 GiB (74.7%) 356.8 / 251.8.
-#define ST_PLAN_PREFETCH_MAX_SHARE 0.83
+// 18.2 GiB (88.4%) 382.7 / 403.9; 16 GiB (74.7%) 356.8 / 251.8. Again after the CPU split, the per-layer slot sizes,
+// the snapshot and the lent prefill scratch (2026-12-03d, the share as this rule computes it): 16 GiB (74.0%) 403.1 /
+// 381.5; 16.8 GiB (78.5%) 417.9 / 434.3; 17.5 GiB (82.5%) 439.8 / 475.3: the crossover near 76.7%.
+#define ST_PLAN_PREFETCH_MAX_SHARE 0.77
 // ST_PLAN_PREFETCH_MIN_OWN: the fewest predictions per layer the prefetch's own sets are lowered to where the default
 // does not fit (below it they go into the staging). H200, Qwen3-235B-A22B IQ1_M at 8 GiB, tg128 (2026-12-01g): own
 // sets of 4 / 3 / 2 per layer 10.30 / 8.66 / 7.69 tok/s, the sets in the staging 7.4 (94 layers share its slots).
