@@ -280,10 +280,10 @@ int cmd_info_plan(int argc, char **argv) {
     printf("resident/layer: ");
     for (uint32_t l = 0; l < hp->n_layer; l++) printf(" %u", plan.resident[l]);
     printf("\n");
-    printf("decode estimate: hit rate %.1f%% (%s; the initial contents: the adaptive cache%s raise it in use), "
+    printf("decode estimate: hit rate %.1f%% (%s; the initial contents: the adaptive cache%s in use), "
            "%.1f misses per token, %.1f MiB per token from the arena\n",
            100 * hit, pp.profile ? "on the profile's routing" : "uniform routing",
-           plan.prefetch_per_layer ? " and the lookahead prefetch" : "", miss_per_tok,
+           plan.prefetch_per_layer ? " and the lookahead prefetch raise it" : " raises it", miss_per_tok,
            miss_per_tok * avg_expert / (1 << 20));
     rc = 0;
     goto done;
