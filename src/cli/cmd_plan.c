@@ -202,7 +202,8 @@ int cmd_info_plan(int argc, char **argv) {
                ", \"expected_hit_rate\": %.6f, \"misses_per_token\": %.3f, \"resident_per_layer\": [",
                plan.budget, plan.n_ctx, plan.kv_elem_bytes == 2 ? "F16" : "F32", plan.moe ? "true" : "false",
                plan.all_in_vram ? "true" : "false", plan.dense_bytes, plan.kv_bytes, plan.scratch_bytes,
-               plan.gemm_scratch_bytes, plan.scratch_lent_bytes, plan.prefill_chunk, plan.reserve_bytes, plan.staging_bytes, plan.host_map_bytes,
+               plan.gemm_scratch_bytes, plan.scratch_lent_bytes, plan.prefill_chunk, plan.reserve_bytes,
+               plan.staging_bytes, plan.host_map_bytes,
                plan.min_bytes,
                plan.slot_bytes, plan.n_slots,
                plan.prefetch_per_layer, plan.prefetch_share_off ? "true" : "false", plan.n_prefetch, plan.prefetch_bytes, plan.cache_bytes, plan.used_bytes, plan.n_experts_total, plan.experts_bytes, plan.arena_bytes,
@@ -253,9 +254,6 @@ int cmd_info_plan(int argc, char **argv) {
     else if (plan.n_prefetch)
         printf("  prefetch slots   %10s  %" PRIu64 " slots: the lookahead prefetch's %u per layer\n",
                fb(plan.prefetch_bytes), plan.n_prefetch, plan.prefetch_per_layer);
-    if (plan.scratch_lent_bytes)
-        printf("                   %10s  of them hold the prefill GEMM scratch (counted above; idle in decode)\n",
-               fb(plan.scratch_lent_bytes));
     else if (plan.prefetch_per_layer)
         printf("  prefetch slots   %10s  the lookahead prefetch's %u per layer in the prefill staging slots\n", fb(0),
                plan.prefetch_per_layer);
@@ -263,6 +261,9 @@ int cmd_info_plan(int argc, char **argv) {
         printf("  prefetch slots   %10s  none: the cache holds %.0f%% of the experts, the lookahead prefetch is off from "
                "%.0f%% (STRATA_HY_PREFETCH=P keeps it on)\n",
                fb(0), 100.0 * (double)plan.n_slots / (double)plan.n_experts_total, 100.0 * ST_PLAN_PREFETCH_MAX_SHARE);
+    if (plan.scratch_lent_bytes)  // (own slots only)
+        printf("                   %10s  of them hold the prefill GEMM scratch (counted above; idle in decode)\n",
+               fb(plan.scratch_lent_bytes));
     printf("  expert cache     %10s  %" PRIu64 " slots of %s = %.1f%% of %" PRIu64 " experts\n",
            fb(plan.cache_bytes), plan.n_slots, fb(plan.slot_bytes),
            100.0 * (double)plan.n_slots / (double)plan.n_experts_total, plan.n_experts_total);

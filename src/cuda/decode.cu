@@ -71,6 +71,14 @@ static int dec_switch_forced(void) {
     if (v < 0) v = getenv("STRATA_DEC_SWITCH") != NULL;
     return v;
 }
+// An A/B switch read once: the integer in `name`, else dflt (*cache < 0 until the first read).
+static int env_switch(int *cache, const char *name, int dflt) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && *e ? atoi(e) : dflt;
+    }
+    return *cache;
+}
 // fn = KERNEL<t>, or KERNEL<0> for other types / when forced.
 #define DEC_PICK(fn, KERNEL, t)                                                                                    \
     do {                                                                                                           \
@@ -657,21 +665,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 3)
 // split's path costs ~2 us per layer over the plain one where nothing misses (18.9 GiB F 0 479.5 vs F 1 502.7).
 static int glu_early_env(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("STRATA_HY_GLU_EARLY");
-        v = e ? atoi(e) != 0 : 0;
-    }
-    return v;
+    return env_switch(&v, "STRATA_HY_GLU_EARLY", 0) != 0;
 }
 
 // STRATA_GLU_ROWS=1: one row per group (A/B against the default 2).
 static int glu_rows_env(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("STRATA_GLU_ROWS");
-        v = e && atoi(e) == 1 ? 1 : 2;
-    }
-    return v;
+    return env_switch(&v, "STRATA_GLU_ROWS", 2) == 1 ? 1 : 2;
 }
 
 #define DEC_PICK_CASE_k_moe_glu2(T) \
@@ -926,11 +926,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
 // tg128 490.86 vs 485.18 all in VRAM (+1.2%), 356.8 vs 341.6 at --gpu-mem 16 (+4.4%).
 static int down_prefetch_env(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("STRATA_DOWN_PF");
-        v = e ? atoi(e) != 0 : 1;
-    }
-    return v;
+    return env_switch(&v, "STRATA_DOWN_PF", 1) != 0;
 }
 
 static int moe_down_sum(const char *what, int down_type, const void *const *table, int n_expert, int64_t n_embd,

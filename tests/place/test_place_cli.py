@@ -73,6 +73,13 @@ with tempfile.TemporaryDirectory() as d:
               (env is not None or (without >= 0.77 * j.get("n_experts", 1)) is off),
               f"prefetch at --gpu-mem {gib} {env or ''}: off {j.get('prefetch_share_off')}, "
               f"{j.get('prefetch_per_layer')} per layer, {j.get('n_slots')} of {j.get('n_experts')} cached", out + err)
+    # The lent prefill scratch's line sits under the prefetch's own slots, and only where they hold it
+    for env, lent in ((None, True), ({"STRATA_HY_PF_SCRATCH": "0"}, False)):
+        rc, out, err = cli_harness.run(STRATA, *share, "--gpu-mem", "16", env=env,
+                                       unset=("STRATA_ARENA_MMAP", "STRATA_HY_PREFETCH")
+                                       + (() if env else ("STRATA_HY_PF_SCRATCH",)))
+        check(rc == 0 and ("hold the prefill GEMM scratch" in out) is lent and "768 slots: the lookahead" in out and
+              "in the prefill staging slots" not in out, f"16 GiB plan text, lent scratch {lent}", out + err)
     rc, out, err = cli_harness.run(STRATA, *share, "--gpu-mem", "18.9", unset=("STRATA_ARENA_MMAP", "STRATA_HY_PREFETCH"))
     check(rc == 0 and "the lookahead prefetch is off from 77%" in out, "prefetch off in the plan's text", out + err)
 
