@@ -208,9 +208,9 @@ struct st_hybrid {
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
     uint32_t pf_borrow;           // with one staging buffer: the first own slots (stage_per_buf) a prefill borrows as
                                   // its second buffer, their copies dropped first; 0: none (STRATA_HY_PF_BORROW=0)
-    uint32_t pf_scratch;          // own slots [pf_borrow, pf_borrow + pf_scratch) hold
-                                  // a session's prefill GEMM / MoE scratch (st_hybrid_scratch_lend), their copies
-                                  // dropped before every prefill step; the cache took those bytes. 0: off
+    uint32_t pf_scratch;          // own slots [pf_borrow, pf_borrow + pf_scratch) hold a session's prefill GEMM /
+                                  // MoE scratch (st_hybrid_scratch_lend), their copies dropped before every prefill
+                                  // step; the cache took those bytes (the plan's scratch_lent_bytes). 0: off
     int scratch_lent;             // a session holds that scratch
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;

@@ -63,20 +63,23 @@ static double cpu_job(decode_jobs *s, double *bytes) {
 static void gpu_batch(const st_hy_pf *pf, int32_t *work_d, int n_launch, uint32_t Lg, cudaStream_t st, cudaEvent_t e0,
                       cudaEvent_t e1, const st_arena *dma, const int32_t *work_h) {
     CK(cudaEventRecord(e0, st));
-    for (int i = 0; dma && i < n_launch; i++) {  // the same records by the copy engine
-        const int32_t *w = work_h + (size_t)i * (1 + 2 * PER_LAUNCH);
-        const uint32_t l = (uint32_t)i % Lg;
-        for (int j = 0; j < w[0]; j++)
-            CK(cudaMemcpyAsync(pf->pf_slots + (size_t)w[1 + 2 * j] * (size_t)pf->stride,
-                               dma->rec[(size_t)l * dma->n_expert + (size_t)w[2 + 2 * j]], dma->layers[l].record_bytes,
-                               cudaMemcpyHostToDevice, st));
-    }
-    for (int i = 0; !dma && i < n_launch; i++) {
-        st_hy_pf p = *pf;
-        p.work = work_d + (size_t)i * (1 + 2 * PER_LAUNCH);
-        if (st_cuda_hy_pf_copy(&p, i % (int)Lg, BLOCKS, st)) {
-            fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
-            exit(1);
+    if (dma) {  // the same records by the copy engine
+        for (int i = 0; i < n_launch; i++) {
+            const int32_t *w = work_h + (size_t)i * (1 + 2 * PER_LAUNCH);
+            const uint32_t l = (uint32_t)i % Lg;
+            for (int j = 0; j < w[0]; j++)
+                CK(cudaMemcpyAsync(pf->pf_slots + (size_t)w[1 + 2 * j] * (size_t)pf->stride,
+                                   dma->rec[(size_t)l * dma->n_expert + (size_t)w[2 + 2 * j]],
+                                   dma->layers[l].record_bytes, cudaMemcpyHostToDevice, st));
+        }
+    } else {
+        for (int i = 0; i < n_launch; i++) {
+            st_hy_pf p = *pf;
+            p.work = work_d + (size_t)i * (1 + 2 * PER_LAUNCH);
+            if (st_cuda_hy_pf_copy(&p, i % (int)Lg, BLOCKS, st)) {
+                fprintf(stderr, "bench_gpu_contention: %s\n", st_errmsg());
+                exit(1);
+            }
         }
     }
     CK(cudaEventRecord(e1, st));
@@ -179,11 +182,9 @@ int main(int argc, char **argv) {
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, e0, e1));
     const double gpu_gbs = gpu_bytes / (ms * 1e-3) / 1e9;
-    if (use_dma)
-        printf("gpu alone:  copy engine, %d records: %.1f ms, %.1f GB/s\n", n_launch * PER_LAUNCH, ms, gpu_gbs);
-    else
-        printf("gpu alone:  copy kernel (%d blocks), %d records: %.1f ms, %.1f GB/s\n", BLOCKS, n_launch * PER_LAUNCH,
-               ms, gpu_gbs);
+    char reader[48];
+    snprintf(reader, sizeof reader, use_dma ? "copy engine" : "copy kernel (%d blocks)", BLOCKS);
+    printf("gpu alone:  %s, %d records: %.1f ms, %.1f GB/s\n", reader, n_launch * PER_LAUNCH, ms, gpu_gbs);
 
     gpu_batch(&pf, work_d, n_launch, Lg, st, e0, e1, use_dma ? a : NULL, work_h);
     int n_both = 0;
