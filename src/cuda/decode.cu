@@ -510,36 +510,17 @@ struct glu_route {
 // dependency wait): sharing it with the table's loads before the branch made the routing instance spill more (Q4_K
 // 16/12 bytes against 12/8) and all in VRAM lost 4.6% (tg128 489 vs 512 tok/s, 2026-12-02e). In this shape ptxas
 // gives every two-row instance the registers and spills of 7d65b25's kernel.
-// SKIP (the hybrid side-block GLU with STRATA_HY_GLU_EARLY=1): a rank the GPU does not compute (the CPU's miss),
-// decided after the table loads from the gate pointer itself (in the VRAM slots or not) or from the router's
-// snapshot byte, loaded beside them: one L2 round trip fewer before the first weight load than a check ahead of
-// glu_rows (whose own table loads came after the check's).
-struct glu_skip {
-    const uint8_t *snap;     // [E] the router's snapshot row (1: in VRAM), or NULL: the gate pointer decides
-    const void *lo, *hi;     // the VRAM expert slots' range
-    int on;                  // 0: no rank skipped
-};
-
-template <int TYPE, int R, bool SKIP = false>
+template <int TYPE, int R>
 __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restrict__ tbl, int e, int E, int nitems,
                                          long long row_bytes, int n_ff, const uint8_t *__restrict__ xq,
                                          long long xq_stride, int t, int p, int bx, int lane, int r, float *act,
                                          uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
-                                         int32_t *counters, const glu_skip sk = glu_skip{}) {
+                                         int32_t *counters) {
     float v[R];
 #pragma unroll
     for (int j = 0; j < R; j++) v[j] = f_nan();
-    bool run = e >= 0 && e < E;
-    const uint8_t *gate = NULL, *up = NULL;
-    if constexpr (SKIP) {
-        if (run) {
-            gate = st_tbl_entry(tbl, 3 * e), up = st_tbl_entry(tbl, 3 * e + 1);
-            const int in_snap = sk.on && sk.snap ? sk.snap[e] : 1;  // (issued beside the table loads)
-            run = !sk.on || (sk.snap ? in_snap != 0 : hy_in_vram(gate, sk.lo, sk.hi));
-        }
-    }
-    if (run) {
-        if constexpr (!SKIP) gate = st_tbl_entry(tbl, 3 * e), up = st_tbl_entry(tbl, 3 * e + 1);
+    if (e >= 0 && e < E) {
+        const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
         const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
         float a[R], b[R];
         if constexpr (TYPE == 0) {
@@ -621,7 +602,7 @@ struct glu_hy_args {
     int has_split;         // 0: count only
 };
 
-template <int TYPE, bool EARLY = false>
+template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, 3)
     k_moe_glu_hy(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
                  const uint8_t *__restrict__ xq, int K, float *act, uint8_t *__restrict__ actq, long long aq_stride,
@@ -642,13 +623,6 @@ __global__ void __launch_bounds__(DEC_THREADS, 3)
     }
     const int nbx = n_ff / (2 * DEC_GROUPS), q = blockIdx.x - 1, p = q / nbx;
     int e = glu_route_rank(rt, E, K, p, g, false);
-    const int bx = q % nbx;
-    if constexpr (EARLY) {  // (glu_skip: the same decisions, from the table loads glu_rows makes anyway)
-        const glu_skip sk = {hy.split.snap, hy.split.vram_lo, hy.split.vram_hi, hy.has_split};
-        glu_rows<TYPE, 2, true>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, 0, 0, p, bx, threadIdx.x % G32,
-                                bx * 2 * DEC_GROUPS + g, act, actq, aq_stride, fmt, chunk_rows, counters, sk);
-        return;
-    }
     if (hy.has_split && e >= 0 && e < E) {  // F 0: a miss is the CPU's rank, as the side block's classify reads it
         if (hy.split.snap) {  // (the router's snapshot: the side block decides from the same bytes)
             if (!hy.split.snap[e]) e = -1;
@@ -656,16 +630,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 3)
             if (!hy_in_vram(st_tbl_entry(tbl, 3 * e), hy.split.vram_lo, hy.split.vram_hi)) e = -1;
         }
     }
+    const int bx = q % nbx;
     glu_rows<TYPE, 2>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, 0, 0, p, bx, threadIdx.x % G32,
                       bx * 2 * DEC_GROUPS + g, act, actq, aq_stride, fmt, chunk_rows, counters);
-}
-
-// STRATA_HY_GLU_EARLY=1 (A/B, default 0): the side-block GLU decides a CPU rank after its table loads (glu_skip).
-// Predicted: one L2 round trip (~0.5-1 us) off every layer's GLU start where the split is on, 16 GiB +1-2%; the
-// split's path costs ~2 us per layer over the plain one where nothing misses (18.9 GiB F 0 479.5 vs F 1 502.7).
-static int glu_early_env(void) {
-    static int v = -1;
-    return env_switch(&v, "STRATA_HY_GLU_EARLY", 0) != 0;
 }
 
 // STRATA_GLU_ROWS=1: one row per group (A/B against the default 2).
@@ -678,7 +645,7 @@ static int glu_rows_env(void) {
     case T: fn = route ? k_moe_glu<T, 2, true> : k_moe_glu<T, 2>; break;
 
 #define DEC_PICK_CASE_k_moe_glu_hy(T) \
-    case T: fn = glu_early_env() ? k_moe_glu_hy<T, true> : k_moe_glu_hy<T>; break;
+    case T: fn = k_moe_glu_hy<T>; break;
 
 // hy (with rt): the side-block launch (st_cuda_moe_route_glu_hy).
 static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff, const void *xq,

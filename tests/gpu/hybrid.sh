@@ -255,10 +255,6 @@ run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
 run_cpumiss mid-cpumiss-snap $mid 128 100 1000 0  # (with the branch: the router's snapshot, STRATA_HY_SNAP=1)
 run_cpumiss mid-cpumiss-snap-off $mid 128 100 1000 0 STRATA_HY_SNAP=0  # (with the branch: the router's tail)
 snap_on mid-cpumiss-snap
-# the GLU blocks decide the CPU's ranks after their own table loads (STRATA_HY_GLU_EARLY=1, A/B): from the snapshot,
-# and without the prefetch's branch from the gate pointer
-run_cpumiss mid-cpumiss-snap-early $mid 128 100 1000 0 STRATA_HY_GLU_EARLY=1
-run_cpumiss mid-cpumiss-glu-side-early $mid 128 100 1000 0 STRATA_HY_PREFETCH=0 STRATA_HY_GLU_EARLY=1
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0
 run_cpumiss mid-prefill-cpu $mid 128 600 1000 prefill-cpu
