@@ -115,6 +115,7 @@ struct st_gpu_session {
     int64_t logits_rows;        // grows on demand (all-position logits of a prefill chunk)
     void *gemm_scratch;         // prefill GEMM / MoE scratch [gemm_scratch_bytes]
     size_t gemm_scratch_bytes;
+    size_t step_scratch_bytes;  // the part of gemm_scratch the current prefill step may use (its first bytes)
     int gemm_scratch_lent;      // gemm_scratch lies in the hybrid's prefetch slots (st_hybrid_scratch_lend)
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
@@ -374,11 +375,13 @@ static int prefill_moe_engine(const st_gpu_model *g, const glayer *L) {
     return d == ST_MOE_TC || d == ST_MOE_MMQ ? d : -1;
 }
 
-// The largest scratch any prefill GEMM or MoE call of a g->prefill_chunk-token chunk needs (the LM head's at most
-// LOGITS_ROWS rows: st_gpu_session_eval's all-position logits steps are capped there).
-static size_t gemm_scratch_need(const st_gpu_model *g) {
+// The largest scratch any prefill GEMM or MoE call of a P-token chunk needs, with the LM head's GEMM over head_rows
+// rows (0: none; a session plans for min(P, LOGITS_ROWS): st_gpu_session_eval's all-position logits steps are capped
+// there). Each call carves its pieces from the scratch's start, so such a step touches only the first bytes
+// returned. (With cuBLAS the head's f16 weight, 622 MB for a 151,936 x 2048 head, outweighs a 512-token step's
+// layers ~10x; a step with only its last row's logits takes the matrix-vector path.)
+static size_t gemm_scratch_need(const st_gpu_model *g, int P, int head_rows) {
     const st_hparams *hp = &g->m->hp;
-    const int P = g->prefill_chunk;
     size_t need = 0;
 #define NEED(w, n)                                                                                                 \
     do {                                                                                                           \
@@ -387,7 +390,7 @@ static size_t gemm_scratch_need(const st_gpu_model *g) {
             if (b_ > need) need = b_;                                                                              \
         }                                                                                                          \
     } while (0)
-    NEED(&g->output, P < LOGITS_ROWS ? P : LOGITS_ROWS);
+    if (head_rows > 0) NEED(&g->output, head_rows);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const glayer *L = &g->layers[l];
         NEED(&L->wq, P);
@@ -569,7 +572,9 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->gemm_min = GEMM_MIN_DEFAULT;
     const char *gm = getenv("STRATA_GEMM_MIN");
     if (gm && atoi(gm) > 0) s->gemm_min = atoi(gm);
-    s->gemm_scratch_bytes = gemm_scratch_need(g);
+    s->gemm_scratch_bytes = gemm_scratch_need(g, g->prefill_chunk,
+                                              g->prefill_chunk < LOGITS_ROWS ? g->prefill_chunk : LOGITS_ROWS);
+    s->step_scratch_bytes = s->gemm_scratch_bytes;
     s->gemm_scratch = g->hy && !fail ? st_hybrid_scratch_lend(g->hy, s->gemm_scratch_bytes) : NULL;
     s->gemm_scratch_lent = s->gemm_scratch != NULL;
     if (!s->gemm_scratch) s->gemm_scratch = dalloc(s, s->gemm_scratch_bytes, "prefill scratch", &fail);
@@ -1004,7 +1009,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
 
 static int gemm(st_gpu_session *s, const gweight *w, const float *x, int n, float *y) {
     return st_cuda_gemm(s->g->gemm, ST_GEMM_AUTO, w->type, w->d, w->ne[0], w->ne[1], x, n, y, s->gemm_scratch,
-                        s->gemm_scratch_bytes, s->stream);
+                        s->step_scratch_bytes, s->stream);
 }
 
 // Prefill attention of layer l: the tensor-core flash kernel for f16 caches (head_dim 64/128), else the SIMT one.
@@ -1028,7 +1033,14 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
     int d = (int)hp->n_embd, hd = (int)hp->head_dim_k;
     float scale = 1.0f / sqrtf((float)hd);
     if (embed_tokens(s, n)) return -1;
-    if (g->hy && st_hybrid_prefill_begin(g->hy, n, &s->hstats, st)) return -1;  // hybrid: stage layers 0 (and 1)
+    // A scratch lent from the prefetch's slots: the step claims (drops the copies in) only the part it uses, and
+    // its calls are held to that part (they fail, naming the sizes, rather than write past it).
+    s->step_scratch_bytes = s->gemm_scratch_lent && st_hybrid_scratch_step(g->hy)
+                                ? gemm_scratch_need(g, n, out_rows > SMALL_BATCH ? out_rows : 0)
+                                : s->gemm_scratch_bytes;
+    if (s->step_scratch_bytes > s->gemm_scratch_bytes) s->step_scratch_bytes = s->gemm_scratch_bytes;
+    if (g->hy && st_hybrid_prefill_begin(g->hy, n, s->gemm_scratch_lent ? s->step_scratch_bytes : 0, &s->hstats, st))
+        return -1;  // hybrid: stage layers 0 (and 1)
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         glayer *L = &g->layers[l];
         if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st) ||
@@ -1050,10 +1062,10 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
             if (st_cuda_matvec_float(L->router.type, L->router.d, d, E, s->xn, n, s->router, st) ||
                 st_cuda_moe_route(s->d_ids, s->d_wts, s->router, n, E, K, hp->expert_weights_norm, st) ||
                 (g->hy ? st_hybrid_moe_prefill(g->hy, g->gemm, prefill_moe_engine(g, L), l, s->xn, s->d_ids,
-                                               s->d_wts, n, s->ffn_out, s->gemm_scratch, s->gemm_scratch_bytes, st)
+                                               s->d_wts, n, s->ffn_out, s->gemm_scratch, s->step_scratch_bytes, st)
                        : st_cuda_moe_ffn(g->gemm, moe_engine(L), L->gate_exps.type, L->gate_exps.d, L->up_exps.d,
                                          L->down_exps.type, L->down_exps.d, d, hp->n_ff_exp, E, s->xn, s->d_ids,
-                                         s->d_wts, n, K, s->ffn_out, s->gemm_scratch, s->gemm_scratch_bytes, st)))
+                                         s->d_wts, n, K, s->ffn_out, s->gemm_scratch, s->step_scratch_bytes, st)))
                 return -1;
         }
         if (st_cuda_add(s->x, s->x, s->ffn_out, (int64_t)n * d, st) || dump_act(s, l, 'f', n)) return -1;

@@ -212,6 +212,8 @@ struct st_hybrid {
                                   // MoE scratch (st_hybrid_scratch_lend), their copies dropped before every prefill
                                   // step; the cache took those bytes (the plan's scratch_lent_bytes). 0: off
     int scratch_lent;             // a session holds that scratch
+    int scratch_step;             // a prefill step drops only the slots under the scratch bytes it uses (a 512-token
+                                  // step's ~1/8 of a 4096-token one's), not all pf_scratch (STRATA_HY_PF_SCRATCH_STEP)
     st_hy_pf pf;                  // the kernels' view (device pointers)
     const void **home_d;
     const uint8_t **rec_d;
@@ -1207,10 +1209,18 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     if (lay_rc) return st_err_prefix("%s: ", h->m->path);
     if (!h->slot_off) return st_err("out of memory");
     st_hycache_layout one;  // the layout at one slot size, for the log
+    // A short prompt's steps use a fraction of that scratch (carved from its start; the LM head's f16 weight, most
+    // of it, only for all-position logits): each step drops only the copies under its part
+    // (STRATA_HY_PF_SCRATCH_STEP=0: all of them, as before). H200, 30B-A3B Q4_K_M at 16 GiB, `bench/ab.sh -p 512 -n 128 -r 2 --rounds 3`
+    // (2026-12-03e): tg128 after the pp512 387.2 -> 407.1 tok/s (tg128 alone 405.0; CPU misses per token 7.3 -> 5.1),
+    // pp512 7410 -> 8676 (744 instead of 558 experts a chunk read from the copies); 12 GiB 328.4 / 327.4, 8 GiB
+    // 260.7 / 268.0 (5 rounds; misses 36 -> 34).
+    h->scratch_step = env_int("STRATA_HY_PF_SCRATCH_STEP", 1, 0, 1);
     if (h->pf_scratch)
         st_info("hybrid placement: the prefill GEMM scratch (%s) in %u of the prefetch's own slots, the cache has its "
-                "bytes (a prefill drops the copies there; STRATA_HY_PF_SCRATCH=0: beside them)",
-                st_fmt_bytes(b[0], 32, (double)credit), h->pf_scratch);
+                "bytes (a prefill %s; STRATA_HY_PF_SCRATCH=0: beside them)",
+                st_fmt_bytes(b[0], 32, (double)credit), h->pf_scratch,
+                h->scratch_step ? "step drops the copies under the part it uses" : "drops the copies there");
     if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, &one) == 0) {
         st_info("hybrid placement: cache slots sized per layer: %" PRIu64
                 " cache slots, %" PRIu64 " at one size", h->lay.n_cache, one.n_cache);
@@ -1482,6 +1492,8 @@ void *st_hybrid_scratch_lend(st_hybrid *h, size_t bytes) {
 void st_hybrid_scratch_return(st_hybrid *h, const void *p) {
     if (h->scratch_lent && p == hy_scratch_ptr(h)) h->scratch_lent = 0;
 }
+
+int st_hybrid_scratch_step(const st_hybrid *h) { return h && h->scratch_step; }
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
     if (n_ctx) *n_ctx = h->plan.n_ctx;
     return h->plan.kv_bytes + h->plan.scratch_bytes;
@@ -1750,7 +1762,8 @@ static int hy_pf_owners_read(st_hybrid *h, cudaStream_t st) {
     return 0;
 }
 
-int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats, cudaStream_t st) {
+int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, size_t scratch_bytes, st_gpu_hybrid_stats *stats,
+                            cudaStream_t st) {
     if (h->E > 1024) return st_err("hybrid prefill: %u experts per layer (at most 1024)", h->E);
     if (h->n_pend) {  // the slot maps must not name a slot that is being filled
         HY_CHECK(cudaEventSynchronize(h->ev_copied));
@@ -1760,9 +1773,12 @@ int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats,
     // copies, and the prefill reads them (the owners as the last decode steps left them).
     if (h->pf_on && !h->pf_own && st_cuda_hy_pf_reset(&h->pf, -1, st)) return -1;
     if (hy_pf_owners_read(h, st)) return -1;
-    // The borrowed slots become staging, the lent ones GEMM scratch: the copies there go home first (an owner set
-    // only with its copy queued, so none is in flight: the engine synchronises after every step).
-    const uint32_t n_lend = h->pf_borrow + (h->scratch_lent ? h->pf_scratch : 0);
+    // The borrowed slots become staging, the lent ones under the step's scratch bytes GEMM scratch: the copies there
+    // go home first (an owner set only with its copy queued, so none is in flight: the engine synchronises after
+    // every step).
+    uint64_t n_scratch = h->scratch_lent && scratch_bytes ? (scratch_bytes + h->stride - 1) / h->stride : 0;
+    if (n_scratch > h->pf_scratch || (n_scratch && !h->scratch_step)) n_scratch = h->pf_scratch;
+    const uint32_t n_lend = h->pf_borrow + (uint32_t)n_scratch;
     if (n_lend && h->pf_owner_h) {
         int any = 0;
         for (uint32_t j = 0; j < n_lend; j++)

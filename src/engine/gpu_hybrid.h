@@ -36,8 +36,10 @@ int st_hybrid_count(st_hybrid *h, uint32_t l, const int32_t *ids, int n_pairs, i
 // The same count's arguments, for the router launch that counts in its last block (st_cuda_router_topk_count).
 void st_hybrid_count_args(const st_hybrid *h, uint32_t l, int decode, st_hy_count_args *a);
 // Start of a prefill chunk of n_tok tokens: finishes swaps in flight, picks the CPU's share of the experts (small
-// chunks), refreshes the slot maps, starts staging layers 0 (and 1).
-int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, st_gpu_hybrid_stats *stats, cudaStream_t st);
+// chunks), refreshes the slot maps, starts staging layers 0 (and 1). scratch_bytes: the first bytes of the lent
+// scratch (st_hybrid_scratch_lend) the chunk uses, whose own slots' copies it drops; 0 where none is lent.
+int st_hybrid_prefill_begin(st_hybrid *h, int n_tok, size_t scratch_bytes, st_gpu_hybrid_stats *stats,
+                            cudaStream_t st);
 // Layer l's MoE of a prefill chunk (after st_hybrid_prefill_begin): waits for its staging, runs the grouped GEMM
 // through the slot map, then queues the staging of layer l + n_buffers. Same arguments as st_cuda_moe_ffn.
 int st_hybrid_moe_prefill(st_hybrid *h, st_gemm_ctx *gemm, int engine, uint32_t l, const float *X,
@@ -92,9 +94,12 @@ int st_hybrid_prefetch_gated(const st_hybrid *h);
 int st_hybrid_prefill_chunk(const st_hybrid *h);
 // A session's prefill GEMM / MoE scratch of `bytes` in the prefetch's own slots (the plan's scratch_lent_bytes), or
 // NULL (off, too small, or lent to another session): the session then allocates its own. Every prefill step drops the
-// prefetch copies there first (st_hybrid_prefill_begin). st_hybrid_scratch_return takes it back.
+// prefetch copies under the part it uses first (st_hybrid_prefill_begin). st_hybrid_scratch_return takes it back.
 void *st_hybrid_scratch_lend(st_hybrid *h, size_t bytes);
 void st_hybrid_scratch_return(st_hybrid *h, const void *p);
+// 1 (default): a prefill step claims only the part of the lent scratch it uses; 0: all of it
+// (STRATA_HY_PF_SCRATCH_STEP=0).
+int st_hybrid_scratch_step(const st_hybrid *h);
 // The VRAM the plan set aside for one session (KV cache of its context and compute scratch), and that context.
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx);
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st);

@@ -175,6 +175,12 @@ UB=128 run_decode mid-pf-scratch $mid 128 1100 1000 HYBRID_DECODE_UBATCH=128 HYB
   STRATA_HY_PF_SCRATCH=1
 log_says mid-pf-scratch "GEMM scratch.*lent from" "hybrid placement" \
   "the session's scratch was not lent from the own slots"
+# a step claims only the part of the scratch it uses (the default; STRATA_HY_PF_SCRATCH_STEP=0: all of it): the
+# second prompt's 70-token step drops the copies under ~half of it, the prefill and the decode after it read the
+# rest's copies; still bitwise
+UB=128 run_decode mid-pf-scratch-step $mid 128 1100 1000 HYBRID_DECODE_UBATCH=128 HYBRID_DECODE_PROMPT2=70
+log_says mid-pf-scratch-step "step drops the copies under the part it uses" "hybrid placement" \
+  "the steps did not claim their part of the scratch only"
 # cache slots sized per layer (the default; the 8-layer Q4_K_M mixes Q4_K and Q6_K down records): swaps, prefill
 # maps in offset units, a second long prompt over the decode's copies; still bitwise. *-slot-one: one slot size
 run_decode mid-slot-fit $mid 128 1100 1000 HYBRID_DECODE_PROMPT2=1100
