@@ -774,12 +774,13 @@ static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
            L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
 }
 
-// Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer l+1's likely
-// experts into VRAM (l+1 must be an MoE layer with a float router).
+// Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer m's likely
+// experts into VRAM (m = l + 1, or l + 2 with STRATA_HY_PF_AHEAD=2; an MoE layer with a float router).
 static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
     const st_gpu_model *g = s->g;
-    if (!st_hybrid_prefetch_on(g->hy) || l + 1 >= g->m->hp.n_layer) return 0;
-    const glayer *N = &g->layers[l + 1];
+    const uint32_t m = l + (uint32_t)st_hybrid_prefetch_ahead(g->hy);
+    if (!st_hybrid_prefetch_on(g->hy) || m >= g->m->hp.n_layer) return 0;
+    const glayer *N = &g->layers[m];
     if (!N->experts || !st_cuda_matvec_float_supported(N->router.type)) return 0;
     return st_hybrid_prefetch(g->hy, l, N->router.type, N->router.d, s->xn, st);
 }
