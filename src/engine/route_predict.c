@@ -1,7 +1,8 @@
 // STRATA_ROUTE_PREDICT: next-layer routing prediction quality on the CPU engine's decode (see route_predict.h).
 // Recall = |predicted set ∩ actual top-k| / k, summed over one-token steps and the layers 1..n_layer-1 (layer 0 has
 // no earlier layer to predict it from). Prediction sets are the top-k, top-(k+4) and top-2k of the predictor's
-// router probabilities: a wider prefetch set trades PCIe bytes for recall.
+// router probabilities: a wider prefetch set trades PCIe bytes for recall. One more row scores the prediction two
+// layers ahead (layer l+1's router on layer l-1's MoE input: the GPU's STRATA_HY_PF_AHEAD=2), over layers 2..n-1.
 #include "engine/route_predict.h"
 
 #include <math.h>
@@ -37,6 +38,12 @@ struct st_route_pred {
     // predictions (made during l-1) are scored after its MoE.
     int32_t *pred;           // [2][N_CAND][W], each row in descending probability
     int64_t pred_for[2];     // the layer a slot's predictions are for; -1: none
+    // Two layers ahead: layer t's prediction, made during layer t-2, in slot t % 3 (during layer l the one for l+2
+    // is written while those for l and l+1 wait for their scoring).
+    int32_t *pred2;          // [3][W]
+    int64_t pred2_for[3];    // as pred_for
+    uint64_t *hits2;         // [n_layer][N_WIDTH] |prediction ∩ actual| summed
+    uint64_t *n_pred2;       // [n_layer] steps scored
     uint32_t *counts;        // [n_layer][E] times each expert was chosen (every token of every chunk)
     int32_t *hist;           // [n_layer][2][K] experts chosen by the last two tokens (row 0 the newest)
     int32_t *uni;            // [2K] the union of hist's two rows
@@ -75,6 +82,9 @@ st_route_pred *st_route_pred_new(const st_model *m) {
     rp->prob = malloc(sizeof(float) * E);
     rp->wt = malloc(sizeof(float) * (size_t)rp->W);
     rp->pred = malloc(sizeof(int32_t) * 2 * N_CAND * (size_t)rp->W);
+    rp->pred2 = malloc(sizeof(int32_t) * 3 * (size_t)rp->W);
+    rp->hits2 = calloc(nl * N_WIDTH, sizeof(uint64_t));
+    rp->n_pred2 = calloc(nl, sizeof(uint64_t));
     rp->counts = calloc(nl * E, sizeof(uint32_t));
     rp->hist = malloc(sizeof(int32_t) * nl * 2 * K);
     rp->uni = malloc(sizeof(int32_t) * 2 * K);
@@ -90,7 +100,9 @@ st_route_pred *st_route_pred_new(const st_model *m) {
     rp->n_pred = calloc(nl, sizeof(uint64_t));
     rp->n_temp = calloc(nl, sizeof(uint64_t));
     rp->pred_for[0] = rp->pred_for[1] = rp->xn_prev_for = -1;
-    if (!rp->xn || !rp->prob || !rp->wt || !rp->pred || !rp->counts || !rp->hist || !rp->uni || !rp->n_hist ||
+    rp->pred2_for[0] = rp->pred2_for[1] = rp->pred2_for[2] = -1;
+    if (!rp->xn || !rp->prob || !rp->wt || !rp->pred || !rp->pred2 || !rp->hits2 || !rp->n_pred2 || !rp->counts ||
+        !rp->hist || !rp->uni || !rp->n_hist ||
         !rp->xn_prev_layer || !rp->xn_prev_tok || !rp->has_prev_tok || !rp->cos_layer || !rp->cos_tok || !rp->hits ||
         !rp->t_hits || !rp->t_size || !rp->n_pred || !rp->n_temp) {
         st_route_pred_free(rp);
@@ -152,6 +164,11 @@ void st_route_pred_after_attn(st_route_pred *rp, st_session *s, uint32_t layer, 
     predict(rp, s, s->x, m->layers[layer].ffn_norm, layer + 1, p + CAND_A * rp->W);
     predict(rp, s, s->x, m->layers[layer + 1].ffn_norm, layer + 1, p + CAND_B * rp->W);
     rp->pred_for[slot] = layer + 1;
+    if (layer + 2 < m->hp.n_layer) {  // (a)'s input, two layers ahead
+        const int s2 = (int)((layer + 2) % 3);
+        predict(rp, s, s->x, m->layers[layer].ffn_norm, layer + 2, rp->pred2 + (size_t)s2 * rp->W);
+        rp->pred2_for[s2] = layer + 2;
+    }
 }
 
 void st_route_pred_after_moe(st_route_pred *rp, st_session *s, uint32_t layer, int64_t n) {
@@ -169,6 +186,14 @@ void st_route_pred_after_moe(st_route_pred *rp, st_session *s, uint32_t layer, i
             for (int w = 0; w < N_WIDTH; w++) h[c * N_WIDTH + w] += count_hits(p + c * rp->W, rp->width[w], actual, K);
         rp->n_pred[layer]++;
         rp->pred_for[slot] = -1;
+    }
+    const int s2 = (int)(layer % 3);
+    if (n == 1 && rp->pred2_for[s2] == (int64_t)layer) {
+        const int32_t *p2 = rp->pred2 + (size_t)s2 * rp->W;
+        uint64_t *h2 = rp->hits2 + (size_t)layer * N_WIDTH;
+        for (int w = 0; w < N_WIDTH; w++) h2[w] += count_hits(p2, rp->width[w], actual, K);
+        rp->n_pred2[layer]++;
+        rp->pred2_for[s2] = -1;
     }
     int32_t *hist = rp->hist + (size_t)layer * 2 * K;
     if (n == 1 && rp->n_hist[layer] >= 1) {
@@ -208,11 +233,13 @@ static void print_row(const char *name, const uint64_t *hits, int n, uint64_t tr
 
 static void report(const st_route_pred *rp) {
     uint32_t L = rp->m->hp.n_layer;
-    uint64_t steps = 0, tsteps = 0, h[N_CAND * N_WIDTH] = {0}, th[2] = {0}, tsize = 0;
+    uint64_t steps = 0, tsteps = 0, h[N_CAND * N_WIDTH] = {0}, th[2] = {0}, tsize = 0, steps2 = 0, h2[N_WIDTH] = {0};
     double cl = 0, ct = 0;
     for (uint32_t l = 1; l < L; l++) {
         steps += rp->n_pred[l];
         tsteps += rp->n_temp[l];
+        steps2 += rp->n_pred2[l];
+        for (int i = 0; i < N_WIDTH; i++) h2[i] += rp->hits2[l * N_WIDTH + i];
         for (int i = 0; i < N_CAND * N_WIDTH; i++) h[i] += rp->hits[l * N_CAND * N_WIDTH + i];
         th[0] += rp->t_hits[l * 2];
         th[1] += rp->t_hits[l * 2 + 1];
@@ -230,6 +257,9 @@ static void report(const st_route_pred *rp) {
             w[2]);
     uint64_t kt = steps * (uint64_t)rp->K, ktt = tsteps * (uint64_t)rp->K;
     for (int c = 0; c < N_CAND; c++) print_row(cand_name[c], h + c * N_WIDTH, N_WIDTH, kt, "");
+    char note2[64];
+    snprintf(note2, sizeof note2, "   (layers 2..%u)", L - 1);
+    print_row("(d) two ahead: (a) of layer l-1, router l+1", h2, N_WIDTH, steps2 * (uint64_t)rp->K, note2);
     fprintf(stderr, "  %-48s", "random guess (k'/E)");
     for (int i = 0; i < N_WIDTH; i++) fprintf(stderr, "  %6.3f", (double)rp->width[i] / (double)rp->E);
     fputc('\n', stderr);
@@ -260,6 +290,9 @@ void st_route_pred_free(st_route_pred *rp) {
     free(rp->prob);
     free(rp->wt);
     free(rp->pred);
+    free(rp->pred2);
+    free(rp->hits2);
+    free(rp->n_pred2);
     free(rp->counts);
     free(rp->hist);
     free(rp->uni);

@@ -34,12 +34,14 @@ with tempfile.TemporaryDirectory() as d:
     check("route prediction" in err1 and "top-4" in err1, "table when set", err1)
 
     # tiny-qwen3moe: 4 layers, top-4 of 16 experts -> prediction sets of 4, 8, 8; 23 scored steps per layer 1..3
+    # (two layers ahead: layers 2..3)
     rows = {}
     for line in err1.splitlines():
-        m = re.match(r"\s+(\(.\).*?|hottest.*?)\s+([01]\.\d{3})\s+([01]\.\d{3})\s+([01]\.\d{3})$", line)
+        m = re.match(r"\s+(\(.\).*?|hottest.*?)\s+([01]\.\d{3})\s+([01]\.\d{3})\s+([01]\.\d{3})(\s+\(layers .*\))?$",
+                     line)
         if m:
-            rows[m.group(1)] = [float(v) for v in m.groups()[1:]]
-    check(len(rows) == 4, "four predictor rows", err1)
+            rows[m.group(1)] = [float(v) for v in m.groups()[1:4]]
+    check(len(rows) == 5, "five predictor rows (three inputs, the hottest, two layers ahead)", err1)
     for name, r in rows.items():
         check(all(0 <= v <= 1 for v in r) and r[0] <= r[1] <= r[2], f"recalls of {name}", err1)
     layers = re.findall(r"^\s+([123])\s+23\s", err1, re.M)
