@@ -1212,10 +1212,10 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     st_hycache_layout one;  // the layout at one slot size, for the log
     // A short prompt's steps use a fraction of that scratch (carved from its start; the LM head's f16 weight, most
     // of it, only for all-position logits): each step drops only the copies under its part
-    // (STRATA_HY_PF_SCRATCH_STEP=0: all of them, as before). H200, 30B-A3B Q4_K_M at 16 GiB, `bench/ab.sh -p 512 -n 128 -r 2 --rounds 3`
-    // (2026-12-03e): tg128 after the pp512 387.2 -> 407.1 tok/s (tg128 alone 405.0; CPU misses per token 7.3 -> 5.1),
-    // pp512 7410 -> 8676 (744 instead of 558 experts a chunk read from the copies); 12 GiB 328.4 / 327.4, 8 GiB
-    // 260.7 / 268.0 (5 rounds; misses 36 -> 34).
+    // (STRATA_HY_PF_SCRATCH_STEP=0: all of them, as before). H200, 30B-A3B Q4_K_M at 16 GiB, `bench/ab.sh -p 512
+    // -n 128 -r 2 --rounds 3` (2026-12-03e): tg128 after the pp512 387.2 -> 407.1 tok/s (tg128 alone 405.0; CPU
+    // misses per token 7.3 -> 5.1), pp512 7410 -> 8676 (744 instead of 558 experts a chunk read from the copies);
+    // 12 GiB 328.4 / 327.4, 8 GiB 260.7 / 268.0 (5 rounds; misses 36 -> 34).
     h->scratch_step = env_int("STRATA_HY_PF_SCRATCH_STEP", 1, 0, 1);
     if (h->pf_scratch)
         st_info("hybrid placement: the prefill GEMM scratch (%s) in %u of the prefetch's own slots, the cache has its "
@@ -1495,6 +1495,7 @@ void st_hybrid_scratch_return(st_hybrid *h, const void *p) {
 }
 
 int st_hybrid_scratch_step(const st_hybrid *h) { return h && h->scratch_step; }
+
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx) {
     if (n_ctx) *n_ctx = h->plan.n_ctx;
     return h->plan.kv_bytes + h->plan.scratch_bytes;
