@@ -1,5 +1,5 @@
-// Device helpers shared by the fused decode kernels (decode.cu, decode_attn.cu): 32-lane group reductions, the
-// activation quantizers in the CPU's formats, and programmatic dependent launch (PDL). CUDA C++ only.
+// Device helpers shared by the fused decode kernels (decode.cu, decode_glu.cu, decode_attn.cu): 32-lane group
+// reductions, the activation quantizers in the CPU's formats, and programmatic dependent launch (PDL). CUDA C++ only.
 //
 // Work unit: a "group" of 32 lanes (a whole warp on NVIDIA; half a wave on a wave64 part, whose shuffles with
 // xor offsets < 32 stay inside the group), so the 32-element quantization blocks map one to one onto groups
