@@ -192,50 +192,6 @@ int st_cuda_moe_down_q(int down_type, const void *const *table, int n_expert, in
                        const float *act, int act_format, const int32_t *ids, const float *weights, int n_tok,
                        int n_used, float *out, const float *add, cudaStream_t stream);
 
-
-// ---- round 4: the whole MoE FFN of one token in one launch (decode_moe.cu) --------------------------------------
-//
-// x += moe(ffn_norm(x + add)), as st_cuda_rmsnorm_act(xn, xq, .., x, add, ..) + st_cuda_router_topk +
-// st_cuda_moe_glu + st_cuda_moe_down_q with x as residual, bit for bit, but one kernel whose blocks are all
-// resident and meet at two grid-wide barriers instead of four launches: every block normalises and quantizes the
-// row itself (2 x n_embd floats from L2), the router's logits are spread over the blocks, every block routes the
-// token itself from the logits, L2-prefetches the down rows it will need and takes a contiguous share of the GLU
-// rows; the warp that completes a chunk of the GLU output quantizes it (the down input in the CPU format); after the
-// second barrier each block computes its output rows of every selected expert, sums them in rank order and adds the
-// residual.
-typedef struct st_cuda_dec_moe_args {
-    float *x;                 // [n_embd] residual stream, read, then written (x + add + moe)
-    const float *add;         // [n_embd] added to x first (the attention output), or NULL
-    const float *norm_w;      // [n_embd] ffn_norm weights
-    float eps;
-    int64_t n_embd;           // % 32 (% 256 when the gate/up activation format is Q8_K), <= ST_MOE_FFN_MAX_EMBD
-    int router_type;          // F32, F16 or BF16
-    const void *router;       // [n_expert][n_embd]
-    int n_expert, n_used;     // n_expert <= 512, n_used <= 32
-    int norm_topk;            // renormalise the top-k weights (expert_weights_norm)
-    int gu_type, down_type;   // st_cuda_dec_supported types
-    const void *const *table; // device array of 3 * n_expert expert row pointers (see st_cuda_moe_glu_q)
-    int64_t n_ff;             // expert width, % 32 (% 256 for a Q8_K down input)
-    float *logits;            // [n_expert] scratch (left holding the router logits)
-    float *act;               // [n_used][n_ff] scratch (left holding the GLU output)
-    void *actq;               // n_used planar q8_1 rows of n_ff (stride st_q8_1_row_bytes(n_ff)), 16-byte aligned
-    int32_t *ids;             // [n_used] out: the selected experts in rank order
-    float *weights;           // [n_used] out: their weights
-    void *ws;                 // st_cuda_dec_moe_ws_bytes bytes, ZEROED once after allocation (barrier + counters)
-    int grid;                 // blocks; 0: st_cuda_dec_moe_grid(.., 0)
-    long long *stamps;        // NULL, or [grid][ST_DEC_MOE_STAMPS] clock64() readings of each block at its phase
-                              // boundaries (benchmarks: where the time goes inside the launch)
-} st_cuda_dec_moe_args;
-// Stamps: 0 start (after the dependency wait), 1 norm + quantization done, 2 router logits done, 3 past barrier 1,
-// 4 routed, 5 GLU rows done, 6 chunk quantization done, 7 past barrier 2, 8 end.
-#define ST_DEC_MOE_STAMPS 9
-#define ST_MOE_FFN_MAX_EMBD 8192
-size_t st_cuda_dec_moe_ws_bytes(int64_t n_ff, int n_used);
-// The grid for rows of n_embd: blocks_per_sm (0: the default, 2) capped by the occupancy, times the SM count; 0 when
-// the kernel cannot take these rows on this device (then use the four-launch path).
-int st_cuda_dec_moe_grid(int64_t n_embd, int blocks_per_sm);
-int st_cuda_dec_moe(const st_cuda_dec_moe_args *a, cudaStream_t stream);
-
 #ifdef __cplusplus
 }
 #endif

@@ -300,17 +300,6 @@ __device__ __forceinline__ unsigned long long st_elapsed_ns(unsigned long long *
     if (now < *t0) *t0 = now;
     return now - *t0;
 }
-__device__ __forceinline__ void st_grid_sync(unsigned int *bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-        __threadfence();
-        const unsigned int old = atomicAdd(bar, add);
-        while (((old ^ st_ld_acquire(bar)) & 0x80000000u) == 0) {
-        }
-    }
-    __syncthreads();
-}
 
 // ---- activation quantization in the CPU's formats (quantize_act.h), IEEE-rounded ---------------------------
 //

@@ -1,4 +1,4 @@
-// Device helpers of the fused decode kernels that work on matrix rows (decode.cu, decode_glu.cu, decode_moe.cu): the
+// Device helpers of the fused decode kernels that work on matrix rows (decode.cu, decode_glu.cu): the
 // weight types they take, one 32-lane group's dot products of quantized rows with planar q8_1 activation rows
 // (cuda/qblock.h unpack + dp4a, then a butterfly sum: the same arithmetic and order as st_k_mmvq with one warp per
 // row), float row loads for the router, and the CPU's MoE route of one token. CUDA C++ only; every function is

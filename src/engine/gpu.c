@@ -100,15 +100,12 @@ struct st_gpu_session {
                                 // instead of in the router's last block
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
                                 // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
-    int moe_ffn_grid;           // one-token MoE FFN in one launch (st_cuda_dec_moe) with this grid; 0: off. Opt-in
-                                // (STRATA_MOE_ONE=1; STRATA_FFN_BPS=N: N blocks per SM): 239 vs 327 tok/s so far
     unsigned dec_dup;           // timing experiment only (STRATA_DEC_DUP, same bits): kernel classes launched twice
     int32_t *fixed_ids;         // timing experiment only (STRATA_DEC_FIXED_ROUTE): device [n_layer][K] expert ids
                                 // copied over the router's after it, or NULL
     unsigned dec_skip;          // timing experiment only (STRATA_DEC_SKIP, bit mask of DEC_SKIP_*): kernel classes
                                 // left out of one-token fused steps, to measure each one's share of the graph; the
                                 // output is wrong
-    void *moe_ffn_ws;           // its barrier word and chunk counters [st_cuda_dec_moe_ws_bytes], zeroed once
     void *attn_ws2;             // st_cuda_attn_dec workspace (zeroed once: its counters)
     int n_split2;               // st_cuda_attn_dec grid
     float *logits;              // [logits_rows][n_vocab]
@@ -518,13 +515,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
-    if (hp->n_expert && getenv("STRATA_MOE_ONE")) {
-        const char *bps = getenv("STRATA_FFN_BPS");
-        s->moe_ffn_grid = st_cuda_dec_moe_grid((int64_t)d, bps ? atoi(bps) : 0);
-        const size_t wsb = st_cuda_dec_moe_ws_bytes((int64_t)ff, (int)K);
-        s->moe_ffn_ws = dalloc(s, wsb, "decode counters", &fail);
-        if (!fail && st_cuda_memset(&g->ctx, s->moe_ffn_ws, 0, wsb, NULL)) fail = 1;
-    }
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     const char *skip = getenv("STRATA_DEC_SKIP");
     if (skip) {
@@ -637,7 +627,7 @@ void st_gpu_session_free(st_gpu_session *s) {
     }
     void *bufs[] = {s->d_tokens, s->d_pos, s->rope_cs, s->x, s->xn, s->q, s->k, s->v, s->attn, s->ffn_a, s->ffn_b,
                     s->ffn_out, s->router, s->d_ids, s->d_wts, s->d_xrow, s->xq, s->logits, s->attn_ws, s->gemm_scratch,
-                    s->xq2, s->dec_counters, s->attn_ws2, s->moe_ffn_ws, s->fixed_ids};
+                    s->xq2, s->dec_counters, s->attn_ws2, s->fixed_ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) st_cuda_free(c, bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -755,15 +745,6 @@ static int fused_moe(const st_gpu_session *s, const glayer *L, int n) {
            (dfmt != ST_TYPE_Q8_K || F % 256 == 0);
 }
 
-// Whether layer L's one-token MoE FFN (fused_moe) takes the one-launch kernel: not with CPU miss workers (they need
-// the router output on the host between the router and the experts), router F32/F16/BF16, n_embd within its limit.
-static int moe_ffn_one(const st_gpu_session *s, const glayer *L) {
-    const st_hparams *hp = &s->g->m->hp;
-    return s->moe_ffn_grid > 0 && !(s->g->hy && (st_hybrid_cpu_split(s->g->hy) || st_hybrid_prefetch_on(s->g->hy) ||
-                                            st_hybrid_prefetch_gated(s->g->hy))) &&
-           st_cuda_matvec_float_supported(L->router.type) && hp->n_embd <= ST_MOE_FFN_MAX_EMBD;
-}
-
 // Whether layer L's one-token attention takes st_cuda_attn_dec with the O projection's input quantized in it, O
 // then by st_cuda_mmvq_multi (both PDL launches).
 static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
@@ -860,16 +841,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // x += attention output; xn = ffn_norm(x) (f32 for the router, quantized for gate/up); then
             // x += sum_k w_k down_k(GLU_k(xn)), the down input quantized by the GLU kernel.
             const int F = (int)hp->n_ff_exp, E = (int)hp->n_expert;
-            if (n == 1 && moe_ffn_one(s, L)) {
-                // The whole FFN in one launch (decode.h: st_cuda_dec_moe), x += attention output first.
-                const st_cuda_dec_moe_args a = {s->x, s->ffn_out, L->ffn_norm, hp->rms_eps, d, L->router.type,
-                                                L->router.d, E, K, hp->expert_weights_norm, L->gate_exps.type,
-                                                L->down_exps.type, (const void *const *)L->experts, F, s->router,
-                                                s->ffn_a, s->xq2, s->d_ids, s->d_wts, s->moe_ffn_ws, s->moe_ffn_grid,
-                                                NULL};
-                if (st_cuda_dec_moe(&a, st) || (g->hy && st_hybrid_count(g->hy, l, s->d_ids, K, 1, st))) return -1;
-                continue;
-            }
             const int afmt = st_cuda_act_format(L->gate_exps.type);
             // One token all in VRAM (no experiment on): the router launch ends with the logits and the GLU launch
             // takes the route (no fence / counter tail between them), bit for bit the router_topk + moe_glu_q pair.

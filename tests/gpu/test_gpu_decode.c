@@ -12,9 +12,8 @@
 //   moe_down_sum:  against st_cuda_mmvq_ids per expert, combined on the host in rank order, plus the residual
 //   moe v2:        st_cuda_moe_glu (act only) against the same reference; st_cuda_moe_down_q from that f32 act
 //                  (its own prologue quantization) against the same down reference, in place and not
-//   moe_ffn:       the whole MoE FFN in one launch (grid barriers) against the four-launch path, bit for bit (x,
-//                  ids, weights), at several grids, twice each (barrier word and chunk counters back to their start);
-//                  STRATA_FFN_STAMPS=N also prints where its time goes per phase (N blocks per SM; no check)
+//   route_glu:     the route inside the GLU launch (router_logits + moe_route_glu_q) against router_topk +
+//                  moe_glu_q, bit for bit (x after moe_down_sum, ids, weights), twice (counters back to zero)
 //   attn_dec:      split-adaptive decode attention against the CPU's st_attention (f16/f32 caches, head_dim 64/128,
 //                  1..8 query heads per KV head, L from 1 to 16385, several grids, one workspace shared by all
 //                  cases so the counters must come back to zero), and its fused output row byte-exact against the
@@ -22,8 +21,7 @@
 //                  kernel (cases for its two-level merge), then a set through the SIMT kernel
 //   pdl chain:     a whole fused MoE layer (norm, Q/K/V, rope, attention, O, norm, router, GLU, down) captured in a
 //                  CUDA graph with PDL launches, replayed, against the same sequence run eagerly with PDL off and a
-//                  synchronisation after each launch: the residual stream must be bit-identical; and the same with
-//                  the FFN part as one st_cuda_dec_moe launch
+//                  synchronisation after each launch: the residual stream must be bit-identical
 // One PASS/FAIL line per kernel; exit status 1 on any failure.
 //   test_gpu_decode [--quick]
 #include <math.h>
@@ -666,12 +664,12 @@ static void test_moe(void) {
     report("moe_glu_q + moe_down_sum, moe_glu + moe_down_q (expert table, CPU-format down input, rank-order sum)");
 }
 
-// ---- the MoE FFN in one launch (st_cuda_dec_moe) -------------------------------------------------------------------
+// ---- the route inside the GLU launch -----------------------------------------------------------------------------
 
-// Against the four-launch path (rmsnorm_act + router_topk + moe_glu + moe_down_q, each checked against the CPU
-// above), bit for bit: the residual stream, the selected ids and their weights; at several grids, each launched twice
-// with the outputs poisoned in between (the barrier word and the chunk counters must come back to their start).
-static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, int d, int F, int norm) {
+// The one-token default (st_cuda_router_logits + st_cuda_moe_route_glu_q) against router_topk + moe_glu_q, bit for
+// bit: the residual stream after moe_down_sum, the selected ids and their weights. (Until 2026-12-03e this case also
+// checked the one-launch MoE FFN, st_cuda_dec_moe: removed, docs/experiments/2026-12-03e-moe-one-launch.patch.)
+static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K, int d, int F, int norm) {
     const int gfmt = st_cuda_act_format(gu_type), dfmt = st_cuda_act_format(down_type);
     const size_t gu_exp = st_row_size(gu_type, d) * F, dn_exp = st_row_size(down_type, F) * d;
     uint8_t *hg = rand_weights(gu_type, (int64_t)E * F, d), *hu = rand_weights(gu_type, (int64_t)E * F, d),
@@ -699,12 +697,11 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
     CKL(st_cuda_router_topk(rt, drouter, d, E, dxn, 1, K, norm, dlog, dids, dw, dcnt, 0));
     CKL(st_cuda_moe_glu(gu_type, (const void *const *)dtbl, E, d, F, dxq, dids, 1, K, dact, 0));
     CKL(st_cuda_moe_down_q(down_type, (const void *const *)dtbl, E, d, F, dact, dfmt, dids, dw, 1, K, dx, dx, 0));
-    float *ref = xmalloc(sizeof(float) * d), *got = xmalloc(sizeof(float) * d), rw[32], gw[32];
-    int32_t rids[32], gids[32];
-    d2h(ref, dx, sizeof(float) * d), d2h(rids, dids, sizeof(int32_t) * K), d2h(rw, dw, sizeof(float) * K);
+    float *ref = xmalloc(sizeof(float) * d);
+    d2h(ref, dx, sizeof(float) * d);
     int64_t moved = 0;
     for (int i = 0; i < d; i++) moved += ref[i] != x0[i] + add[i];
-    if (moved < d / 2) printf("  moe_ffn: the reference barely moved x (%lld of %d)\n", (long long)moved, d), g_fail_cur++;
+    if (moved < d / 2) printf("  route_glu: the reference barely moved x (%lld of %d)\n", (long long)moved, d), g_fail_cur++;
     // The route taken inside the GLU launch (st_cuda_router_logits + st_cuda_moe_route_glu_q, the default for one
     // token) against st_cuda_router_topk + st_cuda_moe_glu_q, then st_cuda_moe_down_sum for both: bit for bit,
     // twice (the chunk counters must come back to zero).
@@ -741,102 +738,20 @@ static void test_moe_ffn_case(int rt, int gu_type, int down_type, int E, int K, 
         }
         free(r1), free(g1);
     }
-    void *ws = dalloc(st_cuda_dec_moe_ws_bytes(F, K));
-    CK(cudaMemset(ws, 0, st_cuda_dec_moe_ws_bytes(F, K)));
-    int sm = g_ctx.sm_count;
-    const int grids[] = {st_cuda_dec_moe_grid(d, 0), st_cuda_dec_moe_grid(d, 1), st_cuda_dec_moe_grid(d, 8), 2 * sm - 7};
-    for (int gi = 0; gi < 4; gi++) {
-        if (grids[gi] <= 0) continue;
-        if (gi == 3 && (d + grids[gi] - 1) / grids[gi] > 64) continue;
-        for (int rep = 0; rep < 3; rep++) {  // (three: the counters must come back to zero twice)
-            CK(cudaMemcpy(dx, x0, sizeof(float) * d, cudaMemcpyHostToDevice));
-            poison(dlog, sizeof(float) * E), poison(dact, sizeof(float) * K * F), poison(daq, aqb);
-            poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
-            st_cuda_dec_moe_args a = {dx, dadd, dnw, 1e-6f, d, rt, drouter, E, K, norm, gu_type, down_type,
-                                      (const void *const *)dtbl, F, dlog, dact, daq, dids, dw, ws, grids[gi], NULL};
-            CKL(st_cuda_dec_moe(&a, 0));
-            d2h(got, dx, sizeof(float) * d), d2h(gids, dids, sizeof(int32_t) * K), d2h(gw, dw, sizeof(float) * K);
-            int64_t bad = 0;
-            for (int i = 0; i < d; i++) bad += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
-            const int idbad = memcmp(gids, rids, sizeof(int32_t) * K) != 0, wbad = memcmp(gw, rw, sizeof(float) * K) != 0;
-            if (bad || idbad || wbad) {
-                printf("  moe_ffn router %s %s/%s E %d K %d d %d F %d norm %d grid %d rep %d: %lld of %d outputs "
-                       "differ (x[0] %.9g vs %.9g), ids %s, weights %s\n",
-                       st_type_name(rt), st_type_name(gu_type), st_type_name(down_type), E, K, d, F, norm, grids[gi],
-                       rep, (long long)bad, d, got[0], ref[0], idbad ? "DIFFER" : "same", wbad ? "DIFFER" : "same");
-                g_fail_cur++;
-            }
-        }
-    }
-    if (getenv("STRATA_FFN_STAMPS") && d >= 2048) {
-        // Diagnostics (no check): where the time goes inside the launch, weights from HBM (L2 flushed before each
-        // run), per phase the median and the largest duration over the blocks, from clock64 stamps.
-        const int grid = st_cuda_dec_moe_grid(d, atoi(getenv("STRATA_FFN_STAMPS")));
-        long long *dst = dalloc(sizeof(long long) * grid * ST_DEC_MOE_STAMPS), *hst = xmalloc(sizeof(long long) * grid * ST_DEC_MOE_STAMPS);
-        const size_t flush_b = (size_t)256 << 20;
-        void *flush = dalloc(flush_b);
-        int khz = 0;
-        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-        static const char *names[] = {"norm+quant", "router logits", "barrier 1", "route", "GLU rows", "chunk quant",
-                                      "barrier 2", "down + sum"};
-        double med[8] = {0}, mx[8] = {0}, tot = 0;
-        const int runs = 5;
-        for (int run = 0; run < runs; run++) {
-            CK(cudaMemset(flush, run, flush_b));
-            CK(cudaMemset(dst, 0, sizeof(long long) * grid * ST_DEC_MOE_STAMPS));
-            st_cuda_dec_moe_args a = {dx, dadd, dnw, 1e-6f, d, rt, drouter, E, K, norm, gu_type, down_type,
-                                      (const void *const *)dtbl, F, dlog, dact, daq, dids, dw, ws, grid, dst};
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            CK(cudaEventRecord(e0, 0));
-            CKL(st_cuda_dec_moe(&a, 0));
-            CK(cudaEventRecord(e1, 0));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            CK(cudaEventDestroy(e0));
-            CK(cudaEventDestroy(e1));
-            tot += ms * 1e3 / runs;
-            d2h(hst, dst, sizeof(long long) * grid * ST_DEC_MOE_STAMPS);
-            for (int ph = 0; ph < 8; ph++) {
-                double *v = xmalloc(sizeof(double) * grid);
-                int nv = 0;
-                for (int b = 0; b < grid; b++) {
-                    const long long *t = hst + (size_t)b * ST_DEC_MOE_STAMPS;
-                    if (ph == 7 && t[8] < t[7]) continue;
-                    v[nv++] = (double)(t[ph + 1] - t[ph]) / khz * 1e3;  // us
-                }
-                if (nv == 0) {
-                    free(v);
-                    continue;
-                }
-                for (int i = 1; i < nv; i++)
-                    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
-                med[ph] += v[nv / 2] / runs, mx[ph] += v[nv - 1] / runs;
-                free(v);
-            }
-        }
-        printf("  moe_ffn stamps, grid %d, %s/%s E %d K %d d %d F %d: launch %.2f us (events); per phase median / max "
-               "over blocks (us):\n", grid, st_type_name(gu_type), st_type_name(down_type), E, K, d, F, tot);
-        for (int ph = 0; ph < 8; ph++) printf("    %-14s %7.2f %7.2f\n", names[ph], med[ph], mx[ph]);
-        cudaFree(dst), cudaFree(flush), free(hst);
-    }
-    free(hg), free(hu), free(hd), free(hr), free(tbl), free(x0), free(add), free(nw), free(ref), free(got);
-    void *bufs[] = {dg, du, ddn, drouter, dtbl, dx, dadd, dnw, dxn, dlog, dact, dw, dids, dxq, daq, dcnt, ws};
+    free(hg), free(hu), free(hd), free(hr), free(tbl), free(x0), free(add), free(nw), free(ref);
+    void *bufs[] = {dg, du, ddn, drouter, dtbl, dx, dadd, dnw, dxn, dlog, dact, dw, dids, dxq, daq, dcnt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
 }
 
-static void test_moe_ffn(void) {
+static void test_route_glu(void) {
     const int E = g_quick ? 32 : 128, d = g_quick ? 512 : 2048;
-    test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q6_K, E, 8, d, 768, 1);   // Qwen3-30B-A3B Q4_K_M
-    test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q4_K, E, 8, d, 768, 1);
-    test_moe_ffn_case(ST_TYPE_F16, ST_TYPE_Q5_K, ST_TYPE_Q3_K, 16, 4, 1024, 512, 0);
-    test_moe_ffn_case(ST_TYPE_BF16, ST_TYPE_Q8_0, ST_TYPE_Q4_0, 32, 2, 256, 96, 1);  // Q8_0 inputs, 32-row chunks
-    test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q4_1, ST_TYPE_Q5_1, 8, 8, 256, 512, 1);   // Q8_1 inputs, all experts
-    if (!g_quick) test_moe_ffn_case(ST_TYPE_F32, ST_TYPE_Q2_K, ST_TYPE_Q8_0, 64, 6, 4096, 1536, 1);
-    report("moe_ffn (norm + router + top-k + GLU + down in one launch == the four-launch path, bit for bit); route_glu "
-           "(the route inside the GLU launch == router_topk + moe_glu_q, bit for bit)");
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q6_K, E, 8, d, 768, 1);   // Qwen3-30B-A3B Q4_K_M
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q4_K, E, 8, d, 768, 1);
+    test_route_glu_case(ST_TYPE_F16, ST_TYPE_Q5_K, ST_TYPE_Q3_K, 16, 4, 1024, 512, 0);
+    test_route_glu_case(ST_TYPE_BF16, ST_TYPE_Q8_0, ST_TYPE_Q4_0, 32, 2, 256, 96, 1);  // Q8_0 inputs, 32-row chunks
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_1, ST_TYPE_Q5_1, 8, 8, 256, 512, 1);   // Q8_1 inputs, all experts
+    if (!g_quick) test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q2_K, ST_TYPE_Q8_0, 64, 6, 4096, 1536, 1);
+    report("route_glu (the route inside the GLU launch == router_topk + moe_glu_q, bit for bit)");
 }
 
 // ---- attention v2 ------------------------------------------------------------------------------------------------
@@ -967,11 +882,11 @@ typedef struct {
     float *rope_cs;  // [PC_CTX][PC_HD] RoPE table
     int32_t *ids, *cnt, *dpos;
     uint8_t *xq, *wq, *wk, *wv, *wo, *gate, *up, *down;
-    void *kc, *vc, *ws, *tbl, *aq, *ffn_ws;
+    void *kc, *vc, *ws, *tbl, *aq;
     int n_split;
 } pchain;
 
-static void pc_layer(pchain *c, cudaStream_t st, int sync, int one_ffn) {
+static void pc_layer(pchain *c, cudaStream_t st, int sync) {
     const int D = c->D, f = ST_TYPE_Q8_K;
     const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, c->wq, PC_NH * PC_HD, c->q}, {ST_TYPE_Q4_K, c->wk, PC_NKV * PC_HD, c->k},
                                   {ST_TYPE_Q6_K, c->wv, PC_NKV * PC_HD, c->v}};
@@ -988,13 +903,6 @@ static void pc_layer(pchain *c, cudaStream_t st, int sync, int one_ffn) {
     PCK(st_cuda_attn_dec(c->attn, c->xq, f, c->q, c->kc, c->vc, 1, c->dpos, PC_NH, PC_NKV, PC_HD, 0.0883883f,
                          c->n_split, c->ws, st));
     PCK(st_cuda_mmvq_multi(&mo, 1, PC_NH * PC_HD, c->xq, st));
-    if (one_ffn) {
-        st_cuda_dec_moe_args a = {c->x, c->ffn_out, c->fn, 1e-6f, D, ST_TYPE_F32, c->router, PC_E, PC_K, 1,
-                                  ST_TYPE_Q4_K, ST_TYPE_Q6_K, (const void *const *)c->tbl, PC_F, c->logits, c->act,
-                                  c->aq, c->ids, c->wts, c->ffn_ws, 0, NULL};
-        PCK(st_cuda_dec_moe(&a, st));
-        return;
-    }
     PCK(st_cuda_rmsnorm_act(c->xn, c->xq, f, c->x, c->ffn_out, c->fn, 1, D, 1e-6f, st));
     PCK(st_cuda_router_topk(ST_TYPE_F32, c->router, D, PC_E, c->xn, 1, PC_K, 1, c->logits, c->ids, c->wts, c->cnt, st));
     PCK(st_cuda_moe_glu(ST_TYPE_Q4_K, (const void *const *)c->tbl, PC_E, D, PC_F, c->xq, c->ids, 1, PC_K, c->act, st));
@@ -1058,26 +966,23 @@ static void test_pdl_chain(void) {
     c.ws = dalloc(wsb);
     CK(cudaMemset(c.ws, 0, wsb));
     c.aq = dalloc((size_t)st_q8_1_row_bytes(PC_F) * PC_K);
-    c.ffn_ws = dalloc(st_cuda_dec_moe_ws_bytes(PC_F, PC_K));
-    CK(cudaMemset(c.ffn_ws, 0, st_cuda_dec_moe_ws_bytes(PC_F, PC_K)));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
     // Reference: no PDL, synchronised after every launch.
     st_cuda_dec_set_pdl(0);
-    for (int l = 0; l < layers; l++) pc_layer(&c, st, 1, 0);
+    for (int l = 0; l < layers; l++) pc_layer(&c, st, 1);
     float *ref = xmalloc(sizeof(float) * D), *got = xmalloc(sizeof(float) * D);
     d2h(ref, c.x, sizeof(float) * D);
-    // PDL launches in a captured graph, replayed three times from the same start; the FFN by the four launches,
-    // then by st_cuda_dec_moe.
+    // PDL launches in a captured graph, replayed three times from the same start.
     st_cuda_dec_set_pdl(1);
     printf("  pdl chain: PDL %s on this device\n", st_cuda_dec_pdl() ? "used" : "NOT used (below sm_90)");
-    for (int one = 0; one <= 1; one++) {
-        const char *how = one ? "moe_ffn" : "four-launch FFN";
+    {
+        const char *how = "four-launch FFN";
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0, one);
+        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0);
         CK(cudaStreamEndCapture(st, &graph));
         CK(cudaGraphInstantiate(&exec, graph, 0));
         for (int rep = 0; rep < 3; rep++) {
@@ -1095,7 +1000,7 @@ static void test_pdl_chain(void) {
         }
         // And eager PDL launches without synchronisation.
         CK(cudaMemcpyAsync(c.x, x0, sizeof(float) * D, cudaMemcpyHostToDevice, st));
-        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0, one);
+        for (int l = 0; l < layers; l++) pc_layer(&c, st, 0);
         CK(cudaStreamSynchronize(st));
         d2h(got, c.x, sizeof(float) * D);
         if (memcmp(got, ref, sizeof(float) * D)) {
@@ -1109,7 +1014,7 @@ static void test_pdl_chain(void) {
     free(x0), free(kc0), free(vc0), free(ref), free(got);
     void *bufs[] = {c.x, c.xn, c.q, c.k, c.v, c.attn, c.ffn_out, c.act, c.logits, c.wts, c.an, c.fn, c.qn, c.kn,
                     c.router, c.ids, c.cnt, c.dpos, c.xq, c.wq, c.wk, c.wv, c.wo, c.gate, c.up, c.down, c.kc, c.vc,
-                    c.ws, c.tbl, c.aq, c.ffn_ws, c.rope_cs};
+                    c.ws, c.tbl, c.aq, c.rope_cs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     report("pdl chain (fused layer x3 in a CUDA graph with PDL launches == synchronised eager run, bit for bit)");
 }
@@ -1133,7 +1038,7 @@ int main(int argc, char **argv) {
     test_router();
     test_router_norm();
     test_moe();
-    test_moe_ffn();
+    test_route_glu();
     g_pool = st_pool_create(0);
     test_attn_dec();
     test_pdl_chain();
