@@ -45,7 +45,11 @@
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
 // -DDEC_MINB_MULTI0=0 (the compiler's choice).
 #ifndef DEC_MINB_MULTI0
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+#define DEC_MINB_MULTI0 4  // Turing holds 1,024 threads per SM: 5 blocks of 256 would be out of range
+#else
 #define DEC_MINB_MULTI0 5
+#endif
 #endif
 // DEC_MINB_DOWN: minimum resident blocks per SM of the MoE down kernel (0: the compiler's choice). With its row dots
 // branch-free (decode_rows.cuh rows_or_first) the Q6_K instance would take 127 registers (2 blocks per SM, the
