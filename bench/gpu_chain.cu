@@ -1,5 +1,7 @@
 // Floor cost of a dependent chain of kernels in one CUDA graph, shaped like the decode step (48 layers x 9 kernels,
-// grids {1,640,10,264,256,1,64,768,512}): empty kernels, PDL, the last-block counter, an L2 data dependence.
+// grids {1,640,10,264,256,1,64,768,512}): empty kernels, PDL, the last-block counter, an L2 data dependence; and the
+// same chain of stages inside one persistent kernel whose stages wait on arrival counters instead of kernel
+// boundaries (what a whole-step "megakernel" would pay per dependency).
 // Run: build-gpu/bin/bench_gpu_chain [-n REPLAYS]   (needs sm_90 for PDL; prints a markdown table)
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -76,6 +78,94 @@ struct Bufs {
     float *flags;   // one per kernel of the chain
     float *data;    // two DATA_N buffers, alternating between consecutive kernels
 };
+
+// ---- the chain inside one persistent kernel ---------------------------------------------------------------------
+
+#define SPIN_LIMIT (1 << 26)  // polls before a wait gives up (~seconds): a bug shows as a flag, not a hung device
+
+struct StageGrids {
+    int g[9];  // items per stage, the kernel grids of the graph variants; stage s has g[s % nk]
+    int nk;
+};
+
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Every stage of the chain in one launch of resident CTAs. Stage s's items go round-robin to the CTAs; a CTA with
+// items in stage s waits (thread 0 polls, then a block barrier) until every item of stage s - 1 has arrived, does
+// M_DATA's work per item (one L2 read each; item 0 copies the 8 KiB buffer + 1), and arrives (barrier, fence,
+// one atomic add of its item count: the engine's last-block pattern). A CTA with no item in stage s goes on to the
+// next stage without waiting. arrive[] is cleared before each launch (a memset node in the graph). Reads of data
+// an earlier stage wrote bypass L1 (ld.cg), as they must without a kernel boundary between writer and reader.
+__global__ void __launch_bounds__(256) k_persist(int *arrive, float *flag, float *data, const StageGrids sg,
+                                                 int nstage) {
+    __shared__ int give_up;
+    if (threadIdx.x == 0) give_up = 0;
+    for (int s = 0; s < nstage; s++) {
+        const int g = sg.g[s % sg.nk];
+        if ((int)blockIdx.x >= g) continue;
+        if (s > 0) {
+            if (threadIdx.x == 0) {
+                const int want = sg.g[(s - 1) % sg.nk];
+                int n = 0;
+                while (ld_acquire_gpu(arrive + s - 1) < want)
+                    if (++n == SPIN_LIMIT) {
+                        give_up = 1;
+                        *flag = -1.0f;
+                        break;
+                    }
+            }
+            __syncthreads();
+            if (give_up) return;
+        }
+        const float *in = data + (s & 1) * DATA_N;
+        float *out = data + ((s + 1) & 1) * DATA_N;
+        int done = 0;
+        for (int it = blockIdx.x; it < g; it += gridDim.x, done++) {
+            const float v = __ldcg(in + (it * (int)blockDim.x + (int)threadIdx.x) % DATA_N);
+            if (v < 0.0f) *flag = v;  // never true; keeps the load
+            if (it == 0)
+                for (int j0 = threadIdx.x; j0 < DATA_N; j0 += 8 * blockDim.x) {
+                    float r[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) r[u] = j0 + u * blockDim.x < DATA_N ? __ldcg(in + j0 + u * blockDim.x) : 0.0f;
+#pragma unroll
+                    for (int u = 0; u < 8; u++)
+                        if (j0 + u * blockDim.x < DATA_N) out[j0 + u * blockDim.x] = r[u] + 1.0f;
+                }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(arrive + s, done);
+        }
+    }
+}
+
+// The persistent chain as a graph: clear the arrival counters, then one launch of `ctas` CTAs of 256 threads (all
+// resident at once: the caller keeps ctas within the occupancy, so no poll waits on a CTA that never starts).
+static cudaGraphExec_t build_persist_graph(cudaStream_t s, const int *grids, int nk, int layers, int ctas,
+                                           const Bufs *b) {
+    StageGrids sg;
+    memset(&sg, 0, sizeof sg);
+    for (int i = 0; i < nk; i++) sg.g[i] = grids[i];
+    sg.nk = nk;
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CK(cudaMemsetAsync(b->counters, 0, sizeof(int) * (size_t)(layers * nk), s));
+    k_persist<<<ctas, 256, 0, s>>>(b->counters, b->flags, b->data, sg, layers * nk);
+    CK(cudaGetLastError());
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphUpload(ge, s));
+    CK(cudaGraphDestroy(g));
+    return ge;
+}
+
 
 // Captures layers x nk kernels into one graph. With pdl, launched by the engine's st_dec_launch (cudaLaunchKernelEx
 // with programmatic stream serialization, which capture turns into programmatic edges); without, plain <<<>>>.
@@ -193,25 +283,38 @@ int main(int argc, char **argv) {
     CK(cudaDeviceSynchronize());  // the memsets, before a stream that does not wait for the legacy one
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
+    // The persistent variants' CTAs: one per SM, and as many as fit (every stage's items then have CTAs of their own
+    // up to that count).
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_persist, 256, 0));
+    const int ctas_max = occ * p.multiProcessorCount;
     struct {
         const char *name;
         const int *grids;
         int nk, layers, mode, pdl;
+        int ctas;  // > 0: the persistent kernel with this many CTAs (M_DATA's work per item)
     } v[] = {
-        {"1. empty, plain launches", g9, 9, L, M_EMPTY, 0},
-        {"2. empty, PDL", g9, 9, L, M_PDL, 1},
-        {"3. PDL + last-block counter", g9, 9, L, M_LAST, 1},
-        {"4. PDL + 8 KiB dependence via L2", g9, 9, L, M_DATA, 1},
-        {"5a. PDL, one layer (9 kernels)", g9, 9, 1, M_PDL, 1},
-        {"5b. PDL, 6 kernels per layer", g6, 6, L, M_PDL, 1},
+        {"1. empty, plain launches", g9, 9, L, M_EMPTY, 0, 0},
+        {"2. empty, PDL", g9, 9, L, M_PDL, 1, 0},
+        {"3. PDL + last-block counter", g9, 9, L, M_LAST, 1, 0},
+        {"4. PDL + 8 KiB dependence via L2", g9, 9, L, M_DATA, 1, 0},
+        {"5a. PDL, one layer (9 kernels)", g9, 9, 1, M_PDL, 1, 0},
+        {"5b. PDL, 6 kernels per layer", g6, 6, L, M_PDL, 1, 0},
+        {"6a. one persistent kernel, stage counters, 1 CTA per SM (as 4)", g9, 9, L, M_DATA, 0,
+         p.multiProcessorCount},
+        {"6b. one persistent kernel, stage counters, every CTA that fits (as 4)", g9, 9, L, M_DATA, 0, ctas_max},
     };
     const int nv = (int)(sizeof v / sizeof v[0]);
     double per[8];
-    printf("| variant | kernels per replay | us per replay | us per kernel | us per replay (batches of %d) |\n", BATCH);
+    printf("(persistent kernel: %d CTAs of 256 threads fit per SM, %d in all)\n\n", occ, ctas_max);
+    printf("| variant | kernels (stages) per replay | us per replay | us per kernel (stage) | us per replay (batches "
+           "of %d) |\n", BATCH);
     printf("|---|---:|---:|---:|---:|\n");
     for (int i = 0; i < nv; i++) {
         const int nk = v[i].nk * v[i].layers;
-        cudaGraphExec_t ge = build_graph(s, v[i].grids, v[i].nk, v[i].layers, v[i].mode, v[i].pdl, &b);
+        if (v[i].ctas > 0) CK(cudaMemsetAsync(b.flags, 0, sizeof(float) * maxk, s));
+        cudaGraphExec_t ge = v[i].ctas > 0 ? build_persist_graph(s, v[i].grids, v[i].nk, v[i].layers, v[i].ctas, &b)
+                                           : build_graph(s, v[i].grids, v[i].nk, v[i].layers, v[i].mode, v[i].pdl, &b);
         if (v[i].mode == M_DATA) CK(cudaMemsetAsync(b.data, 0, sizeof(float) * 2 * DATA_N, s));
         per[i] = time_graph(ge, s, n, 1);
         const double batched = time_graph(ge, s, n, BATCH);
@@ -226,10 +329,23 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "warning: data chain gave %.0f, expected %.0f (ordering broken?)\n",
                         (double)got, (double)want);
         }
+        if (v[i].ctas > 0) {  // a poll that gave up wrote -1 to its stage's flag
+            float fl[48 * 9];
+            CK(cudaMemcpy(fl, b.flags, sizeof fl, cudaMemcpyDeviceToHost));
+            for (int j = 0; j < maxk; j++)
+                if (fl[j] != 0.0f) {
+                    fprintf(stderr, "warning: %s: a stage wait gave up after %d polls (not all CTAs resident?)\n",
+                            v[i].name, SPIN_LIMIT);
+                    break;
+                }
+        }
         CK(cudaGraphExecDestroy(ge));
     }
     printf("\nRemoving 3 kernels per layer (2 vs 5b): %.1f us per replay, %.3f us per removed kernel\n",
            per[1] - per[5], (per[1] - per[5]) / (L * 3));
+    printf("A dependency inside one persistent kernel against a PDL kernel boundary (6a / 6b vs 4): %.3f / %.3f us "
+           "per stage saved, %.0f / %.0f us per 432-stage step\n",
+           (per[3] - per[6]) / (L * 9), (per[3] - per[7]) / (L * 9), per[3] - per[6], per[3] - per[7]);
     CK(cudaStreamDestroy(s));
     CK(cudaFree(b.counters));
     CK(cudaFree(b.flags));
