@@ -3,7 +3,8 @@
 NEW PTX files (one or more: a file split into translation units), up to what differs between translation units
 without changing code: virtual register and label numbers, local-depot and call-sequence numbers, the hash in the
 names of internal (static) functions, blank lines, and where a __shared__ variable is declared (module scope or
-demoted into its only kernel). Exit 0 when every entry matches, 1 otherwise (the differing names printed).
+demoted into its only kernel) and its name (a function-local one's carries the function's signature). Exit 0 when
+every entry matches, 1 otherwise (the differing names printed).
 
 Make the PTX with the build's nvcc flags plus `-ptx` (no -lineinfo), e.g. for the decode kernels:
   nvcc -DSTRATA_HAVE_CUDA=1 -D_FILE_OFFSET_BITS=64 -D_GNU_SOURCE -Iinclude -Isrc -O3 -DNDEBUG -arch=compute_90 \\
@@ -38,6 +39,7 @@ def entries(path):
 def norm(s):
     s = re.sub(r"\d+_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "N_INTERNAL_X", s)
     s = re.sub(r"\$L__\w+", "LABEL", s)
+    s = re.sub(r"_ZZ\w+", "LOCAL_STATIC", s)  # a function-local __shared__: its name carries the function's signature
     s = re.sub(r"%(rd|r|f|fd|p|rs|h|hh)\d+", r"%\1", s)
     s = re.sub(r"\.reg \.\w+ \s*%\w+<\d+>;", ".reg", s)
     s = re.sub(r"__local_depot\d+", "DEPOT", s)

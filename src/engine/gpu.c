@@ -116,6 +116,8 @@ struct st_gpu_session {
     int gemm_scratch_lent;      // gemm_scratch lies in the hybrid's prefetch slots (st_hybrid_scratch_lend)
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
+    int glu_selfq;              // A/B STRATA_GLU_SELFQ=1|2: that GLU launch in blocks that quantize their own 32
+                                // rows (2 or 4 rows per group; decode.h st_cuda_moe_route_glu_selfq); 0 off
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
@@ -515,6 +517,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
+    const char *sq = getenv("STRATA_GLU_SELFQ");
+    s->glu_selfq = sq && *sq == '1' ? 2 : sq && *sq == '2' ? 4 : 0;
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     const char *skip = getenv("STRATA_DEC_SKIP");
     if (skip) {
@@ -914,7 +918,13 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             const int dfmt = st_cuda_act_format(L->down_exps.type);
-            if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
+            // (STRATA_GLU_SELFQ: the down input by the 32-block rule of its format, Q8_1 for Q8_K; the same layout)
+            const int sqfmt = dfmt == ST_TYPE_Q8_K ? ST_TYPE_Q8_1 : dfmt;
+            if ((glu_routes && s->glu_selfq
+                     ? st_cuda_moe_route_glu_selfq(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
+                                                   s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
+                                                   s->ffn_a, s->xq2, sqfmt, s->dec_counters, s->glu_selfq, st)
+                 : glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
                                                       s->ffn_a, s->xq2, dfmt, s->dec_counters, st)
                  : hy_side ? st_cuda_moe_route_glu_hy(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
