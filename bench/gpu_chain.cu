@@ -79,6 +79,17 @@ struct Bufs {
     float *data;    // two DATA_N buffers, alternating between consecutive kernels
 };
 
+// Ends the stream capture begun by the caller and returns the graph instantiated and uploaded.
+static cudaGraphExec_t end_capture(cudaStream_t s) {
+    cudaGraph_t g;
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphUpload(ge, s));
+    CK(cudaGraphDestroy(g));
+    return ge;
+}
+
 // ---- the chain inside one persistent kernel ---------------------------------------------------------------------
 
 #define SPIN_LIMIT (1 << 26)  // polls before a wait gives up (~seconds): a bug shows as a flag, not a hung device
@@ -153,17 +164,11 @@ static cudaGraphExec_t build_persist_graph(cudaStream_t s, const int *grids, int
     memset(&sg, 0, sizeof sg);
     for (int i = 0; i < nk; i++) sg.g[i] = grids[i];
     sg.nk = nk;
-    cudaGraph_t g;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     CK(cudaMemsetAsync(b->counters, 0, sizeof(int) * (size_t)(layers * nk), s));
     k_persist<<<ctas, 256, 0, s>>>(b->counters, b->flags, b->data, sg, layers * nk);
     CK(cudaGetLastError());
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t ge;
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphUpload(ge, s));
-    CK(cudaGraphDestroy(g));
-    return ge;
+    return end_capture(s);
 }
 
 
@@ -172,7 +177,6 @@ static cudaGraphExec_t build_persist_graph(cudaStream_t s, const int *grids, int
 static cudaGraphExec_t build_graph(cudaStream_t s, const int *grids, int nk, int layers, int mode, int pdl,
                                    const Bufs *b) {
     kfn k = kernel_for(mode);
-    cudaGraph_t g;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < layers * nk; i++) {
         const dim3 grid(grids[i % nk]), block(grids[i % nk] == 64 ? 64 : 256);  // the 64-block kernel: 64 threads
@@ -185,12 +189,7 @@ static cudaGraphExec_t build_graph(cudaStream_t s, const int *grids, int nk, int
             CK(cudaGetLastError());
         }
     }
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t ge;
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphUpload(ge, s));
-    CK(cudaGraphDestroy(g));
-    return ge;
+    return end_capture(s);
 }
 
 static int cmp_d(const void *a, const void *b) {

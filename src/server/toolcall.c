@@ -442,17 +442,17 @@ static void step(st_tc_parser *p) {
             }
             json_error_t je;
             json_t *v = json_loadb(p->in.p + ws, p->in.len - ws, JSON_DISABLE_EOF_CHECK, &je);
+            // Not JSON after all (or cut off), or JSON but not a call: plain text, in which S_TEXT still finds a
+            // <|python_tag|> (as it would have had the text come in smaller pieces).
             if (!v) {
                 if (json_cut_off(&je, p->in.len - ws) && !p->final) return;
-                p->st = S_TEXT;  // not JSON after all (or cut off): plain content
-                flush_as(p, ST_TC_CONTENT, p->in.len);
+                p->st = S_TEXT;
                 continue;
             }
             size_t used = ws + (size_t)je.position;
-            if (!json_call(p, v)) {  // JSON, but not a call: it is the answer
+            if (!json_call(p, v)) {
                 json_decref(v);
                 p->st = S_TEXT;
-                flush_as(p, ST_TC_CONTENT, p->in.len);
                 continue;
             }
             json_decref(v);
@@ -468,11 +468,13 @@ static void step(st_tc_parser *p) {
                 p->h_skip_role = false;
             }
             at = find_marker(p->in.p, p->in.len, M_H_MESSAGE, 1, &which, &hold);
-            if (at < 0) {
-                // No harmony markup where a header must be (the model wrote plain text): treat it as content.
-                size_t ws = lead_ws(&p->in), rn = p->in.len - ws;
-                bool plausible = p->in.len < 512 && (rn == 0 || p->in.p[ws] == '<' ||
-                                                     !strncmp(p->in.p + ws, "to=", rn < 3 ? rn : 3));
+            // A header starts (after white space) with '<' or "to=" and ends with <|message|> within 512 bytes;
+            // anything else where a header must be is the model writing plain text: content. The same rule whether
+            // <|message|> has arrived yet or not, so the answer does not depend on how the text came in pieces.
+            size_t ws = lead_ws(&p->in), rn = p->in.len - ws;
+            bool plausible = (at >= 0 ? (size_t)at : p->in.len - hold) < 512 &&  // (a marker may start at the hold)
+                             (rn == 0 || p->in.p[ws] == '<' || !strncmp(p->in.p + ws, "to=", rn < 3 ? rn : 3));
+            if (at < 0 || !plausible) {
                 if (p->final || !plausible) {
                     p->h_body = BODY_CONTENT;
                     p->st = S_H_BODY;
