@@ -5,12 +5,14 @@
 # With .carry/peer-bin.tar.xz (bench/prebuild-peer.sh: built without a GPU, the CPU backend's ISA chosen at run time)
 # it unpacks that instead: no build.
 build_llama_bench() {
+  strata_jobs=$(nproc)  # build_strata's jobs: every core, unless the peer builds beside it
   if [ -f .carry/peer-bin.tar.xz ]; then
     (mkdir -p build-peer && tar -C build-peer -xJf .carry/peer-bin.tar.xz && build-peer/bin/llama-bench --help > /dev/null) \
       > "$out/peer-build.log" 2>&1 &
     peer_pid=$!
     return
   fi
+  strata_jobs=4  # (the peer takes 14)
   (cmake -S bench/peer -B build-peer -G Ninja -DLLAMA_SRC="$PWD/.carry/llama.cpp" -DGGML_CUDA=ON -DGGML_NATIVE=OFF \
      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release && cmake --build build-peer -j 14 --target llama-bench) \
     > "$out/peer-build.log" 2>&1 &
@@ -21,11 +23,12 @@ llama_bench_path() {
   else find build-peer -name llama-bench -type f | head -1; fi
 }
 
-# build_strata: configures and builds build-gpu/bin/strata (CUDA, sm_90); on failure prints the log's tail.
+# build_strata: configures and builds build-gpu/bin/strata (CUDA, sm_90) with $strata_jobs jobs (build_llama_bench
+# sets it; every core when unset); on failure prints the log's tail.
 build_strata() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     ${STRATA_DEPS_PREFIX:+-DCMAKE_PREFIX_PATH="$STRATA_DEPS_PREFIX/usr"} > "$out/strata-build.log" 2>&1 &&
-    cmake --build build-gpu -j 4 --target strata >> "$out/strata-build.log" 2>&1 || { tail -20 "$out/strata-build.log"; return 1; }
+    cmake --build build-gpu -j "${strata_jobs:-$(nproc)}" --target strata >> "$out/strata-build.log" 2>&1 || { tail -20 "$out/strata-build.log"; return 1; }
 }
 
 # host_state NAME: the host's state before a timed run, one line into $out/host-state.log: load, available memory,
