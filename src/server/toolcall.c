@@ -166,6 +166,13 @@ static bool json_call(st_tc_parser *p, json_t *v) {
     json_t *args = json_object_get(v, "arguments");
     if (!args) args = json_object_get(v, "parameters");
     if (!name || !*name || (args && !json_is_object(args) && !json_is_string(args))) return false;
+    if (json_is_string(args)) {  // arguments as JSON in a string: only one that encodes an object (what clients parse)
+        json_error_t je;
+        json_t *o = json_loadb(json_string_value(args), json_string_length(args), 0, &je);
+        const bool obj = json_is_object(o);
+        json_decref(o);
+        if (!obj) return false;
+    }
     json_t *empty = NULL;
     if (!args) args = empty = json_object();
     emit_call(p, name, args);

@@ -130,6 +130,8 @@ static const tcase CASES[] = {
      "{\"name\": \"f\", \"parameters\": {", "{\"name\": \"f\", \"parameters\": {", "", 0, {0}, {0}},
     {"llama3: broken JSON is content", ST_TC_LLAMA3, true, false, false, NULL,
      "{name: f}", "{name: f}", "", 0, {0}, {0}},
+    {"llama3: arguments a string that is no JSON object: content", ST_TC_LLAMA3, true, false, false, NULL,
+     "{\"name\": \"f\", \"parameters\": \"Pis\"}", "{\"name\": \"f\", \"parameters\": \"Pis\"}", "", 0, {0}, {0}},
     {"llama3: JSON that is not a call, then a python_tag call", ST_TC_LLAMA3, true, false, false, NULL,
      "{\"answer\": 42} <|python_tag|>{\"name\": \"f\", \"parameters\": {\"q\": 1}}", "{\"answer\": 42} ", "", 1,
      {"f"}, {"{\"q\": 1}"}},
