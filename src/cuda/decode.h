@@ -111,14 +111,6 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
                             float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
-// A/B (STRATA_GLU_SELFQ=1|2): st_cuda_moe_route_glu_q with blocks of 32 rows (rows_per_group 2: 16 groups; 4: 8
-// groups) that quantize their own rows as one 32-block, no chunk counters (counters unused there). act_format Q8_1
-// or Q8_0 (Q8_K has no 32-row form); a gate/up type without an instance (Q4_K, Q5_K, Q6_K, Q8_0 have one) takes
-// st_cuda_moe_route_glu_q's path in that format. actq holds st_cuda_moe_route_glu_q's bytes for the same format.
-int st_cuda_moe_route_glu_selfq(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
-                                const void *xq, const float *logits, int norm, int n_used, int32_t *ids,
-                                float *weights, float *act, void *actq, int act_format, int32_t *counters,
-                                int rows_per_group, cudaStream_t stream);
 // Hybrid one-token decode (STRATA_HY_GLU_SIDE, after st_cuda_router_logits): st_cuda_moe_route_glu_q plus one
 // side block that routes (ids, weights written) and then counts by `count` (its progress word left alone) or, with
 // `split`, runs the router tail's classify, count, exports and ring (st_cuda_router_topk_split's; ids_gpu written

@@ -30,14 +30,12 @@ struct glu_route {
 // dependency wait): sharing it with the table's loads before the branch made the routing instance spill more (Q4_K
 // 16/12 bytes against 12/8) and all in VRAM lost 4.6% (tg128 489 vs 512 tok/s, 2026-12-02e). In this shape ptxas
 // gives every two-row instance the registers and spills of 7d65b25's kernel.
-// NG: the block's groups (the stride between a group's rows); srow (GLU_SELFQ): lane 0 also writes row r + j NG to
-// srow[j NG], the block's copy in shared memory (with actq NULL: nothing after the rows).
-template <int TYPE, int R, int NG = DEC_GROUPS>
+template <int TYPE, int R>
 __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restrict__ tbl, int e, int E, int nitems,
                                          long long row_bytes, int n_ff, const uint8_t *__restrict__ xq,
                                          long long xq_stride, int t, int p, int bx, int lane, int r, float *act,
                                          uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
-                                         int32_t *counters, float *srow = nullptr) {
+                                         int32_t *counters) {
     float v[R];
 #pragma unroll
     for (int j = 0; j < R; j++) v[j] = f_nan();
@@ -48,7 +46,7 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
         if constexpr (TYPE == 0) {
 #pragma unroll
             for (int j = 0; j < R; j++) {
-                const size_t off = (size_t)(r + j * NG) * (size_t)row_bytes;
+                const size_t off = (size_t)(r + j * DEC_GROUPS) * (size_t)row_bytes;
                 row_dot2_any(type, gate + off, up + off, x, nitems, lane, &a[j], &b[j]);
             }
         } else if constexpr (R == 1) {
@@ -60,7 +58,7 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
             float o[2 * R];
 #pragma unroll
             for (int j = 0; j < R; j++) {
-                const size_t off = (size_t)(r + j * NG) * (size_t)row_bytes;
+                const size_t off = (size_t)(r + j * DEC_GROUPS) * (size_t)row_bytes;
                 rows[2 * j] = gate + off, rows[2 * j + 1] = up + off;
             }
             rows_dot_x<TYPE, 2 * R, DEC_TAB | DEC_PROBE(DEC_PK_GLU)>(rows, x, nitems, lane, o);
@@ -73,10 +71,7 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
     float *arow = act + (size_t)p * (size_t)n_ff;
     if (lane == 0)
 #pragma unroll
-        for (int j = 0; j < R; j++) {
-            arow[r + j * NG] = v[j];
-            if (srow) srow[j * NG] = v[j];
-        }
+        for (int j = 0; j < R; j++) arow[r + j * DEC_GROUPS] = v[j];
     if (!actq) return;  // f32 output only (st_cuda_moe_glu): the down kernel quantizes
     // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % (R DEC_GROUPS) == 0, so a
     // block lies in one chunk).
@@ -115,32 +110,6 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     else e = ids[p];
     glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
                       aq_stride, fmt, chunk_rows, counters);
-}
-
-// STRATA_GLU_SELFQ (A/B; one token, the route in the launch, all in VRAM): a block holds 32 consecutive rows of
-// its expert, one 32-block of the down input, and quantizes it itself (Q8_1 or Q8_0 rule; Q8_K has no 32-row
-// form): no per-block fence and counter and no last block per 256-row chunk, the tail the down launch waits behind
-// (~10% of the GLU's stall samples, 2026-12-01g). NG groups of 32 / NG rows each: 16 x 2 (=1: 512 threads, the
-// default instance's row dots, capped at 64 registers for two blocks per SM) or 8 x 4 (=2: 256 threads, four rows'
-// gate and up loads in flight per lane). The rows' arithmetic is k_moe_glu<T, 2, true>'s; with the Q8_1 rule the
-// quantized bytes are that kernel's with fmt Q8_1 (test_gpu_decode route_glu).
-template <int TYPE, int NG>
-__global__ void __launch_bounds__(NG * G32, 2)
-    k_moe_glu_selfq(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes,
-                    int n_ff, const uint8_t *__restrict__ xq, int K, float *act, uint8_t *__restrict__ actq,
-                    long long aq_stride, int q81, const glu_route rt) {
-    constexpr int R = 32 / NG;
-    dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
-    __shared__ float s_rows[32];  // the block's rows, row bx 32 + i at s_rows[i]
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
-    const int p = blockIdx.y, r = blockIdx.x * 32 + g;
-    st_pdl_wait();  // logits, xq: earlier kernels
-    st_pdl_trigger();
-    const int e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
-    glu_rows<TYPE, R, NG>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, 0, 0, p, blockIdx.x, lane, r, act, NULL, 0, 0,
-                          0, NULL, s_rows + g);
-    __syncthreads();
-    if (g == 0) quant32(actq + (size_t)p * (size_t)aq_stride, n_ff / 32, blockIdx.x, lane, s_rows[lane], q81 != 0);
 }
 
 // The hybrid side-block GLU (st_cuda_moe_route_glu_hy), one token, two rows per group: a 1-D grid, block 0 the side
@@ -198,16 +167,10 @@ static int glu_rows_env(void) {
 #define DEC_PICK_CASE_k_moe_glu_hy(T) \
     case T: fn = k_moe_glu_hy<T>; break;
 
-// The GLU_SELFQ instances: the Q4_K_M / Q5_K_M / Q8_0 files' gate/up types (others take the chunk path).
-#define GLU_SQ_TYPES(X) X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K) X(ST_TYPE_Q8_0)
-#define GLU_SQ_CASE(T) \
-    case T: fn = ng == 16 ? k_moe_glu_selfq<T, 16> : k_moe_glu_selfq<T, 8>; break;
-
-// hy (with rt): the side-block launch (st_cuda_moe_route_glu_hy); selfq 2 or 4 (with rt): k_moe_glu_selfq with that
-// many rows per group where the type has an instance.
+// hy (with rt): the side-block launch (st_cuda_moe_route_glu_hy).
 static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff, const void *xq,
                    const int32_t *ids, int n_tok, int n_used, float *act, void *actq, int act_format,
-                   int32_t *counters, const glu_route *rt, const glu_hy_args *hy, int selfq, cudaStream_t stream) {
+                   int32_t *counters, const glu_route *rt, const glu_hy_args *hy, cudaStream_t stream) {
     const st_type_info *ti = st_type_get(gu_type);
     if (!ti || !st_cuda_dec_supported(gu_type) || n_embd <= 0 || n_embd % ti->block_size || n_embd > INT32_MAX / 2)
         return st_err("st_cuda_moe_glu_q: gate/up type %s with rows of %lld is not supported", st_type_name(gu_type),
@@ -238,25 +201,6 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
                       counters + 1, *rt, *hy);
         return launch_check("moe_glu_hy");
     }
-    if (selfq) {
-        if (!route || act_format == ST_TYPE_Q8_K || (selfq != 2 && selfq != 4))
-            return st_err("st_cuda_moe_route_glu_selfq: the route, a 32-block activation format (Q8_0 / Q8_1, got "
-                          "%d) and 2 or 4 rows per group (got %d)", act_format, selfq);
-        const int ng = 32 / selfq;
-        decltype(&k_moe_glu_selfq<ST_TYPE_Q4_K, 16>) fn = NULL;
-        if (!dec_switch_forced()) switch (gu_type) {
-            GLU_SQ_TYPES(GLU_SQ_CASE)
-            default: break;
-            }
-        if (fn) {
-            const dim3 grid((unsigned)(n_ff / 32), (unsigned)n_used);
-            st_dec_launch(fn, grid, dim3(ng * G32), 0, stream, gu_type, (const uint8_t *const *)table,
-                          n_expert, (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff,
-                          (const uint8_t *)xq, n_used, act, (uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff),
-                          act_format == ST_TYPE_Q8_1 ? 1 : 0, *rt);
-            return launch_check("moe_glu_selfq");
-        }  // else the chunk path below, in the same format
-    }
     // Two rows per group (chunk_rows is a multiple of 2 DEC_GROUPS) unless the type has no instance.
     // The routing instances exist for two rows per group only.
     const int R = route || (glu_rows_env() == 2 && !dec_switch_forced()) ? 2 : 1;
@@ -283,7 +227,7 @@ extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_ex
                                  int act_format, int32_t *counters, cudaStream_t stream) {
     if (!actq) return st_err("st_cuda_moe_glu_q: no quantized output given");
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, actq, act_format, counters,
-                   NULL, NULL, 0, stream);
+                   NULL, NULL, stream);
 }
 
 extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
@@ -293,17 +237,7 @@ extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, in
     if (!actq) return st_err("st_cuda_moe_route_glu_q: no quantized output given");
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
-                   NULL, 0, stream);
-}
-
-extern "C" int st_cuda_moe_route_glu_selfq(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
-                                           int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
-                                           int32_t *ids, float *weights, float *act, void *actq, int act_format,
-                                           int32_t *counters, int rows_per_group, cudaStream_t stream) {
-    if (!actq) return st_err("st_cuda_moe_route_glu_selfq: no quantized output given");
-    const glu_route rt = {logits, norm, ids, weights};
-    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
-                   NULL, rows_per_group, stream);
+                   NULL, stream);
 }
 
 extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
@@ -332,12 +266,12 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
     if (split) hy.split = *split, hy.has_split = 1;
     const glu_route rt = {logits, norm, ids, weights};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
-                   &hy, 0, stream);
+                   &hy, stream);
 }
 
 extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                                const void *xq, const int32_t *ids, int n_tok, int n_used, float *act,
                                cudaStream_t stream) {
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, ids, n_tok, n_used, act, NULL, -1, NULL, NULL, NULL,
-                   0, stream);
+                   stream);
 }

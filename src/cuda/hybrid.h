@@ -152,10 +152,9 @@ typedef struct st_hy_join_args {  // st_cuda_hy_combine_bell's wait
 // fences, and only then reads the main chain's progress word (the layer whose st_cuda_hy_count ran last this token,
 // -1 at the token's start); it lets the copy run only when progress < m: layer m's MoE kernels read the table after
 // that count, so they see the restored or the new entries, never a slot being overwritten; (2) the side branch of
-// layer m is forked after layer m-1's FFN norm (m-2's with STRATA_HY_PF_AHEAD=2), so every layer <= m - 2 (m - 3)
-// has finished its MoE, and layers that share a set (m - n_sets, ...) with n_sets >= 3 are among them; (3) the copy
-// kernel publishes an entry only after every block's part of the record is written and fenced. The decode kernels
-// read the table through L2 (__ldcg).
+// layer m is forked after layer m-1's FFN norm, so every layer <= m - 2 has finished its MoE, and layers that share
+// a set (m - n_sets, ...) with n_sets >= 3 are among them; (3) the copy kernel publishes an entry only after every
+// block's part of the record is written and fenced. The decode kernels read the table through L2 (__ldcg).
 typedef struct st_hy_pf {
     const void **table;             // device [L][E][3]: the decode kernels' table
     const void *const *home;        // device [L][E][3]: the entries without prefetch (cache slot or arena record)

@@ -116,8 +116,6 @@ struct st_gpu_session {
     int gemm_scratch_lent;      // gemm_scratch lies in the hybrid's prefetch slots (st_hybrid_scratch_lend)
     int gemm_min;               // inputs of at least this many tokens use the GEMM path
     int glu_route;              // one-token MoE: the GLU launch routes from the logits (STRATA_GLU_ROUTE=0 off)
-    int glu_selfq;              // A/B STRATA_GLU_SELFQ=1|2: that GLU launch in blocks that quantize their own 32
-                                // rows (2 or 4 rows per group; decode.h st_cuda_moe_route_glu_selfq); 0 off
     void *attn_ws;
     int n_split;
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
@@ -517,8 +515,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
-    const char *sq = getenv("STRATA_GLU_SELFQ");
-    s->glu_selfq = sq && *sq == '1' ? 2 : sq && *sq == '2' ? 4 : 0;
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     const char *skip = getenv("STRATA_DEC_SKIP");
     if (skip) {
@@ -759,13 +755,12 @@ static int fused_attn(const st_gpu_session *s, const glayer *L, int n) {
            L->wo.ne[0] == (int64_t)hp->n_head * hp->head_dim_k;
 }
 
-// Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer m's likely
-// experts into VRAM (m = l + 1, or l + 2 with STRATA_HY_PF_AHEAD=2; an MoE layer with a float router).
+// Hybrid lookahead prefetch (gpu_hybrid.h): after layer l's FFN norm, a side branch copies layer l+1's likely
+// experts into VRAM (l+1 must be an MoE layer with a float router).
 static int prefetch_next(st_gpu_session *s, uint32_t l, cudaStream_t st) {
     const st_gpu_model *g = s->g;
-    const uint32_t m = l + (uint32_t)st_hybrid_prefetch_ahead(g->hy);
-    if (!st_hybrid_prefetch_on(g->hy) || m >= g->m->hp.n_layer) return 0;
-    const glayer *N = &g->layers[m];
+    if (!st_hybrid_prefetch_on(g->hy) || l + 1 >= g->m->hp.n_layer) return 0;
+    const glayer *N = &g->layers[l + 1];
     if (!N->experts || !st_cuda_matvec_float_supported(N->router.type)) return 0;
     return st_hybrid_prefetch(g->hy, l, N->router.type, N->router.d, s->xn, st);
 }
@@ -918,13 +913,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             const int dfmt = st_cuda_act_format(L->down_exps.type);
-            // (STRATA_GLU_SELFQ: the down input by the 32-block rule of its format, Q8_1 for Q8_K; the same layout)
-            const int sqfmt = dfmt == ST_TYPE_Q8_K ? ST_TYPE_Q8_1 : dfmt;
-            if ((glu_routes && s->glu_selfq
-                     ? st_cuda_moe_route_glu_selfq(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
-                                                   s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
-                                                   s->ffn_a, s->xq2, sqfmt, s->dec_counters, s->glu_selfq, st)
-                 : glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
+            if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
                                                       s->ffn_a, s->xq2, dfmt, s->dec_counters, st)
                  : hy_side ? st_cuda_moe_route_glu_hy(L->gate_exps.type, (const void *const *)L->experts, E, d, F,

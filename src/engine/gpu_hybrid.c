@@ -203,7 +203,6 @@ struct st_hybrid {
     st_hy_pf_gate pf_gate_state;
     int64_t gate_dec;
     int pf_P, pf_blocks;          // predictions (= slots per set), copy-kernel blocks
-    int pf_ahead;                 // layer l's branch copies layer l + pf_ahead's experts (1, or 2: STRATA_HY_PF_AHEAD)
     int pf_stages;                // side-branch kernels launched per layer: 3 (router, plan, copy); fewer only for a
                                   // knockout of their cost (STRATA_HY_PF_STAGES)
     uint64_t pf_own;              // the prefetch's own slots after the staging (L x P), or 0: sets in the staging
@@ -1596,13 +1595,6 @@ static int hy_pf_init(st_hybrid *h) {
     h->pf_stages = env_int("STRATA_HY_PF_STAGES", 3, 0, 3);
     if (h->pf_stages == 2) h->pf_stages = 1;
     if (h->pf_stages < 3) st_info("hybrid: prefetch knockout: %d of its 3 kernels per layer (STRATA_HY_PF_STAGES)", h->pf_stages);
-    // STRATA_HY_PF_AHEAD=2 (A/B, default 1): layer l's branch predicts and copies layer l+2's experts instead of
-    // l+1's, a layer earlier than it needs them. At 16 GiB a plan came too late (its layer already counted) in ~6
-    // layers per token and a copy of a 2.9 MB record takes ~65 us against a ~40 us layer (2026-12-03e); two layers
-    // ahead the prediction is older. Predicted: 16 GiB tg128 -3..+5%, 8 GiB (20.6 late layers per token) more.
-    h->pf_ahead = env_int("STRATA_HY_PF_AHEAD", 1, 1, 2);
-    if (h->pf_ahead > 1) st_info("hybrid: the lookahead prefetch predicts %d layers ahead (STRATA_HY_PF_AHEAD)",
-                                 h->pf_ahead);
     // Copies per layer at most (the likeliest predictions first): a cap when the link cannot carry P per layer.
     const int max_copies = env_int("STRATA_HY_PREFETCH_MAX", HY_PF_MAX_COPIES_DEFAULT, 1, h->pf_P);
     st_cuda_ctx *ctx = h->ctx;
@@ -1692,12 +1684,9 @@ int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st) {
     return 0;
 }
 
-int st_hybrid_prefetch_ahead(const st_hybrid *h) { return h && h->pf_on ? h->pf_ahead : 1; }
-
 int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
                        cudaStream_t st) {
-    const uint32_t m = l + (uint32_t)st_hybrid_prefetch_ahead(h);  // the layer whose experts this branch copies
-    if (!st_hybrid_prefetch_on(h) || m >= h->L) return 0;
+    if (!st_hybrid_prefetch_on(h) || l + 1 >= h->L) return 0;
     const st_hparams *hp = &h->m->hp;
     HY_CHECK(cudaEventRecord(h->pf_fork, st));
     HY_CHECK(cudaStreamWaitEvent(h->pf_side, h->pf_fork, 0));
@@ -1707,8 +1696,8 @@ int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *ro
     if ((h->pf_stages >= 1 &&
          st_cuda_router_topk(router_type, router_next, (int64_t)hp->n_embd, (int)h->E, xn, 1, h->pf_P, 0,
                              h->pred_logits_d, h->pred_ids_d, h->pred_w_d, h->pred_cnt_d, h->pf_side)) ||
-        (h->pf_stages >= 2 && st_cuda_hy_pf_plan(&h->pf, (int)m, h->pred_ids_d, h->pf_P, h->pf_side)) ||
-        (h->pf_stages >= 3 && st_cuda_hy_pf_copy(&h->pf, (int)m, h->pf_blocks, h->pf_side)))
+        (h->pf_stages >= 2 && st_cuda_hy_pf_plan(&h->pf, (int)l + 1, h->pred_ids_d, h->pf_P, h->pf_side)) ||
+        (h->pf_stages >= 3 && st_cuda_hy_pf_copy(&h->pf, (int)l + 1, h->pf_blocks, h->pf_side)))
         return -1;
     return 0;
 }

@@ -84,11 +84,9 @@ int st_hybrid_snap_args(const st_hybrid *h, uint32_t l, st_hy_snap_args *a);
 void st_hybrid_split_args(const st_hybrid *h, uint32_t l, const float *xn, st_hy_split_args *a);
 // Lookahead prefetch (STRATA_HY_PREFETCH=P, cuda/hybrid.h), one-token decode steps only, all capturable:
 // st_hybrid_step_begin at the step's start (progress word reset), st_hybrid_prefetch after layer l's FFN norm
-// (forks a side branch: layer m = l + st_hybrid_prefetch_ahead's router on xn picks P experts, the missing ones are
-// copied and published), st_hybrid_step_end before the LM head (joins the branch). No-ops when the prefetch is off.
+// (forks a side branch: layer l+1's router on xn picks P experts, the missing ones are copied and published),
+// st_hybrid_step_end before the LM head (joins the branch). No-ops when the prefetch is off.
 int st_hybrid_prefetch_on(const st_hybrid *h);
-// How many layers ahead the branch predicts: 1, or 2 with STRATA_HY_PF_AHEAD=2.
-int st_hybrid_prefetch_ahead(const st_hybrid *h);
 // The prefetch is set up but its gate (STRATA_HY_PF_GATE, default 2) has the branch off: decode steps leave it out
 // (a graph of their own); st_hybrid_prefetch_on is 0 meanwhile.
 int st_hybrid_prefetch_gated(const st_hybrid *h);
@@ -105,7 +103,6 @@ int st_hybrid_scratch_step(const st_hybrid *h);
 // The VRAM the plan set aside for one session (KV cache of its context and compute scratch), and that context.
 uint64_t st_hybrid_session_budget(const st_hybrid *h, int64_t *n_ctx);
 int st_hybrid_step_begin(st_hybrid *h, cudaStream_t st);
-// router_next: layer l + st_hybrid_prefetch_ahead's router.
 int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *router_next, const float *xn,
                        cudaStream_t st);
 int st_hybrid_step_end(st_hybrid *h, cudaStream_t st);

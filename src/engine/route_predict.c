@@ -2,7 +2,8 @@
 // Recall = |predicted set ∩ actual top-k| / k, summed over one-token steps and the layers 1..n_layer-1 (layer 0 has
 // no earlier layer to predict it from). Prediction sets are the top-k, top-(k+4) and top-2k of the predictor's
 // router probabilities: a wider prefetch set trades PCIe bytes for recall. One more row scores the prediction two
-// layers ahead (layer l+1's router on layer l-1's MoE input: the GPU's STRATA_HY_PF_AHEAD=2), over layers 2..n-1.
+// layers ahead (layer l+1's router on layer l-1's MoE input), over layers 2..n-1 (the GPU's prefetch two layers
+// ahead measured slower: docs/experiments/2026-12-03g-pf-ahead2.patch).
 #include "engine/route_predict.h"
 
 #include <math.h>
