@@ -18,7 +18,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: strata bench -m MODEL [-p N] [-n N] [-d DEPTH] [-r REPS] [-t THREADS] [-o md|json]\n\n"
             "Measures prompt processing (ppN: N tokens in one batch) and token generation (tgN: N tokens one at a\n"
-            "time) like llama-bench, on random token ids, optionally after DEPTH tokens already in the KV cache.\n\n"
+            "time) like llama-bench, on random token ids (fresh ones for every run, as llama-bench draws them),\n"
+            "optionally after DEPTH tokens already in the KV cache (the same DEPTH tokens for every run).\n\n"
             "options:\n"
             "  -m, --model FILE       GGUF model\n"
             "  -p, --n-prompt N       prompt tokens for the pp test (default 512; 0: skip)\n"
@@ -33,6 +34,8 @@ static void usage(FILE *f) {
             "                         sampling on the device and each step queued before the host reads the last\n"
             "                         token), fed llama-bench's random tokens; eval: one strata_session_eval per\n"
             "                         token with its logits copied to the host and no sampling, as llama-bench does\n"
+            "  --repeat-tokens        every run of a test evaluates the same tokens (strata bench before 2026-12-03g;\n"
+            "                         a hybrid expert cache then learns the test's own routing over the runs)\n"
             ST_ARGS_HYBRID_HELP
             "  -h, --help             this help\n\n"
             "In hybrid placement (--gpu-mem below the model's size) each test also reports the expert cache: hit rate,\n"
@@ -147,6 +150,7 @@ static double bytes_per_token(const strata_engine *e, const st_model *m, int64_t
 int cmd_bench(int argc, char **argv) {
     const char *fmt = "md", *tg_mode = "gen";
     int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 3;
+    bool repeat_tokens = false;
     st_engine_args ea = {0};  // KV cache f16 by default
     st_args a = {argc, argv, 1, "bench", false};
     for (; a.i < argc && !a.failed; a.i++) {
@@ -160,6 +164,7 @@ int cmd_bench(int argc, char **argv) {
         else if (st_args_is(&a, "-r", "--repetitions")) reps = st_args_int(&a, 1, 1000);
         else if (st_args_is(&a, "-o", "--output")) fmt = st_args_str(&a);
         else if (st_args_is(&a, NULL, "--tg-mode")) tg_mode = st_args_str(&a);
+        else if (st_args_is(&a, NULL, "--repeat-tokens")) repeat_tokens = true;
         else st_args_unknown(&a);
     }
     if (a.failed || !st_args_have_model(&a, &ea)) return 2;
@@ -206,6 +211,11 @@ int cmd_bench(int argc, char **argv) {
         strata_hybrid_stats hy_acc, hy0, hy1;
         memset(&hy_acc, 0, sizeof hy_acc);
         for (int64_t r = 0; r < reps + 1 && rc == 0; r++) {  // the first run warms up and is not counted
+            // Fresh random tokens after the depth prefix for every run, as llama-bench's std::rand() draws them:
+            // with the same tokens each run, the hybrid expert cache and the prefetch's copies would serve the
+            // counted runs from what the earlier runs of the same tokens routed (--repeat-tokens does that).
+            if (!repeat_tokens && (test > 0 || r > 0))
+                for (int64_t i = depth; i < depth + n_max + 1; i++) toks[i] = (int32_t)st_rng_below(&rng, (uint32_t)nv);
             strata_session_truncate(s, 0);
             if (depth > 0 && strata_session_eval(s, toks, (int32_t)depth, NULL, false)) rc = 1;
             if (!rc && strata_session_hybrid_stats(s, &hy0)) rc = 1;  // (reads counters back: outside the timing)
@@ -302,9 +312,10 @@ int cmd_bench(int argc, char **argv) {
             for (int i = 0; i < n_res; i++) {
                 printf("%s\n  {\"model\": \"%s\", \"arch\": \"%s\", \"size_bytes\": %llu, \"backend\": \"%s\", "
                        "\"threads\": %d, \"test\": \"%s\", \"n_depth\": %lld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
-                       "\"gbps\": %.3f",
+                       "\"gbps\": %.3f, \"tokens\": \"%s\"",
                        i ? "," : "", base, strata_arch_name(e), (unsigned long long)m->gguf->total_bytes,
-                       strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd, res[i].gbps);
+                       strata_backend_name(e), strata_n_threads(e), res[i].name, (long long)depth, res[i].mean, res[i].sd,
+                       res[i].gbps, repeat_tokens ? "repeated" : "fresh");
                 if (!strncmp(res[i].name, "tg", 2))
                     printf(", \"tg_mode\": \"%s\"", tg_eval ? "eval" : pipelined ? "gen-device" : "gen-host");
                 if (!res[i].hy.active) {
@@ -328,6 +339,8 @@ int cmd_bench(int argc, char **argv) {
             printf("\n]\n");
         }
     }
+    if (rc == 0 && repeat_tokens)
+        fprintf(stderr, "strata bench: --repeat-tokens: every run evaluated the same tokens\n");
     if (rc == 0 && n_gen > 0)
         fprintf(stderr, "strata bench: tg%lld %s\n", (long long)n_gen,
                 tg_eval ? "by one strata_session_eval per token (logits to the host, no sampling)"
