@@ -116,8 +116,9 @@ def main(argv):
               f"{pf_txt} |")
     print("\nPeak VRAM is nvidia-smi's memory.used minus the idle reading (%d MiB), sampled every 100 ms%s; targets "
           "(issue #6): decode >= 2.5x and prefill >= 2.0x llama.cpp at each budget. Strata tg: the generation path "
-          "(greedy sampling on the device, one step queued ahead, llama-bench's random input tokens); eval mode: one "
-          "evaluation per token with the logits copied to the host and no sampling, llama-bench's own loop."
+          "(greedy sampling on the device, one step queued ahead, random input tokens drawn afresh for every run as "
+          "llama-bench does, since 3e9c282); eval mode: one evaluation per token with the logits copied to the host "
+          "and no sampling, llama-bench's own loop."
           % (idle, ", the largest of the rounds" if n_rounds > 1 else ""))
     if any(os.path.exists(os.path.join(d, f"agent-strata-{g}-pp.json")) for d in dirs for g in ["all"] + budgets):
         print("\n## Long agent prompt: 16,384 tokens of prefill, then 256 decoded at depth 16,384\n")
