@@ -110,5 +110,12 @@ with tempfile.TemporaryDirectory() as d:
         rc, out, err = run(cmd, "--help")
         check(rc == 0 and "--pcie-frac F|auto" in out, f"{cmd} --help lists --pcie-frac", out + err)
 
+    # strata bench draws fresh tokens for every run (llama-bench's way) unless --repeat-tokens
+    for extra, want in (((), "fresh"), (("--repeat-tokens",), "repeated")):
+        rc, out, err = run("bench", "-m", moe, "-dev", "cpu", "-t", "2", "-p", "8", "-n", "4", "-r", "2", "-o", "json",
+                           *extra)
+        check(rc == 0 and out.count(f'"tokens": "{want}"') == 2, f"bench {' '.join(extra)} reports {want} tokens",
+              out + err)
+
 print("test_place_cli:", "FAIL" if cli_harness.failures else "PASS")
 sys.exit(1 if cli_harness.failures else 0)
