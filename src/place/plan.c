@@ -220,6 +220,8 @@ void st_plan_params_default(st_plan_params *p) {
     p->prefetch_own = !(own && *own && atoi(own) == 0);
     p->scratch_in_prefetch = !(lend && *lend && atoi(lend) == 0);
     p->prefetch_max_share = pf && *pf ? 0.0 : ST_PLAN_PREFETCH_MAX_SHARE;
+    const char *pfloor = getenv("STRATA_HY_PROFILE_FLOOR");
+    p->profile_floor = pfloor && *pfloor && atoi(pfloor) > 0 ? atoi(pfloor) : 0;
 }
 
 // Whether the lookahead prefetch can predict every MoE layer after the first: their routers are float matrices.
@@ -418,10 +420,25 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
             st_plan_free(out);
             return st_err("%s: out of memory", d->name);
         }
-        for (uint64_t i = 0; i < out->n_slots; i++) {
-            out->initial[i] = r[i];
-            out->resident[r[i].layer]++;
+        // A floor first: each layer's hottest `floor` (the first of its layer in rank order), then the rest of the
+        // slots to the hottest of what is left; the slots keep rank order.
+        const uint64_t n_pairs = (uint64_t)hp->n_layer * hp->n_expert;
+        uint64_t per_floor = pp->profile_floor > 0 ? (uint64_t)pp->profile_floor : 0;
+        if (per_floor > out->n_slots / hp->n_layer) per_floor = out->n_slots / hp->n_layer;
+        uint8_t *take = calloc(n_pairs ? n_pairs : 1, 1);
+        if (!take) {
+            free(r);
+            st_plan_free(out);
+            return st_err("%s: out of memory", d->name);
         }
+        uint64_t taken = 0;
+        for (uint64_t i = 0; i < n_pairs && per_floor; i++)
+            if (out->resident[r[i].layer] < per_floor) take[i] = 1, out->resident[r[i].layer]++, taken++;
+        for (uint64_t i = 0; i < n_pairs && taken < out->n_slots; i++)
+            if (!take[i]) take[i] = 1, out->resident[r[i].layer]++, taken++;
+        for (uint64_t i = 0, k = 0; i < n_pairs; i++)
+            if (take[i]) out->initial[k++] = r[i];
+        free(take);
         free(r);
     } else {
         // No profile: the slots spread evenly over layers (the first layers take the remainder), lowest ids first.

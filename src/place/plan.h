@@ -135,6 +135,9 @@ typedef struct st_plan_params {
     bool scratch_in_prefetch;  // the prefill GEMM / MoE scratch (idle in decode) lent from the prefetch's own slots,
                                // the cache taking its bytes (default; STRATA_HY_PF_SCRATCH=0: beside them)
     const st_profile *profile;  // optional: initial cache contents by count (must match the model's shape)
+    int profile_floor;          // with a profile: every layer first gets its hottest profile_floor experts (at most
+                                // the even share), then hottest-first; bounds the prefill staging, which must hold
+                                // the worst layer's non-resident experts. 0: none (STRATA_HY_PROFILE_FLOOR; opt-in)
 } st_plan_params;
 
 void st_plan_params_default(st_plan_params *p);

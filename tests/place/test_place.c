@@ -318,6 +318,38 @@ static void test_planner(const st_model *m) {
     }
     for (int l = 0; l < 4; l++) CHECK(per_layer[l] == p.resident[l], "resident[%d]", l);
     st_plan_free(&p);
+    // A floor (STRATA_HY_PROFILE_FLOOR): with every count in layer 0, hottest-first gives the other layers only
+    // ties; a floor of 4 gives each layer its 4 hottest, the other 7 slots go hottest-first, slots in rank order.
+    for (int i = 0; i < 64; i++) prof.counts[i] = i < 16 ? 100 + (uint64_t)st_rng_below(&r, 50) : st_rng_below(&r, 3);
+    for (int fl = 0; fl <= 9; fl += 3) {
+        pp.profile_floor = fl;
+        CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23, "profile plan, floor %d", fl);
+        const uint32_t want_floor = fl > 5 ? 5 : (uint32_t)fl;  // at most the even share, 23 / 4
+        int in[64] = {0};
+        uint32_t total = 0;
+        for (uint64_t i = 0; i < p.n_slots; i++) in[p.initial[i].layer * 16 + p.initial[i].expert]++;
+        for (uint32_t l = 0; l < 4; l++) {
+            total += p.resident[l];
+            CHECK(p.resident[l] >= want_floor, "floor %d: layer %u has %u", fl, l, p.resident[l]);
+            // the layer's kept experts are its hottest: none left out is hotter than one kept
+            for (int a = 0; a < 16; a++)
+                for (int b = 0; b < 16; b++)
+                    if (in[l * 16 + a] && !in[l * 16 + b])
+                        CHECK(prof.counts[l * 16 + a] >= prof.counts[l * 16 + b], "floor %d: layer %u keeps %d, "
+                              "leaves hotter %d", fl, l, a, b);
+        }
+        CHECK(total == 23, "floor %d: %u slots", fl, total);
+        if (fl == 0) CHECK(p.resident[0] == 16, "no floor: layer 0 takes all 16 (%u)", p.resident[0]);
+        else CHECK(p.resident[0] == 23 - 3 * want_floor, "floor %d: layer 0 takes the rest (%u)", fl, p.resident[0]);
+        for (uint64_t i = 1; i < p.n_slots; i++) {
+            const st_plan_slot *q = &p.initial[i - 1], *t = &p.initial[i];
+            const uint64_t cq = prof.counts[q->layer * 16 + q->expert], ct = prof.counts[t->layer * 16 + t->expert];
+            CHECK(cq > ct || (cq == ct && (q->layer < t->layer || (q->layer == t->layer && q->expert < t->expert))),
+                  "floor %d: slot %" PRIu64 " out of rank order", fl, i);
+        }
+        st_plan_free(&p);
+    }
+    pp.profile_floor = 0;
     prof.n_expert = 8;  // wrong shape
     CHECK_ERR(st_plan_compute(&d, &pp, &p) != 0, "routing profile has 4 layers x 8 experts", "profile shape");
     free(prof.counts);
