@@ -106,6 +106,8 @@ struct st_hybrid {
     st_plan plan;
     st_profile prof;
     int have_prof;
+    uint64_t *prof_layout;  // [L][E] or NULL: the counts the cache layout ranks by with STRATA_HY_PROFILE_FLOOR (the
+                            // profile's, each layer's floor hottest raised above the rest; st_plan_counts_floor)
     st_cuda_ctx *ctx;
     uint32_t L, E;
     // placement
@@ -327,6 +329,17 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
         pp.profile = &h->prof;
     }
     if (st_plan_compute(&h->desc, &pp, &h->plan)) goto fail;
+    if (h->have_prof && pp.profile_floor > 0 && m->hp.n_layer) {
+        uint64_t fl = (uint64_t)pp.profile_floor, even = h->plan.n_slots / m->hp.n_layer;
+        if (fl > even) fl = even;
+        h->prof_layout = st_plan_counts_floor(h->prof.counts, m->hp.n_layer, m->hp.n_expert, (uint32_t)fl);
+        if (!h->prof_layout) {
+            st_err("out of memory");
+            goto fail;
+        }
+        st_info("hybrid placement: each layer's %" PRIu64 " hottest experts of the profile first "
+                "(STRATA_HY_PROFILE_FLOOR)", fl);
+    }
     char b[5][32];
     if (h->plan.all_in_vram) {
         st_info("--gpu-mem %.2f GiB holds the whole model (%s of %s planned): every weight in VRAM", o->gpu_mem_gib,
@@ -1195,7 +1208,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
         lbytes[l] = h->slot_fit ? x.slot_bytes : h->stride;
     }
     const uint64_t avail = h->plan.budget - fixed + credit - h->pf_own * h->stride;  // (>= n_total * stride)
-    const uint64_t *prof = h->have_prof ? h->prof.counts : NULL;
+    const uint64_t *prof = h->prof_layout ? h->prof_layout : h->have_prof ? h->prof.counts : NULL;
     const int lay_rc = h->slot_fit ? st_hycache_layout_fit(h->L, h->E, avail, lbytes, h->stride, prof, &h->lay)
                                    : st_hycache_layout_compute(h->L, h->E, n_total, prof, &h->lay);
     h->n_slots_alloc = lay_rc ? 0 : h->lay.n_cache + (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf + h->pf_own;
@@ -1414,6 +1427,7 @@ void st_hybrid_free(st_hybrid *h) {
     st_plan_free(&h->plan);
     st_place_desc_free(&h->desc);
     if (h->have_prof) st_profile_free(&h->prof);
+    free(h->prof_layout);
     free(h);
 }
 

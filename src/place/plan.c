@@ -266,6 +266,27 @@ st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, ui
     return out;
 }
 
+uint64_t *st_plan_counts_floor(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert, uint32_t floor) {
+    const uint64_t all = (uint64_t)n_layer * n_expert;
+    uint64_t *c = malloc(sizeof *c * (all ? all : 1)), top = 0;
+    if (!c) return NULL;
+    memcpy(c, counts, sizeof *c * all);
+    for (uint64_t i = 0; i < all; i++)
+        if (counts[i] > top) top = counts[i];
+    if (floor > n_expert) floor = n_expert;
+    if (top > UINT64_MAX / 4) floor = 0;  // (no real profile counts that high; raising them would overflow)
+    for (uint32_t l = 0; l < n_layer && floor; l++) {
+        uint64_t *row = c + (uint64_t)l * n_expert;
+        for (uint32_t k = 0; k < floor; k++) {  // the hottest not yet raised (floor passes; n_expert is small)
+            int64_t best = -1;
+            for (uint32_t e = 0; e < n_expert; e++)
+                if (row[e] <= top && (best < 0 || row[e] > row[best])) best = e;
+            row[best] += top + 1;
+        }
+    }
+    return c;
+}
+
 int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *out) {
     st_plan_params def;
     if (!pp) {
@@ -415,30 +436,23 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         // Hottest (layer, expert) pairs first; every layer routes the same number of tokens, so counts compare
         // across layers. Ties: lower layer, then lower id (deterministic).
         out->from_profile = true;
-        st_plan_slot *r = st_plan_rank_by_count(pp->profile->counts, hp->n_layer, hp->n_expert);
+        // With a floor, each layer's hottest per_floor first (at most the even share), then the hottest of the rest.
+        uint32_t per_floor = pp->profile_floor > 0 ? (uint32_t)pp->profile_floor : 0;
+        if (per_floor > out->n_slots / hp->n_layer) per_floor = (uint32_t)(out->n_slots / hp->n_layer);
+        uint64_t *fc = per_floor ? st_plan_counts_floor(pp->profile->counts, hp->n_layer, hp->n_expert, per_floor)
+                                 : NULL;
+        st_plan_slot *r = per_floor && !fc ? NULL
+                                           : st_plan_rank_by_count(fc ? fc : pp->profile->counts, hp->n_layer,
+                                                                   hp->n_expert);
+        free(fc);
         if (!r) {
             st_plan_free(out);
             return st_err("%s: out of memory", d->name);
         }
-        // A floor first: each layer's hottest `floor` (the first of its layer in rank order), then the rest of the
-        // slots to the hottest of what is left; the slots keep rank order.
-        const uint64_t n_pairs = (uint64_t)hp->n_layer * hp->n_expert;
-        uint64_t per_floor = pp->profile_floor > 0 ? (uint64_t)pp->profile_floor : 0;
-        if (per_floor > out->n_slots / hp->n_layer) per_floor = out->n_slots / hp->n_layer;
-        uint8_t *take = calloc(n_pairs ? n_pairs : 1, 1);
-        if (!take) {
-            free(r);
-            st_plan_free(out);
-            return st_err("%s: out of memory", d->name);
+        for (uint64_t i = 0; i < out->n_slots; i++) {
+            out->initial[i] = r[i];
+            out->resident[r[i].layer]++;
         }
-        uint64_t taken = 0;
-        for (uint64_t i = 0; i < n_pairs && per_floor; i++)
-            if (out->resident[r[i].layer] < per_floor) take[i] = 1, out->resident[r[i].layer]++, taken++;
-        for (uint64_t i = 0; i < n_pairs && taken < out->n_slots; i++)
-            if (!take[i]) take[i] = 1, out->resident[r[i].layer]++, taken++;
-        for (uint64_t i = 0, k = 0; i < n_pairs; i++)
-            if (take[i]) out->initial[k++] = r[i];
-        free(take);
         free(r);
     } else {
         // No profile: the slots spread evenly over layers (the first layers take the remainder), lowest ids first.

@@ -136,8 +136,9 @@ typedef struct st_plan_params {
                                // the cache taking its bytes (default; STRATA_HY_PF_SCRATCH=0: beside them)
     const st_profile *profile;  // optional: initial cache contents by count (must match the model's shape)
     int profile_floor;          // with a profile: every layer first gets its hottest profile_floor experts (at most
-                                // the even share), then hottest-first; bounds the prefill staging, which must hold
-                                // the worst layer's non-resident experts. 0: none (STRATA_HY_PROFILE_FLOOR; opt-in)
+                                // the even share), then hottest-first (st_plan_counts_floor; the engine's cache
+                                // layout too); bounds the prefill staging, which must hold the worst layer's
+                                // non-resident experts. 0: none (STRATA_HY_PROFILE_FLOOR; opt-in)
 } st_plan_params;
 
 void st_plan_params_default(st_plan_params *p);
@@ -161,6 +162,10 @@ typedef struct st_plan_slot {
 // Every (layer, expert) of an [n_layer][n_expert] count table, hottest first; ties: lower layer, then lower id (so
 // the ranking is deterministic). Returns a malloc'd array of n_layer * n_expert entries, NULL when out of memory.
 st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert);
+// A copy of counts in which each layer's `floor` hottest (ties: lower id) rank above every other pair (raised by the
+// largest count + 1), so that the first n slots of st_plan_rank_by_count hold them all when n >= n_layer * floor:
+// the routing profile's floor (STRATA_HY_PROFILE_FLOOR). malloc'd, NULL when out of memory.
+uint64_t *st_plan_counts_floor(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert, uint32_t floor);
 
 typedef struct st_plan {
     bool moe;                  // the model has routed experts

@@ -319,7 +319,7 @@ static void test_planner(const st_model *m) {
     for (int l = 0; l < 4; l++) CHECK(per_layer[l] == p.resident[l], "resident[%d]", l);
     st_plan_free(&p);
     // A floor (STRATA_HY_PROFILE_FLOOR): with every count in layer 0, hottest-first gives the other layers only
-    // ties; a floor of 4 gives each layer its 4 hottest, the other 7 slots go hottest-first, slots in rank order.
+    // ties; a floor of 4 gives each layer its 4 hottest, the other 7 slots go hottest-first.
     for (int i = 0; i < 64; i++) prof.counts[i] = i < 16 ? 100 + (uint64_t)st_rng_below(&r, 50) : st_rng_below(&r, 3);
     for (int fl = 0; fl <= 9; fl += 3) {
         pp.profile_floor = fl;
@@ -338,17 +338,34 @@ static void test_planner(const st_model *m) {
                         CHECK(prof.counts[l * 16 + a] >= prof.counts[l * 16 + b], "floor %d: layer %u keeps %d, "
                               "leaves hotter %d", fl, l, a, b);
         }
+        for (int i = 0; i < 64; i++) CHECK(in[i] <= 1, "floor %d: expert %d placed twice", fl, i);
         CHECK(total == 23, "floor %d: %u slots", fl, total);
         if (fl == 0) CHECK(p.resident[0] == 16, "no floor: layer 0 takes all 16 (%u)", p.resident[0]);
         else CHECK(p.resident[0] == 23 - 3 * want_floor, "floor %d: layer 0 takes the rest (%u)", fl, p.resident[0]);
-        for (uint64_t i = 1; i < p.n_slots; i++) {
-            const st_plan_slot *q = &p.initial[i - 1], *t = &p.initial[i];
-            const uint64_t cq = prof.counts[q->layer * 16 + q->expert], ct = prof.counts[t->layer * 16 + t->expert];
-            CHECK(cq > ct || (cq == ct && (q->layer < t->layer || (q->layer == t->layer && q->expert < t->expert))),
-                  "floor %d: slot %" PRIu64 " out of rank order", fl, i);
-        }
         st_plan_free(&p);
     }
+    // st_plan_counts_floor itself: each layer's `floor` hottest (ties: lower id) above every other pair, the rest as
+    // they were.
+    uint64_t *fc = st_plan_counts_floor(prof.counts, 4, 16, 2), top = 0;
+    CHECK(fc != NULL, "counts_floor");
+    for (int i = 0; i < 64; i++) top = prof.counts[i] > top ? prof.counts[i] : top;
+    for (uint32_t l = 0; fc && l < 4; l++) {
+        int raised = 0;
+        for (uint32_t e = 0; e < 16; e++) {
+            const uint64_t c = prof.counts[l * 16 + e], f = fc[l * 16 + e];
+            if (f == c) continue;
+            raised++;
+            CHECK(f - c == top + 1, "counts_floor: layer %u expert %u raised by %" PRIu64, l, e, f - c);
+            uint32_t hotter = 0;  // experts of the layer ranked before it: hotter, or as hot with a lower id
+            for (uint32_t o = 0; o < 16; o++) {
+                const uint64_t co = prof.counts[l * 16 + o];
+                hotter += co > c || (co == c && o < e);
+            }
+            CHECK(hotter < 2, "counts_floor: layer %u raised expert %u, %u ranked before it", l, e, hotter);
+        }
+        CHECK(raised == 2, "counts_floor: layer %u raised %d", l, raised);
+    }
+    free(fc);
     pp.profile_floor = 0;
     prof.n_expert = 8;  // wrong shape
     CHECK_ERR(st_plan_compute(&d, &pp, &p) != 0, "routing profile has 4 layers x 8 experts", "profile shape");
