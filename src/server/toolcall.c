@@ -266,10 +266,22 @@ static void close_call(st_tc_parser *p, bool closed) {
     buf_clear(&p->call);
 }
 
-// A JSON error that more input could fix: the text ended inside a value ("{\"a\": nul" is an invalid token to the
-// parser, but only because "null" is not complete yet).
-static bool json_cut_off(const json_error_t *je, size_t len) {
-    return json_error_code(je) == json_error_premature_end_of_input || (size_t)je->position >= len;
+// s[0..n) ends inside a multi-byte UTF-8 character: a lead byte whose sequence needs more bytes than follow it.
+static bool utf8_tail_cut(const char *s, size_t n) {
+    size_t k = 0;  // continuation bytes (10xxxxxx) at the end
+    while (k < 3 && k < n && ((uint8_t)s[n - 1 - k] & 0xc0) == 0x80) k++;
+    if (k == n) return false;
+    uint8_t lead = (uint8_t)s[n - 1 - k];
+    size_t need = lead >= 0xf0 ? 3 : lead >= 0xe0 ? 2 : lead >= 0xc0 ? 1 : 0;
+    return k < need;
+}
+
+// A JSON error that more input could fix: the text s[0..len) ended inside a value ("{\"a\": nul" is an invalid
+// token to the parser, but only because "null" is not complete yet), or inside a character (jansson calls a cut
+// "\xc6" invalid UTF-8, but the rest of it may come with the next piece).
+static bool json_cut_off(const json_error_t *je, const char *s, size_t len) {
+    return json_error_code(je) == json_error_premature_end_of_input || (size_t)je->position >= len ||
+           (json_error_code(je) == json_error_invalid_utf8 && utf8_tail_cut(s, len));
 }
 
 // The call body so far cannot be complete: a JSON value cut off (Hermes), or no </function> yet (Qwen3-Coder).
@@ -278,7 +290,7 @@ static bool call_incomplete(const st_tc_parser *p) {
     json_error_t je;
     json_t *v = json_loadb(p->call.p, p->call.len, 0, &je);
     json_decref(v);
-    return !v && json_cut_off(&je, p->call.len);
+    return !v && json_cut_off(&je, p->call.p, p->call.len);
 }
 
 // Emits p->in[0..n) as `kind` and consumes it.
@@ -452,7 +464,7 @@ static void step(st_tc_parser *p) {
             // Not JSON after all (or cut off), or JSON but not a call: plain text, in which S_TEXT still finds a
             // <|python_tag|> (as it would have had the text come in smaller pieces).
             if (!v) {
-                if (json_cut_off(&je, p->in.len - ws) && !p->final) return;
+                if (json_cut_off(&je, p->in.p + ws, p->in.len - ws) && !p->final) return;
                 p->st = S_TEXT;
                 continue;
             }
