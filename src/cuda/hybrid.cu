@@ -147,23 +147,61 @@ extern "C" int st_cuda_hy_combine_bell(const int32_t *ids_gpu, const float *w, c
 // Layer m's plan from pred [P] (hybrid.h, st_cuda_hy_pf_plan's rule) by one warp (P, per_set <= 32): lane i looks
 // up prediction i (its home entry and the set's owners) so the P lookups are in flight together (one thread walking
 // them waited for each home entry in turn); lane 0 then frees slots, restores their owners, checks the progress
-// word and writes the work list, as few steps as copies (at most max_copies).
+// word and writes the work list, as few steps as copies (at most max_copies). With prev_max > 0 the experts layer m
+// chose since this layer's last plan (its routing counts moved) come first, 32 per pass in id order.
+__device__ __forceinline__ bool pf_resident(const st_hy_pf &pf, int idx) {
+    const uint8_t *home = st_tbl_entry(pf.home, 3 * (size_t)idx);
+    return home >= (const uint8_t *)pf.cache_lo && home < (const uint8_t *)pf.cache_hi;
+}
+
 __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P) {
     __shared__ int32_t s_own[32], s_need[32];
     __shared__ unsigned s_keep;
+    __shared__ unsigned s_prev[ST_HY_PF_PREV_MAX_E / 32];  // bit e: e is one of the previous choice's candidates
     const int lane = threadIdx.x % 32, E = pf.E, set = m % pf.n_sets;
     int32_t *own = pf.owner + (size_t)set * pf.per_set;
     if (lane < pf.per_set) s_own[lane] = own[lane];
     if (lane == 0) s_keep = 0;
     __syncwarp();
+    const int cap = pf.max_copies > 0 && pf.max_copies < pf.per_set ? pf.max_copies : pf.per_set;
+    const unsigned below = (1u << lane) - 1u;
+    int n_prev_want = 0;  // wanted records of the previous choice, s_need[0 ..)
+    if (pf.prev_max > 0) {
+        int n_sel = 0;
+        for (int e0 = 0; e0 < E; e0 += 32) {
+            const int e = e0 + lane, idx = m * E + e;
+            bool sel = false;
+            if (e < E) {
+                const uint32_t cur = pf.counts[idx], seen = pf.seen[idx];
+                pf.seen[idx] = cur;
+                sel = cur != seen && cur > 0;  // (the read-back zeroes both: cur < seen does not occur)
+            }
+            const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
+            sel = sel && n_sel + __popc(sel_mask & below) < pf.prev_max;
+            n_sel += __popc(sel_mask);
+            bool want = false;
+            int found = -1;
+            if (sel && !pf_resident(pf, idx)) {
+                for (int j = 0; j < pf.per_set; j++)
+                    if (s_own[j] == idx) found = j;
+                want = found < 0;
+            }
+            if (found >= 0) atomicOr(&s_keep, 1u << found);
+            const unsigned cand = __ballot_sync(0xffffffffu, sel), want_mask = __ballot_sync(0xffffffffu, want);
+            if (lane == 0) s_prev[e0 / 32] = cand;
+            const int rank = n_prev_want + __popc(want_mask & below);
+            if (want && rank < cap) s_need[rank] = e;
+            n_prev_want += __popc(want_mask);
+        }
+        __syncwarp();
+    }
     int e = -1, found = -1;
-    bool want = false;  // to copy: valid, not resident, not in the set already
+    bool want = false;  // to copy: valid, not resident, not in the set already, not one of the previous choice's
     if (lane < P) {
         e = pred[lane];
-        if (e >= 0 && e < E) {
+        if (e >= 0 && e < E && !(pf.prev_max > 0 && (s_prev[e / 32] >> (e % 32)) & 1u)) {
             const int idx = m * E + e;
-            const uint8_t *home = st_tbl_entry(pf.home, 3 * (size_t)idx);
-            if (home < (const uint8_t *)pf.cache_lo || home >= (const uint8_t *)pf.cache_hi) {
+            if (!pf_resident(pf, idx)) {
                 for (int j = 0; j < pf.per_set; j++)
                     if (s_own[j] == idx) found = j;
                 want = found < 0;  // (found: copied for an earlier token, still in place)
@@ -172,12 +210,11 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
     }
     if (found >= 0) atomicOr(&s_keep, 1u << found);
     const uint32_t want_mask = __ballot_sync(0xffffffffu, want);
-    const int cap = pf.max_copies > 0 && pf.max_copies < pf.per_set ? pf.max_copies : pf.per_set;
-    const int rank = __popc(want_mask & ((1u << lane) - 1u));  // the likeliest first: prediction order
+    const int rank = n_prev_want + __popc(want_mask & below);  // the likeliest first: prediction order
     if (want && rank < cap) s_need[rank] = e;
     __syncwarp();
     if (lane != 0) return;
-    const int n_need = min(__popc(want_mask), cap);
+    const int n_need = min(n_prev_want + __popc(want_mask), cap);
     // Free slots in index order; a reassigned slot's owner goes back home first.
     int slot[32], n = 0;
     for (int j = 0; j < pf.per_set && n < n_need; j++) {
@@ -208,6 +245,9 @@ extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred
     if (!pf || !pred || P <= 0 || P > 32 || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 || m < 0)
         return st_err("st_cuda_hy_pf_plan: layer %d, %d predictions (1..32), %d slots per set (1..32), %d sets (>= 3)",
                       m, P, pf ? pf->per_set : 0, pf ? pf->n_sets : 0);
+    if (pf->prev_max > 0 && (!pf->counts || !pf->seen || pf->E > ST_HY_PF_PREV_MAX_E))
+        return st_err("st_cuda_hy_pf_plan: the previous choice needs the routing counts and their last view, and at "
+                      "most %d experts (%d)", ST_HY_PF_PREV_MAX_E, pf->E);
     k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, pred, P);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>>", __FILE__, __LINE__);

@@ -170,8 +170,16 @@ typedef struct st_hy_pf {
     unsigned long long *stats;      // device [4]: plans run, plans skipped (late), records copied, bytes copied
     int n_sets, per_set, E;         // per_set <= 32
     int max_copies;                 // records copied per plan at most (the likeliest first); <= 0: per_set
+    // The previous choice (STRATA_HY_PF_PREV): routing keeps choosing what it chose a token ago, so the experts layer
+    // m chose since its last plan come before pred: their copies are kept, and those that missed are copied. They
+    // are the experts whose routing count moved since the plan last looked (prev_max of them at most, in id order).
+    int prev_max;                   // 0: off
+    const uint32_t *counts;         // device [L][E]: routing counts (st_cuda_hy_count's; zeroed at each read-back)
+    uint32_t *seen;                 // device [L][E]: counts as this layer's last plan saw them (zeroed with counts)
 } st_hy_pf;
-// Plans layer m's copies from pred[0..P) (device int32, P <= 32; invalid ids skipped). One warp.
+#define ST_HY_PF_PREV_MAX_E 1024    // experts per layer the previous-choice pass handles
+// Plans layer m's copies from the previous choice (prev_max > 0) and pred[0..P) (device int32, P <= 32; invalid ids
+// skipped): the wanted records in that order, at most max_copies (or per_set). One warp.
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.
 int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream);

@@ -4,9 +4,13 @@
 // router probabilities: a wider prefetch set trades PCIe bytes for recall. One more row scores the prediction two
 // layers ahead (layer l+1's router on layer l-1's MoE input), over layers 2..n-1 (the GPU's prefetch two layers
 // ahead measured slower: docs/experiments/2026-12-03g-pf-ahead2.patch).
+// STRATA_ROUTE_TRACE=FILE (with STRATA_ROUTE_PREDICT) appends, per one-token step and layer 1..n-1, the experts the
+// layer chose and predictor (a)'s ranking of them, deeper than any prefetch set: the input of bench/cache_sim.py,
+// which replays VRAM cache and prefetch policies offline (docs/HYBRID.md).
 #include "engine/route_predict.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +65,14 @@ struct st_route_pred {
     uint64_t *t_size;        // [n_layer] size of the union of the previous two tokens' experts, summed
     uint64_t *n_pred;        // [n_layer] steps scored for the predictors (and cos_layer)
     uint64_t *n_temp;        // [n_layer] steps scored for the previous-token baselines (and cos_tok)
+    FILE *trace;             // STRATA_ROUTE_TRACE: lines "layer | K chosen | R ranked by (a)"; NULL: off
+    int64_t R;               // depth of the traced ranking (min(E, ROUTE_TRACE_DEPTH))
+    int32_t *trace_pred;     // [2][R] (a)'s ranking for layer t in slot t & 1 (as pred)
+    float *trace_wt;         // [R] (unused weights)
     int ready;               // every buffer allocated (else free prints nothing)
 };
+
+#define ROUTE_TRACE_DEPTH 64
 
 st_route_pred *st_route_pred_new(const st_model *m) {
     const char *env = getenv("STRATA_ROUTE_PREDICT");
@@ -109,14 +119,25 @@ st_route_pred *st_route_pred_new(const st_model *m) {
         st_route_pred_free(rp);
         return st_warn("STRATA_ROUTE_PREDICT: out of memory"), NULL;
     }
+    const char *tr = getenv("STRATA_ROUTE_TRACE");
+    if (tr && *tr) {
+        rp->R = rp->E < ROUTE_TRACE_DEPTH ? rp->E : ROUTE_TRACE_DEPTH;
+        rp->trace_pred = malloc(sizeof(int32_t) * 2 * (size_t)rp->R);
+        rp->trace_wt = malloc(sizeof(float) * (size_t)rp->R);
+        rp->trace = rp->trace_pred && rp->trace_wt ? fopen(tr, "a") : NULL;
+        if (!rp->trace) st_warn("STRATA_ROUTE_TRACE: cannot write '%s' (or out of memory): no trace", tr);
+        else fprintf(rp->trace, "# session: layers %u, experts %lld, top-%lld, ranking depth %lld\n",
+                     hp->n_layer, (long long)rp->E, (long long)rp->K, (long long)rp->R);
+    }
     rp->ready = 1;
     return rp;
 }
 
 // Layer `next`'s router on x normalised with `norm`, softmax, the W most probable experts (the engine's own
-// selection, st_route_topk, so a predictor fed layer next's real input reproduces its choice exactly).
+// selection, st_route_topk, so a predictor fed layer next's real input reproduces its choice exactly); with
+// trace_out, also the R most probable into it.
 static void predict(st_route_pred *rp, st_session *s, const float *x, const float *norm, uint32_t next,
-                    int32_t *out) {
+                    int32_t *out, int32_t *trace_out) {
     const st_hparams *hp = &rp->m->hp;
     const st_weight *r = &rp->m->layers[next].router;
     st_rmsnorm(rp->xn, x, norm, rp->d, hp->rms_eps);
@@ -124,9 +145,11 @@ static void predict(st_route_pred *rp, st_session *s, const float *x, const floa
                            &s->mm_scratch, 0)) {
         st_warn("STRATA_ROUTE_PREDICT: router matmul failed: %s", st_errmsg());
         memset(out, 0xff, sizeof(int32_t) * (size_t)rp->W);  // -1: predicts nothing
+        if (trace_out) memset(trace_out, 0xff, sizeof(int32_t) * (size_t)rp->R);
         return;
     }
     st_softmax(rp->prob, rp->E);
+    if (trace_out) st_route_topk(rp->prob, rp->E, rp->R, 0, trace_out, rp->trace_wt);
     st_route_topk(rp->prob, rp->E, rp->W, 0, out, rp->wt);
 }
 
@@ -162,12 +185,13 @@ void st_route_pred_after_attn(st_route_pred *rp, st_session *s, uint32_t layer, 
     int slot = (layer + 1) & 1;
     int32_t *p = rp->pred + (size_t)slot * N_CAND * rp->W;
     // (a) is exactly layer l's router input: on the GPU it costs one more router matvec and no extra norm
-    predict(rp, s, s->x, m->layers[layer].ffn_norm, layer + 1, p + CAND_A * rp->W);
-    predict(rp, s, s->x, m->layers[layer + 1].ffn_norm, layer + 1, p + CAND_B * rp->W);
+    predict(rp, s, s->x, m->layers[layer].ffn_norm, layer + 1, p + CAND_A * rp->W,
+            rp->trace ? rp->trace_pred + (size_t)slot * rp->R : NULL);
+    predict(rp, s, s->x, m->layers[layer + 1].ffn_norm, layer + 1, p + CAND_B * rp->W, NULL);
     rp->pred_for[slot] = layer + 1;
     if (layer + 2 < m->hp.n_layer) {  // (a)'s input, two layers ahead
         const int s2 = (int)((layer + 2) % 3);
-        predict(rp, s, s->x, m->layers[layer].ffn_norm, layer + 2, rp->pred2 + (size_t)s2 * rp->W);
+        predict(rp, s, s->x, m->layers[layer].ffn_norm, layer + 2, rp->pred2 + (size_t)s2 * rp->W, NULL);
         rp->pred2_for[s2] = layer + 2;
     }
 }
@@ -178,6 +202,7 @@ void st_route_pred_after_moe(st_route_pred *rp, st_session *s, uint32_t layer, i
     const int32_t *actual = s->sel_expert + (n - 1) * K;  // the chunk's last token
     uint32_t *cnt = rp->counts + (size_t)layer * rp->E;
     int slot = layer & 1;
+    bool ranked = false;  // (a)'s prediction for this layer was scored (every layer but 0)
     if (n == 1 && rp->pred_for[slot] == (int64_t)layer) {
         int32_t *p = rp->pred + (size_t)slot * N_CAND * rp->W;
         for (int64_t e = 0; e < rp->E; e++) rp->prob[e] = (float)cnt[e];  // counts before this token
@@ -187,6 +212,15 @@ void st_route_pred_after_moe(st_route_pred *rp, st_session *s, uint32_t layer, i
             for (int w = 0; w < N_WIDTH; w++) h[c * N_WIDTH + w] += count_hits(p + c * rp->W, rp->width[w], actual, K);
         rp->n_pred[layer]++;
         rp->pred_for[slot] = -1;
+        ranked = true;
+    }
+    if (rp->trace && n == 1) {  // layer 0 without a ranking (nothing runs before it to predict it)
+        fprintf(rp->trace, "%u |", layer);
+        for (int64_t k = 0; k < K; k++) fprintf(rp->trace, " %d", actual[k]);
+        fputs(" |", rp->trace);
+        const int32_t *tp = rp->trace_pred + (size_t)slot * rp->R;
+        for (int64_t r = 0; ranked && r < rp->R; r++) fprintf(rp->trace, " %d", tp[r]);
+        fputc('\n', rp->trace);
     }
     const int s2 = (int)(layer % 3);
     if (n == 1 && rp->pred2_for[s2] == (int64_t)layer) {
@@ -220,7 +254,7 @@ void st_route_pred_after_moe(st_route_pred *rp, st_session *s, uint32_t layer, i
     }
     if (n == 1 && layer + 1 < m->hp.n_layer) {
         int32_t *p = rp->pred + (size_t)((layer + 1) & 1) * N_CAND * rp->W;
-        predict(rp, s, s->x, m->layers[layer + 1].ffn_norm, layer + 1, p + CAND_C * rp->W);
+        predict(rp, s, s->x, m->layers[layer + 1].ffn_norm, layer + 1, p + CAND_C * rp->W, NULL);
     }
 }
 
@@ -287,6 +321,9 @@ static void report(const st_route_pred *rp) {
 void st_route_pred_free(st_route_pred *rp) {
     if (!rp) return;
     if (rp->ready) report(rp);
+    if (rp->trace) fclose(rp->trace);
+    free(rp->trace_pred);
+    free(rp->trace_wt);
     free(rp->xn);
     free(rp->prob);
     free(rp->wt);

@@ -166,6 +166,11 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
   STRATA_HYBRID_HALFLIFE=8
 # its own L x P slots out of the cache's share, one copy per layer at most
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
+# the previous token's choice before the prediction (STRATA_HY_PF_PREV=1): still bitwise, with the default copy cap
+# and with every prediction copied, over a second long prompt (the read-back zeroes the plans' view of the counts)
+run_decode mid-prefetch-prev $mid 128 300 1000 STRATA_HY_PF_PREV=1 HYBRID_DECODE_PROMPT2=1100
+run_decode mid-prefetch-prev-all $mid 128 300 1000 STRATA_HY_PF_PREV=1 STRATA_HY_PREFETCH_MAX=16
+log_says mid-prefetch-prev "previous token's choice first" "lookahead prefetch" "the previous choice was not on"
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
 # the prefill GEMM scratch in the first own slots (the default; 128-token steps, so that the 8 layers' own sets hold
@@ -260,6 +265,7 @@ run_cpumiss mid-cpumiss-prefetch $mid 128 100 1000 0.5 STRATA_HY_PREFETCH=6 STRA
 run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
 run_cpumiss mid-cpumiss-snap $mid 128 100 1000 0  # (with the branch: the router's snapshot, STRATA_HY_SNAP=1)
 run_cpumiss mid-cpumiss-snap-off $mid 128 100 1000 0 STRATA_HY_SNAP=0  # (with the branch: the router's tail)
+run_cpumiss mid-cpumiss-prev $mid 128 100 1000 0 STRATA_HY_PF_PREV=1  # (the previous choice first)
 snap_on mid-cpumiss-snap
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0

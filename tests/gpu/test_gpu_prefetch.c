@@ -8,6 +8,10 @@
 //              progress values:
 //              after each, every entry is either its home or a prefetch slot whose bytes equal that record and whose
 //              owner names it, owners are unique, and the counters match the host model
+//   previous   300 random plans with the previous choice on (prev_max): routing counts moved at random (and zeroed
+//              with their last view, as the read-back does); the experts whose count moved come before the
+//              predictions, their copies kept or made, at most prev_max of them in id order; the same checks, and
+//              the device's last view of the counts equals the model's
 //   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots; the
 //              router launch counting in its last block (st_cuda_router_topk_count, random router and inputs) gives
 //              the same ids, weights, counters and progress as st_cuda_router_topk + st_cuda_hy_count
@@ -56,8 +60,10 @@ typedef struct {
     uint32_t *done_d;
     unsigned long long *stats_d;
     int32_t *pred_d;
+    uint32_t *counts_d, *seen_d;  // [NL][NE] routing counts and the plans' last view of them (previous choice)
     st_hy_pf pf;
     int32_t owner[NSETS * P];  // host model
+    uint32_t counts[NL * NE], seen[NL * NE];
 } world;
 
 static const uint8_t *pf_slot(const world *w, int i) { return w->slots + (size_t)(NL * NRES + i) * STRIDE; }
@@ -103,6 +109,10 @@ static void setup(world *w, st_rng *r) {
     CK(cudaMalloc((void **)&w->done_d, sizeof(uint32_t) * P));
     CK(cudaMalloc((void **)&w->stats_d, sizeof(unsigned long long) * 5));
     CK(cudaMalloc((void **)&w->pred_d, sizeof(int32_t) * 32));
+    CK(cudaMalloc((void **)&w->counts_d, sizeof(uint32_t) * NL * NE));
+    CK(cudaMalloc((void **)&w->seen_d, sizeof(uint32_t) * NL * NE));
+    CK(cudaMemset(w->counts_d, 0, sizeof(uint32_t) * NL * NE));
+    CK(cudaMemset(w->seen_d, 0, sizeof(uint32_t) * NL * NE));
     CK(cudaMemcpy(w->table_d, w->home_h, sizeof(void *) * NL * NE * 3, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->home_d, w->home_h, sizeof(void *) * NL * NE * 3, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->rec_d, rec_h, sizeof(void *) * NL * NE, cudaMemcpyHostToDevice));
@@ -129,15 +139,32 @@ static void setup(world *w, st_rng *r) {
     pf->n_sets = NSETS;
     pf->per_set = P;
     pf->E = NE;
+    pf->counts = w->counts_d;  // (read only with prev_max > 0)
+    pf->seen = w->seen_d;
 }
 
-// The host model of one plan (k_hy_pf_plan's rule): returns the records to copy, updates w->owner.
+// The host model of one plan (k_hy_pf_plan's rule): returns the records to copy, updates w->owner (and, with the
+// previous choice on, w->seen).
 static int model_plan(world *w, int m, const int32_t *pred, int np, int late, int *restored, int *n_restored) {
     int32_t *own = w->owner + (m % NSETS) * P;
     int keep[P] = {0}, need[P], n_need = 0, n = 0;
     *n_restored = 0;
+    int32_t cand[NE + 32];  // the previous choice (at most prev_max, id order), then the predictions not among it
+    int nc = 0, n_sel = 0;
+    for (int e = 0; e < NE && w->pf.prev_max > 0; e++) {
+        const int idx = m * NE + e;
+        const uint32_t cur = w->counts[idx], seen = w->seen[idx];
+        w->seen[idx] = cur;
+        if (cur != seen && cur > 0 && n_sel++ < w->pf.prev_max) cand[nc++] = e;
+    }
+    const int n_prev = nc;
     for (int i = 0; i < np; i++) {
-        const int e = pred[i];
+        int dup = 0;
+        for (int j = 0; j < n_prev; j++) dup |= cand[j] == pred[i];
+        if (!dup) cand[nc++] = pred[i];
+    }
+    for (int i = 0; i < nc; i++) {
+        const int e = cand[i];
         if (e < 0 || e >= NE || e < NRES) continue;
         int found = -1;
         for (int j = 0; j < P; j++)
@@ -167,6 +194,14 @@ static int check_world(world *w, char *detail, size_t dn) {
     if (memcmp(own_d, w->owner, sizeof own_d)) {
         snprintf(detail, dn, "device owners differ from the host model");
         bad = 1;
+    }
+    if (!bad && w->pf.prev_max > 0) {
+        uint32_t seen_d[NL * NE];
+        CK(cudaMemcpy(seen_d, w->seen_d, sizeof seen_d, cudaMemcpyDeviceToHost));
+        if (memcmp(seen_d, w->seen, sizeof seen_d)) {
+            snprintf(detail, dn, "the device's last view of the routing counts differs from the host model");
+            bad = 1;
+        }
     }
     uint8_t *buf = malloc(STRIDE);
     for (int l = 0; l < NL && !bad; l++)
@@ -210,6 +245,7 @@ static int check_world(world *w, char *detail, size_t dn) {
 
 static void run_plan(world *w, int m, const int32_t *pred, int np, int progress) {
     CK(cudaMemcpy(w->pred_d, pred, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
+    if (w->pf.prev_max > 0) CK(cudaMemcpy(w->counts_d, w->counts, sizeof w->counts, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w->progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
     CKE(st_cuda_hy_pf_plan(&w->pf, m, w->pred_d, np, 0));
     CKE(st_cuda_hy_pf_copy(&w->pf, m, 5, 0));
@@ -289,6 +325,55 @@ int main(void) {
     report("400 random plans (late ones, invalid ids, copy caps, every layer): entries, slot bytes, owners, counters",
            bad,
            detail);
+
+    // The previous choice first (STRATA_HY_PF_PREV): routing counts moved at random between plans, sometimes zeroed
+    // with the plans' last view (the read-back).
+    bad = 0;
+    w.pf.prev_max = 3;
+    int prev_copies = 0;  // copies of experts that only the previous choice named (not predicted)
+    for (int round = 0; round < 300 && !bad; round++) {
+        const int m = (int)st_rng_below(&r, NL), np = 1 + (int)st_rng_below(&r, P);
+        if (st_rng_below(&r, 8) == 0) {
+            memset(w.counts, 0, sizeof w.counts);
+            memset(w.seen, 0, sizeof w.seen);
+            CK(cudaMemset(w.seen_d, 0, sizeof w.seen));
+        }
+        for (int k = (int)st_rng_below(&r, 6); k > 0; k--) w.counts[m * NE + st_rng_below(&r, NE)] += 1;
+        int32_t pred[32];
+        for (int i = 0; i < np; i++) {
+            int e;
+            do {
+                e = (int)st_rng_below(&r, NE);
+                for (int j = 0; j < i; j++)
+                    if (pred[j] == e) e = -99;
+            } while (e == -99);
+            pred[i] = e;
+        }
+        const int late = st_rng_below(&r, 6) == 0;
+        w.pf.max_copies = (int)st_rng_below(&r, 3) * 2;  // none, 2 or 4
+        int32_t before[NSETS * P];
+        memcpy(before, w.owner, sizeof before);
+        copies += (unsigned long long)model_plan(&w, m, pred, np, late, restored, &n_restored);
+        lates += (unsigned long long)late;
+        for (int j = 0; j < P; j++) {  // a new owner that no prediction named came from the previous choice
+            const int32_t o = w.owner[(m % NSETS) * P + j];
+            int predicted = 0;
+            for (int i = 0; i < np; i++) predicted |= o == m * NE + pred[i];
+            prev_copies += o >= 0 && o != before[(m % NSETS) * P + j] && !predicted;
+        }
+        run_plan(&w, m, pred, np, late ? m : m - 1);
+        CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
+        if (check_world(&w, detail, sizeof detail) || stats[2] != copies || stats[1] != lates) {
+            if (!detail[0])
+                snprintf(detail, sizeof detail, "round %d: copies %llu (model %llu), late %llu (model %llu)", round,
+                         stats[2], copies, stats[1], lates);
+            bad = 1;
+        }
+    }
+    if (!bad && !prev_copies) snprintf(detail, sizeof detail, "no copy came from the previous choice alone"), bad = 1;
+    report("300 random plans with the previous choice first: entries, slot bytes, owners, counters, last view", bad,
+           detail);
+    w.pf.prev_max = 0;
 
     // Partial reset (a prefill that borrows the first slots as its second staging buffer): slots [0, cut) home and
     // unowned, the rest as they were.

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Replays a routing trace through a model of the hybrid engine's VRAM expert cache and lookahead prefetch
+(src/engine/gpu_hybrid.c, src/cuda/hybrid.cu k_hy_pf_plan) and reports misses per token for prefetch policies,
+so a policy can be judged on the CPU before it costs device time. It is a model: copy timing is one side stream
+of fixed per-record copy time against fixed per-layer compute time, and a CPU miss is any selection not in VRAM
+when the layer's MoE starts. Calibrate its times against a measured run before trusting absolute numbers; compare
+policies on the same trace.
+
+Trace: STRATA_ROUTE_PREDICT=1 STRATA_ROUTE_TRACE=FILE strata bench -dev cpu -m MODEL -p 0 -n 128 -r 3
+(route_predict.c: per one-token step and layer, "layer | K chosen | ranking by the predictor (a)").
+
+  usage: bench/cache_sim.py TRACE [--resident N] [--per-set 16] [--pred 16] [--policy NAME ...]
+"""
+import argparse
+import re
+
+
+def read_trace(path):
+    """Returns (n_layer, n_expert, K, steps): steps[t][l] = (chosen list, ranking list)."""
+    steps, cur, L, E, K = [], [], None, None, None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                m = re.search(r"layers (\d+), experts (\d+), top-(\d+)", line)
+                L, E, K = (int(x) for x in m.groups())
+                cur = []
+                continue
+            if line.count("|") != 2 or not line.endswith("\n"):  # a trace still being written
+                continue
+            a, b, c = line.split("|")
+            layer = int(a)
+            if layer == 0:
+                cur = []
+            cur.append(([int(x) for x in b.split()], [int(x) for x in c.split()]))
+            if len(cur) == L:
+                steps.append(cur)
+                cur = []
+    return L, E, K, steps
+
+
+class Sim:
+    """One engine: resident cache per layer, adaptive swaps, a prefetch set per layer, one copy stream."""
+
+    def __init__(self, L, E, K, resident, per_set, args):
+        self.L, self.E, self.K, self.a = L, E, K, args
+        self.res = [set(range(resident)) for _ in range(L)]  # lowest ids first (the plan without a profile)
+        self.owner = [[-1] * per_set for _ in range(L)]       # one set per layer
+        self.ready = [[0.0] * per_set for _ in range(L)]      # time each slot's copy lands
+        self.freq = [[0.0] * E for _ in range(L)]
+        self.cnt = [[0] * E for _ in range(L)]
+        self.prev = [[] for _ in range(L)]  # the previous token's choice per layer
+        self.prev_miss = [[] for _ in range(L)]
+        self.t = 0.0
+        self.stream_free = 0.0
+        self.tokens = self.misses = self.copies = self.late = self.served = 0  # (counted after the warm-up)
+
+    def candidates(self, policy, l, ranking):
+        P = self.a.pred
+        if policy == "base":  # the engine today: predictor top-P
+            return ranking[:P]
+        nonres = [e for e in ranking if e not in self.res[l]]
+        if policy == "nonres":  # top-P among the experts not resident
+            return nonres[:P]
+        if policy == "prevmiss":  # the previous token's misses first, then the predictor's top-P
+            return self.prev_miss[l] + [e for e in ranking[:P] if e not in self.prev_miss[l]]
+        if policy == "prev":  # the previous token's choice first (keeps its copies), then the predictor's top-P
+            return self.prev[l] + [e for e in ranking[:P] if e not in self.prev[l]]
+        if policy == "prevkeep":  # the predictor's top-P, and the previous token's copies kept (no new ones)
+            kept = [e for e in self.prev[l] if e in self.owner[l]]
+            return kept + [e for e in ranking[:P] if e not in kept]
+        if policy == "pred+prevmiss":  # the predictor's top-P first, then the previous token's misses
+            return ranking[:P] + [e for e in self.prev_miss[l] if e not in ranking[:P]]
+        if policy == "nonres+prevmiss":
+            return self.prev_miss[l] + [e for e in nonres if e not in self.prev_miss[l]][:P]
+        raise SystemExit(f"unknown policy {policy}")
+
+    def plan(self, l, cands, t_fork, t_moe):
+        """k_hy_pf_plan + k_hy_pf_copy for layer l: candidates in priority order (at most 32)."""
+        own, rdy, per_set = self.owner[l], self.ready[l], len(self.owner[l])
+        cands = cands[:32]
+        keep, need = set(), []
+        for e in cands:
+            if e < 0 or e in self.res[l]:
+                continue
+            if e in own:
+                keep.add(own.index(e))
+            elif e not in need:
+                need.append(e)
+        cap = self.a.max_copies or per_set
+        need = need[:cap]
+        start = max(t_fork, self.stream_free)
+        if start >= t_moe and self.a.skip_late:  # the plan runs after layer l's count: skipped
+            self.late += 1
+            return
+        free = [j for j in range(per_set) if j not in keep][: len(need)]
+        t = start + self.a.plan_us
+        for j, e in zip(free, need):
+            t += self.a.copy_us
+            own[j], rdy[j] = e, t
+            self.copies += 1
+        self.stream_free = t
+
+    def step(self, policy, layers):
+        a = self.a
+        layer_us = a.step_us / self.L
+        t0 = self.t
+        for l, (chosen, ranking) in enumerate(layers):
+            t_moe = t0 + l * layer_us + a.moe_offset_us
+            if l > 0 and ranking:
+                self.plan(l, self.candidates(policy, l, ranking), t_moe - layer_us + a.fork_offset_us, t_moe)
+            elif l == 0 and policy in ("prevmiss", "prev", "nonres+prevmiss", "pred+prevmiss"):
+                self.plan(0, self.candidates(policy, 0, []), t0, t_moe)
+            miss = []
+            for e in chosen:
+                if e in self.res[l]:
+                    continue
+                if e in self.owner[l] and self.ready[l][self.owner[l].index(e)] <= t_moe:
+                    self.served += 1
+                    continue
+                miss.append(e)
+            self.misses += len(miss)
+            self.prev[l], self.prev_miss[l] = list(chosen), miss
+            for e in chosen:
+                self.cnt[l][e] += 1
+        self.t = t0 + a.step_us  # (the step's time is an input, not a result)
+        self.tokens += 1
+        if self.tokens % a.period == 0:
+            self.swaps()
+
+    def swaps(self):
+        """Decayed frequency and the best-gain swaps (cache_policy.c st_hycache_pick_swaps, applied at once)."""
+        a = self.a
+        f = 0.5 ** (a.period / a.halflife)
+        cand = []
+        for l in range(self.L):
+            fr, c = self.freq[l], self.cnt[l]
+            for e in range(self.E):
+                fr[e] = fr[e] * f + c[e]
+                c[e] = 0
+            out = sorted(self.res[l], key=lambda e: (fr[e], e))
+            inn = sorted((e for e in range(self.E) if e not in self.res[l]), key=lambda e: (-fr[e], e))
+            for i, o in zip(inn, out):
+                if fr[i] > 1.5 * fr[o] + 1.0:
+                    cand.append((fr[i] - fr[o], l, i, o))
+                else:
+                    break
+        cand.sort(key=lambda x: (-x[0], x[1]))
+        for g, l, i, o in cand[: a.swaps]:
+            self.res[l].discard(o)
+            self.res[l].add(i)
+            if i in self.owner[l]:
+                self.owner[l][self.owner[l].index(i)] = -1
+
+
+def simulate(steps, L, E, K, policy, a):
+    """Replays steps under one policy; counts after a.warmup tokens, per token: misses, served, copies, late."""
+    s = Sim(L, E, K, a.resident, a.per_set, a)
+    for layers in steps[: a.warmup]:
+        s.step(policy, layers)
+    s.misses = s.copies = s.late = s.served = 0
+    for layers in steps[a.warmup:]:
+        s.step(policy, layers)
+    n = max(1, len(steps) - a.warmup)
+    return {"misses": s.misses / n, "served": s.served / n, "copies": s.copies / n, "late": s.late / n}
+
+
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--resident", type=int, default=100,
+                    help="cache slots per layer (100 reproduces the 16 GiB run's misses and copies: docs/HYBRID.md)")
+    ap.add_argument("--per-set", type=int, default=16, help="prefetch slots per layer")
+    ap.add_argument("--pred", type=int, default=16, help="predictions per plan (STRATA_HY_PREFETCH)")
+    ap.add_argument("--max-copies", type=int, default=1,
+                    help="records copied per plan at most (STRATA_HY_PREFETCH_MAX, default 1; 0: per-set)")
+    ap.add_argument("--step-us", type=float, default=2600.0, help="decode step time (model input)")
+    ap.add_argument("--copy-us", type=float, default=65.0, help="one record's copy on the side stream")
+    ap.add_argument("--plan-us", type=float, default=3.0)
+    ap.add_argument("--fork-offset-us", type=float, default=25.0, help="plan fork after the layer before starts")
+    ap.add_argument("--moe-offset-us", type=float, default=30.0, help="MoE start after its layer starts")
+    ap.add_argument("--no-skip-late", dest="skip_late", action="store_false")
+    ap.add_argument("--period", type=int, default=16)
+    ap.add_argument("--swaps", type=int, default=4)
+    ap.add_argument("--halflife", type=float, default=256.0)
+    ap.add_argument("--warmup", type=int, default=128, help="tokens replayed before counting")
+    ap.add_argument("--policy", nargs="+", default=["base", "prev", "prevkeep", "prevmiss"],
+                    help="base (the engine), prev (STRATA_HY_PF_PREV), prevkeep, prevmiss, pred+prevmiss, nonres, "
+                         "nonres+prevmiss")
+    return ap
+
+
+def main():
+    a = parser().parse_args()
+    L, E, K, steps = read_trace(a.trace)
+    print(f"trace {a.trace}: {len(steps)} one-token steps, {L} layers, {E} experts, top-{K}; resident {a.resident}"
+          f"/layer, prefetch {a.per_set}/layer, step {a.step_us:.0f} us, copy {a.copy_us:.0f} us/record")
+    print("| policy | misses/token | served by copies/token | copies/token | late plans/token |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for pol in a.policy:
+        r = simulate(steps, L, E, K, pol, a)
+        print(f"| {pol} | {r['misses']:.2f} | {r['served']:.1f} | {r['copies']:.1f} | {r['late']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

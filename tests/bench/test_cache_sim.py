@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""bench/cache_sim.py and the routing trace it reads.
+
+1. The trace writer (STRATA_ROUTE_PREDICT=1 STRATA_ROUTE_TRACE, engine/route_predict.c): strata bench on the CPU
+   over a tiny qwen3moe writes one line per one-token step and layer, layer 0 without a ranking and the others with
+   predictor (a)'s ranking of every expert (the tiny model has fewer than 64), in step order; cache_sim reads it.
+2. The model's policies on synthetic traces whose answers are known: every layer choosing the same experts every
+   token while the predictor names only others (base never copies them: every non-resident choice misses; prev
+   copies each once and then misses nothing), and a perfect predictor (base misses nothing after the warm-up).
+
+usage: test_cache_sim.py STRATA_BINARY
+"""
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import cache_sim  # noqa: E402
+import cli_harness  # noqa: E402
+from cli_harness import check  # noqa: E402
+
+STRATA = sys.argv[1]
+
+
+def sim_args(path, **kw):
+    argv = [path]
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return cache_sim.parser().parse_args(argv)
+
+
+def write_trace(path, L, E, K, steps):
+    """steps: list of per-layer (chosen, ranking) lists."""
+    with open(path, "w") as f:
+        f.write(f"# session: layers {L}, experts {E}, top-{K}, ranking depth {E}\n")
+        for layers in steps:
+            for l, (chosen, ranking) in enumerate(layers):
+                f.write(f"{l} | {' '.join(map(str, chosen))} | {' '.join(map(str, ranking if l else []))}\n")
+
+
+with tempfile.TemporaryDirectory() as d:
+    # 1. The trace of a real (tiny) model.
+    moe, _ = cli_harness.make_tiny_models(STRATA, d, 0.6)
+    trace = f"{d}/route.trace"
+    rc, out, err = cli_harness.run(STRATA, "bench", "-dev", "cpu", "-m", moe, "-p", "0", "-n", "6", "-r", "2",
+                                   "-t", "2", env={"STRATA_ROUTE_PREDICT": "1", "STRATA_ROUTE_TRACE": trace})
+    check(rc == 0 and "route prediction" in err, "strata bench with the route trace", out + err)
+    L, E, K, steps = cache_sim.read_trace(trace)
+    with open(trace) as f:
+        lines = [ln for ln in f if not ln.startswith("#")]
+    check(len(steps) == 3 * 6 and len(lines) == 3 * 6 * L, "one line per step (warm-up + 2 runs of 6) and layer",
+          f"{len(steps)} steps, {len(lines)} lines, {L} layers")
+    ok = all(len(ch) == K and len(set(ch)) == K and all(0 <= e < E for e in ch) for layers in steps
+             for ch, _ in layers)
+    check(ok, "each line's choice: K distinct experts")
+    ok = all(not layers[0][1] and all(sorted(r) == list(range(E)) for _, r in layers[1:]) for layers in steps)
+    check(ok, "layer 0 without a ranking, every other layer ranks all experts (E < 64)")
+    r = cache_sim.simulate(steps, L, E, K, "prev", sim_args(trace, resident=E // 2, per_set=4, warmup=2))
+    check(r["misses"] >= 0 and r["served"] >= 0, "the simulator runs on it", str(r))
+
+    # 2. Synthetic traces. 4 layers, 16 experts, top-2, experts 0..7 resident; each layer always chooses 8 and 9.
+    L, E, K = 4, 16, 2
+    same = [[([8, 9], [12, 13, 14, 15] + list(range(12))) for _ in range(L)] for _ in range(40)]
+    path = f"{d}/same.trace"
+    write_trace(path, L, E, K, same)
+    _, _, _, steps = cache_sim.read_trace(path)
+    a = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0)  # (no swaps: 8, 9 stay out)
+    base = cache_sim.simulate(steps, L, E, K, "base", a)
+    prev = cache_sim.simulate(steps, L, E, K, "prev", a)
+    check(base["misses"] == L * K, "base: a predictor that never names the choice misses all of it", str(base))
+    check(prev["misses"] == 0 and prev["served"] == L * K, "prev: the previous choice copied, then served", str(prev))
+    perfect = [[([8, 9], [8, 9] + list(range(10, 16)) + list(range(8))) for _ in range(L)] for _ in range(40)]
+    path = f"{d}/perfect.trace"
+    write_trace(path, L, E, K, perfect)
+    _, _, _, steps = cache_sim.read_trace(path)
+    r = cache_sim.simulate(steps, L, E, K, "base", a)
+    # layer 0 has no prediction: base misses its two choices every token
+    check(r["misses"] == K and r["served"] == (L - 1) * K, "base with a perfect predictor", str(r))
+
+sys.exit(1 if cli_harness.failures else 0)
