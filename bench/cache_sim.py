@@ -44,6 +44,11 @@ class Sim:
     def __init__(self, L, E, K, resident, per_set, args):
         self.L, self.E, self.K, self.a = L, E, K, args
         self.res = [set(range(resident)) for _ in range(L)]  # lowest ids first (the plan without a profile)
+        if args.first_layer:  # layer 0 whole, its extra slots taken from the others (ST_PLAN_FIRST_LAYERS)
+            self.res[0] = set(range(E))
+            for i in range(E - resident):
+                layer = self.res[1 + i % (L - 1)]
+                layer.discard(max(layer))
         self.owner = [[-1] * per_set for _ in range(L)]       # one set per layer
         self.ready = [[0.0] * per_set for _ in range(L)]      # time each slot's copy lands
         self.freq = [[0.0] * E for _ in range(L)]
@@ -108,8 +113,7 @@ class Sim:
             t_moe = t0 + l * layer_us + a.moe_offset_us
             if l > 0 and ranking:
                 self.plan(l, self.candidates(policy, l, ranking), t_moe - layer_us + a.fork_offset_us, t_moe)
-            elif l == 0 and policy in ("prevmiss", "prev", "nonres+prevmiss", "pred+prevmiss"):
-                self.plan(0, self.candidates(policy, 0, []), t0, t_moe)
+            # (no plan for layer 0: the engine forks each layer's plan during the layer before)
             miss = []
             for e in chosen:
                 if e in self.res[l]:
@@ -179,6 +183,8 @@ def parser():
     ap.add_argument("--fork-offset-us", type=float, default=25.0, help="plan fork after the layer before starts")
     ap.add_argument("--moe-offset-us", type=float, default=30.0, help="MoE start after its layer starts")
     ap.add_argument("--no-skip-late", dest="skip_late", action="store_false")
+    ap.add_argument("--first-layer", type=int, default=1,
+                    help="1: layer 0 holds every expert (the plan's default since 2026-12-04); 0: the even spread")
     ap.add_argument("--period", type=int, default=16)
     ap.add_argument("--swaps", type=int, default=4)
     ap.add_argument("--halflife", type=float, default=256.0)

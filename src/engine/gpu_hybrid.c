@@ -330,16 +330,15 @@ int st_hybrid_plan(const st_model *m, const st_gpu_load_opts *o, st_hybrid **out
         pp.profile = &h->prof;
     }
     if (st_plan_compute(&h->desc, &pp, &h->plan)) goto fail;
-    if (h->have_prof && pp.profile_floor > 0 && m->hp.n_layer) {
-        uint64_t fl = (uint64_t)pp.profile_floor, even = h->plan.n_slots / m->hp.n_layer;
-        if (fl > even) fl = even;
-        h->prof_layout = st_plan_counts_floor(h->prof.counts, m->hp.n_layer, m->hp.n_expert, (uint32_t)fl);
+    if (h->have_prof && h->plan.profile_floor > 0) {
+        const uint32_t fl = h->plan.profile_floor;
+        h->prof_layout = st_plan_counts_floor(h->prof.counts, m->hp.n_layer, m->hp.n_expert, fl);
         if (!h->prof_layout) {
             st_err("out of memory");
             goto fail;
         }
-        st_info("hybrid placement: each layer's %" PRIu64 " hottest experts of the profile first "
-                "(STRATA_HY_PROFILE_FLOOR)", fl);
+        st_info("hybrid placement: each layer's %u hottest experts of the profile first (STRATA_HY_PROFILE_FLOOR)",
+                fl);
     }
     char b[5][32];
     if (h->plan.all_in_vram) {
@@ -1210,8 +1209,9 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     }
     const uint64_t avail = h->plan.budget - fixed + credit - h->pf_own * h->stride;  // (>= n_total * stride)
     const uint64_t *prof = h->prof_layout ? h->prof_layout : h->have_prof ? h->prof.counts : NULL;
-    const int lay_rc = h->slot_fit ? st_hycache_layout_fit(h->L, h->E, avail, lbytes, h->stride, prof, &h->lay)
-                                   : st_hycache_layout_compute(h->L, h->E, n_total, prof, &h->lay);
+    const uint32_t first = h->plan.first_layers;
+    const int lay_rc = h->slot_fit ? st_hycache_layout_fit(h->L, h->E, avail, lbytes, h->stride, prof, first, &h->lay)
+                                   : st_hycache_layout_compute(h->L, h->E, n_total, prof, first, &h->lay);
     h->n_slots_alloc = lay_rc ? 0 : h->lay.n_cache + (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf + h->pf_own;
     h->slot_off = lay_rc ? NULL : malloc(sizeof *h->slot_off * (h->n_slots_alloc + 1));
     if (h->slot_off) {
@@ -1235,7 +1235,7 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
                 "bytes (a prefill %s; STRATA_HY_PF_SCRATCH=0: beside them)",
                 st_fmt_bytes(b[0], 32, (double)credit), h->pf_scratch,
                 h->scratch_step ? "step drops the copies under the part it uses" : "drops the copies there");
-    if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, &one) == 0) {
+    if (h->slot_fit && st_hycache_layout_compute(h->L, h->E, n_total, prof, first, &one) == 0) {
         st_info("hybrid placement: cache slots sized per layer: %" PRIu64
                 " cache slots, %" PRIu64 " at one size", h->lay.n_cache, one.n_cache);
         st_hycache_layout_free(&one);
@@ -1672,8 +1672,9 @@ static int hy_pf_init(st_hybrid *h) {
     // itself: on the Qwen3-30B-A3B-shaped file with fresh random tokens the previous token's 8 experts hold 85% of a
     // layer's next choice (STRATA_ROUTE_PREDICT). bench/cache_sim.py over a 512-token trace of that file (resident
     // 100 per layer, 16 prefetch slots, one copy per plan; its base policy reproduces the measured 16 GiB run's 8.0
-    // misses, 70.3 selections served from copies and 6.6 copies per token to ~10%): misses 7.8 -> 3.6 per token,
-    // copies 5.5 -> 6.1. Predicted tg128 at 16 GiB +5-9% (the CPU jobs' ~0.45 ms per token roughly halved).
+    // misses, 70.3 selections served from copies and 6.6 copies per token to ~10%): misses 7.8 -> 4.1 per token
+    // with the even spread, 5.95 -> 2.35 with the first layer whole (ST_PLAN_FIRST_LAYERS), copies unchanged.
+    // Predicted tg128 at 16 GiB +5-9% (the CPU jobs' ~0.45 ms per token roughly halved).
     if (env_int("STRATA_HY_PF_PREV", 0, 0, 1)) {
         h->pf_seen_d = st_cuda_alloc(ctx, sizeof(uint32_t) * n_rec, "prefetch: the counts' last view");
         if (!h->pf_seen_d || st_cuda_memset(ctx, h->pf_seen_d, 0, sizeof(uint32_t) * n_rec, NULL)) return -1;

@@ -8,8 +8,9 @@
 #include "place/plan.h"
 #include "util/err.h"
 
-// Fills resident[] and initial[] for n_cache slots. order: the profile ranking (NULL: even spread).
-static void assign(st_hycache_layout *o, uint64_t n_cache, const st_plan_slot *order) {
+// Fills resident[] and initial[] for n_cache slots. order: the profile ranking (NULL: the first layers' experts, then
+// an even spread; st_plan_spread_even).
+static void assign(st_hycache_layout *o, uint64_t n_cache, const st_plan_slot *order, uint32_t first_layers) {
     const uint32_t L = o->n_layer, E = o->n_expert;
     memset(o->resident, 0, sizeof *o->resident * L);
     if (order) {
@@ -19,12 +20,10 @@ static void assign(st_hycache_layout *o, uint64_t n_cache, const st_plan_slot *o
         }
         return;
     }
-    uint64_t per = n_cache / L, extra = n_cache % L, k = 0;
-    for (uint32_t l = 0; l < L; l++) {
-        uint64_t n = per + (l < extra ? 1 : 0);
-        o->resident[l] = (uint32_t)n;
-        for (uint64_t e = 0; e < n; e++) o->initial[k++] = l * E + (uint32_t)e;
-    }
+    st_plan_spread_even(n_cache, L, E, first_layers, o->resident);
+    uint64_t k = 0;
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t e = 0; e < o->resident[l]; e++) o->initial[k++] = l * E + e;
 }
 
 static uint32_t min_resident(const st_hycache_layout *o) {
@@ -35,7 +34,7 @@ static uint32_t min_resident(const st_hycache_layout *o) {
 }
 
 int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_total, const uint64_t *counts,
-                              st_hycache_layout *out) {
+                              uint32_t first_layers, st_hycache_layout *out) {
     memset(out, 0, sizeof *out);
     if (n_layer == 0 || n_expert == 0) return st_err("expert cache layout: no experts (%u layers x %u)", n_layer, n_expert);
     const uint64_t all = (uint64_t)n_layer * n_expert;
@@ -44,7 +43,7 @@ int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_to
     out->n_total = n_total;
     out->resident = calloc(n_layer, sizeof *out->resident);
     out->initial = calloc(all, sizeof *out->initial);
-    st_plan_slot *order = counts ? st_plan_rank_by_count(counts, n_layer, n_expert) : NULL;
+    st_plan_slot *order = counts ? st_plan_rank_by_count(counts, n_layer, n_expert, first_layers) : NULL;
     if (!out->resident || !out->initial || (counts && !order)) {
         free(order);
         st_hycache_layout_free(out);
@@ -56,7 +55,7 @@ int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_to
         // resident count, so the loop ends (at n_cache = 0 at worst).
         uint64_t n_cache = n_total < all ? n_total : all;
         for (;;) {
-            assign(out, n_cache, order);
+            assign(out, n_cache, order, first_layers);
             uint64_t need = (uint64_t)bufs * (n_expert - min_resident(out));
             if (n_cache + need <= n_total) {
                 ok = 1;
@@ -87,19 +86,19 @@ uint64_t st_hycache_layout_bytes(const st_hycache_layout *l, const uint64_t *slo
 }
 
 int st_hycache_layout_fit(uint32_t n_layer, uint32_t n_expert, uint64_t avail, const uint64_t *slot_bytes,
-                          uint64_t max_bytes, const uint64_t *counts, st_hycache_layout *out) {
+                          uint64_t max_bytes, const uint64_t *counts, uint32_t first_layers, st_hycache_layout *out) {
     uint64_t min_bytes = max_bytes;
     for (uint32_t l = 0; l < n_layer; l++)
         if (slot_bytes[l] < min_bytes) min_bytes = slot_bytes[l];
     if (min_bytes == 0) return st_err("expert cache layout: a layer's slot size is 0");
     uint64_t lo = avail / max_bytes, hi = avail / min_bytes;  // lo fits: every slot at most max_bytes
-    if (st_hycache_layout_compute(n_layer, n_expert, lo, counts, out)) return -1;
+    if (st_hycache_layout_compute(n_layer, n_expert, lo, counts, first_layers, out)) return -1;
     // Invariant: lo fits (its layout in out). The bytes are not strictly monotone in n_total (one more slot may
     // raise the least resident count and so free staging), so the search finds a large fit, not always the largest.
     while (lo < hi) {
         const uint64_t mid = lo + (hi - lo + 1) / 2;
         st_hycache_layout t;
-        if (st_hycache_layout_compute(n_layer, n_expert, mid, counts, &t) == 0 &&
+        if (st_hycache_layout_compute(n_layer, n_expert, mid, counts, first_layers, &t) == 0 &&
             st_hycache_layout_bytes(&t, slot_bytes, max_bytes) <= avail) {
             st_hycache_layout_free(out);
             *out = t;

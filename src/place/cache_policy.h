@@ -25,12 +25,14 @@ typedef struct st_hycache_layout {
 } st_hycache_layout;
 
 // Splits n_total slots into cache + staging, preferring double buffering, with the most cache slots that leave room
-// for the staging of the worst layer. counts (optional, [n_layer][n_expert], a routing profile): the cache starts
-// with the hottest (layer, expert) pairs (ties: lower layer, then lower id, as st_plan_compute); without counts the
-// slots spread evenly over layers (the first layers take the remainder), lowest ids first.
-// -1 (st_errmsg) when even one staging buffer of n_expert slots does not fit: the message gives the minimum.
+// for the staging of the worst layer. The first first_layers layers take all their experts first (the plan's
+// first_layers: the lookahead prefetch never predicts the first layer). counts (optional, [n_layer][n_expert], a
+// routing profile): then the hottest (layer, expert) pairs (ties: lower layer, then lower id, as st_plan_compute);
+// without counts the other slots spread evenly over the other layers (the lower ones take the remainder), lowest
+// ids first. -1 (st_errmsg) when even one staging buffer of n_expert slots does not fit: the message gives the
+// minimum.
 int st_hycache_layout_compute(uint32_t n_layer, uint32_t n_expert, uint64_t n_total, const uint64_t *counts,
-                              st_hycache_layout *out);
+                              uint32_t first_layers, st_hycache_layout *out);
 void st_hycache_layout_free(st_hycache_layout *l);
 
 // Bytes of a layout whose cache slot i is sized for its expert's layer (slot_bytes [n_layer]; slots never change
@@ -42,7 +44,7 @@ uint64_t st_hycache_layout_bytes(const st_hycache_layout *l, const uint64_t *slo
 // per model (Q4_K_M's Q4_K and Q6_K down layers) the cache holds ~7% more experts than at one slot size.
 // -1 (st_errmsg) as st_hycache_layout_compute when not even avail / max_bytes slots give a layout.
 int st_hycache_layout_fit(uint32_t n_layer, uint32_t n_expert, uint64_t avail, const uint64_t *slot_bytes,
-                          uint64_t max_bytes, const uint64_t *counts, st_hycache_layout *out);
+                          uint64_t max_bytes, const uint64_t *counts, uint32_t first_layers, st_hycache_layout *out);
 
 // freq[i] = freq[i] * factor + counts[i] for i < n (factor = decay per token ^ tokens since the last update).
 void st_hycache_decay(float *freq, const uint32_t *counts, uint64_t n, double factor);

@@ -220,8 +220,9 @@ void st_plan_params_default(st_plan_params *p) {
     p->prefetch_own = !(own && *own && atoi(own) == 0);
     p->scratch_in_prefetch = !(lend && *lend && atoi(lend) == 0);
     p->prefetch_max_share = pf && *pf ? 0.0 : ST_PLAN_PREFETCH_MAX_SHARE;
-    const char *pfloor = getenv("STRATA_HY_PROFILE_FLOOR");
+    const char *pfloor = getenv("STRATA_HY_PROFILE_FLOOR"), *first = getenv("STRATA_HY_FIRST_LAYER");
     p->profile_floor = pfloor && *pfloor && atoi(pfloor) > 0 ? atoi(pfloor) : 0;
+    p->first_layers = first && *first ? (atoi(first) > 0 ? (uint32_t)atoi(first) : 0) : ST_PLAN_FIRST_LAYERS;
 }
 
 // Whether the lookahead prefetch can predict every MoE layer after the first: their routers are float matrices.
@@ -241,16 +242,19 @@ static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
 typedef struct {
     uint64_t count;
     st_plan_slot at;
+    bool first;  // a pair of the first layers (ranked before every other)
 } ranked;
 
 static int by_count_desc(const void *a, const void *b) {
     const ranked *x = a, *y = b;
+    if (x->first != y->first) return x->first ? -1 : 1;
     if (x->count != y->count) return x->count > y->count ? -1 : 1;
     if (x->at.layer != y->at.layer) return x->at.layer < y->at.layer ? -1 : 1;
     return x->at.expert < y->at.expert ? -1 : x->at.expert > y->at.expert;
 }
 
-st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert) {
+st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert,
+                                    uint32_t first_layers) {
     const uint64_t all = (uint64_t)n_layer * n_expert;
     ranked *r = malloc(sizeof *r * (all ? all : 1));
     st_plan_slot *out = malloc(sizeof *out * (all ? all : 1));
@@ -259,11 +263,27 @@ st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, ui
         free(out);
         return NULL;
     }
-    for (uint64_t i = 0; i < all; i++) r[i] = (ranked){counts[i], {(uint32_t)(i / n_expert), (uint32_t)(i % n_expert)}};
+    for (uint64_t i = 0; i < all; i++)
+        r[i] = (ranked){counts[i], {(uint32_t)(i / n_expert), (uint32_t)(i % n_expert)}, i / n_expert < first_layers};
     qsort(r, all, sizeof *r, by_count_desc);
     for (uint64_t i = 0; i < all; i++) out[i] = r[i].at;
     free(r);
     return out;
+}
+
+void st_plan_spread_even(uint64_t n, uint32_t n_layer, uint32_t n_expert, uint32_t first_layers, uint32_t *resident) {
+    if (first_layers > n_layer) first_layers = n_layer;
+    for (uint32_t l = 0; l < first_layers; l++) {
+        resident[l] = (uint32_t)(n < n_expert ? n : n_expert);
+        n -= resident[l];
+    }
+    const uint32_t rest = n_layer - first_layers;
+    if (!rest) return;
+    const uint64_t per = n / rest, extra = n % rest;
+    for (uint32_t l = first_layers; l < n_layer; l++) {
+        const uint64_t k = per + (l - first_layers < extra ? 1 : 0);
+        resident[l] = (uint32_t)(k < n_expert ? k : n_expert);
+    }
 }
 
 uint64_t *st_plan_counts_floor(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert, uint32_t floor) {
@@ -432,18 +452,25 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         st_plan_free(out);
         return st_err("%s: out of memory", d->name);
     }
+    out->first_layers = pp->first_layers < hp->n_layer ? pp->first_layers : hp->n_layer;
     if (pp->profile) {
         // Hottest (layer, expert) pairs first; every layer routes the same number of tokens, so counts compare
         // across layers. Ties: lower layer, then lower id (deterministic).
         out->from_profile = true;
-        // With a floor, each layer's hottest per_floor first (at most the even share), then the hottest of the rest.
+        // With a floor, each layer's hottest per_floor first (at most the even share of what the first layers
+        // leave), then the hottest of the rest.
         uint32_t per_floor = pp->profile_floor > 0 ? (uint32_t)pp->profile_floor : 0;
-        if (per_floor > out->n_slots / hp->n_layer) per_floor = (uint32_t)(out->n_slots / hp->n_layer);
+        const uint32_t fl = out->first_layers;
+        const uint64_t first_all = (uint64_t)fl * hp->n_expert;
+        const uint64_t share = fl < hp->n_layer && out->n_slots > first_all
+                                   ? (out->n_slots - first_all) / (hp->n_layer - fl) : 0;
+        if (per_floor > share) per_floor = (uint32_t)share;
+        out->profile_floor = per_floor;
         uint64_t *fc = per_floor ? st_plan_counts_floor(pp->profile->counts, hp->n_layer, hp->n_expert, per_floor)
                                  : NULL;
         st_plan_slot *r = per_floor && !fc ? NULL
                                            : st_plan_rank_by_count(fc ? fc : pp->profile->counts, hp->n_layer,
-                                                                   hp->n_expert);
+                                                                   hp->n_expert, pp->first_layers);
         free(fc);
         if (!r) {
             st_plan_free(out);
@@ -455,13 +482,11 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         }
         free(r);
     } else {
-        // No profile: the slots spread evenly over layers (the first layers take the remainder), lowest ids first.
-        uint64_t per = out->n_slots / hp->n_layer, extra = out->n_slots % hp->n_layer, k = 0;
-        for (uint32_t l = 0; l < hp->n_layer; l++) {
-            uint64_t n = per + (l < extra ? 1 : 0);
-            out->resident[l] = (uint32_t)n;
-            for (uint64_t e = 0; e < n; e++) out->initial[k++] = (st_plan_slot){l, (uint32_t)e};
-        }
+        // No profile: the first layer's experts, then the slots spread evenly over the other layers, lowest ids first.
+        st_plan_spread_even(out->n_slots, hp->n_layer, hp->n_expert, pp->first_layers, out->resident);
+        uint64_t k = 0;
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            for (uint32_t e = 0; e < out->resident[l]; e++) out->initial[k++] = (st_plan_slot){l, e};
     }
     return 0;
 }

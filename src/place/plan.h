@@ -139,7 +139,17 @@ typedef struct st_plan_params {
                                 // the even share), then hottest-first (st_plan_counts_floor; the engine's cache
                                 // layout too); bounds the prefill staging, which must hold the worst layer's
                                 // non-resident experts. 0: none (STRATA_HY_PROFILE_FLOOR; opt-in)
+    uint32_t first_layers;      // the cache's first slots go to every expert of the first first_layers layers, the
+                                // rest spread (or ranked) over the others: ST_PLAN_FIRST_LAYERS (STRATA_HY_FIRST_LAYER)
 } st_plan_params;
+
+// The first MoE layer is the one the lookahead prefetch never predicts (nothing runs before it in a step), so each
+// of its non-resident choices is a miss, where every other layer's are copied ahead with ~94% recall: one of its
+// slots saves ~15x the misses of another layer's. bench/cache_sim.py over the 30B-A3B file's 512-token trace
+// (docs/HYBRID.md, 2026-12-04): 100 resident per layer (16 GiB) 7.80 misses per token, the first layer all 128 and
+// the others 99-100 5.95; 80 (12 GiB) 15.06 -> 11.99; 64 (8 GiB) 21.94 -> 18.43. Unmeasured on the GPU:
+// STRATA_HY_FIRST_LAYER=0 restores the even spread.
+#define ST_PLAN_FIRST_LAYERS 1
 
 void st_plan_params_default(st_plan_params *p);
 
@@ -159,9 +169,14 @@ typedef struct st_plan_slot {
     uint32_t layer, expert;
 } st_plan_slot;
 
-// Every (layer, expert) of an [n_layer][n_expert] count table, hottest first; ties: lower layer, then lower id (so
-// the ranking is deterministic). Returns a malloc'd array of n_layer * n_expert entries, NULL when out of memory.
-st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert);
+// Every (layer, expert) of an [n_layer][n_expert] count table: the pairs of the layers below first_layers first,
+// then hottest first; ties: lower layer, then lower id (so the ranking is deterministic). Returns a malloc'd array
+// of n_layer * n_expert entries, NULL when out of memory.
+st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert,
+                                    uint32_t first_layers);
+// Resident experts per layer [n_layer] for n slots without a profile: each of the first first_layers layers takes
+// all n_expert (while slots last), the rest spread evenly over the other layers (the lower ones take the remainder).
+void st_plan_spread_even(uint64_t n, uint32_t n_layer, uint32_t n_expert, uint32_t first_layers, uint32_t *resident);
 // A copy of counts in which each layer's `floor` hottest (ties: lower id) rank above every other pair (raised by the
 // largest count + 1), so that the first n slots of st_plan_rank_by_count hold them all when n >= n_layer * floor:
 // the routing profile's floor (STRATA_HY_PROFILE_FLOOR). malloc'd, NULL when out of memory.
@@ -208,6 +223,8 @@ typedef struct st_plan {
     // host
     uint64_t arena_bytes;      // host expert arena in the native layout (pack records, 4096-aligned); 0 if all in VRAM
     bool from_profile;         // initial contents came from a profile
+    uint32_t profile_floor;    // the floor applied with the profile (params' profile_floor capped by the even share)
+    uint32_t first_layers;     // layers whose experts took the first slots (params' first_layers)
     st_plan_slot *initial;     // [n_slots] initial cache contents (hybrid), hottest first with a profile
     uint32_t *resident;        // [n_layer] experts with a slot per layer (hybrid)
 } st_plan;

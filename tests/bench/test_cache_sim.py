@@ -66,11 +66,18 @@ with tempfile.TemporaryDirectory() as d:
     path = f"{d}/same.trace"
     write_trace(path, L, E, K, same)
     _, _, _, steps = cache_sim.read_trace(path)
-    a = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0)  # (no swaps: 8, 9 stay out)
+    # (no swaps: 8, 9 stay out; the even spread first, so that layer 0 is like the others but never planned)
+    a = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0, first_layer=0)
     base = cache_sim.simulate(steps, L, E, K, "base", a)
     prev = cache_sim.simulate(steps, L, E, K, "prev", a)
     check(base["misses"] == L * K, "base: a predictor that never names the choice misses all of it", str(base))
-    check(prev["misses"] == 0 and prev["served"] == L * K, "prev: the previous choice copied, then served", str(prev))
+    check(prev["misses"] == K and prev["served"] == (L - 1) * K,
+          "prev: the previous choice copied, then served (layer 0, never planned, still misses)", str(prev))
+    a1 = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0, first_layer=1)
+    base = cache_sim.simulate(steps, L, E, K, "base", a1)
+    prev = cache_sim.simulate(steps, L, E, K, "prev", a1)
+    check(base["misses"] == (L - 1) * K and prev["misses"] == 0,
+          "layer 0 whole: no miss there; prev then misses nothing", f"{base} {prev}")
     perfect = [[([8, 9], [8, 9] + list(range(10, 16)) + list(range(8))) for _ in range(L)] for _ in range(40)]
     path = f"{d}/perfect.trace"
     write_trace(path, L, E, K, perfect)

@@ -16,14 +16,32 @@
 
 #include "../check.h"
 
-// Staging the layout would need for n_cache slots assigned evenly (reference for maximality).
-static uint64_t even_need(uint32_t L, uint32_t E, uint64_t n_cache, uint32_t bufs) {
-    uint64_t per = n_cache / L;  // the last layers get `per`, the minimum
-    if (per > E) per = E;
-    return (uint64_t)bufs * (E - per);
+// Reference of the spread without a profile: the first `first` layers take all E while slots last, the other
+// layers n_cache / (their count) each, the lower ones one more for the remainder.
+static uint32_t ref_resident(uint32_t L, uint32_t E, uint64_t n_cache, uint32_t first, uint32_t l) {
+    if (first > L) first = L;
+    uint64_t left = n_cache;
+    for (uint32_t f = 0; f < first; f++) {
+        const uint64_t take = left < E ? left : E;
+        if (f == l) return (uint32_t)take;
+        left -= take;
+    }
+    const uint64_t k = left / (L - first) + (l - first < left % (L - first) ? 1 : 0);
+    return (uint32_t)(k < E ? k : E);
 }
 
-static void check_layout(const st_hycache_layout *o, uint32_t L, uint32_t E, uint64_t n_total, const uint64_t *counts) {
+// Staging the layout would need for n_cache slots so assigned (reference for maximality).
+static uint64_t even_need(uint32_t L, uint32_t E, uint64_t n_cache, uint32_t first, uint32_t bufs) {
+    uint32_t m = E;
+    for (uint32_t l = 0; l < L; l++) {
+        const uint32_t r = ref_resident(L, E, n_cache, first, l);
+        if (r < m) m = r;
+    }
+    return (uint64_t)bufs * (E - m);
+}
+
+static void check_layout(const st_hycache_layout *o, uint32_t L, uint32_t E, uint64_t n_total, const uint64_t *counts,
+                         uint32_t first) {
     uint64_t sum = 0;
     uint32_t minr = UINT32_MAX;
     for (uint32_t l = 0; l < L; l++) {
@@ -46,22 +64,33 @@ static void check_layout(const st_hycache_layout *o, uint32_t L, uint32_t E, uin
         per[x / E]++;
     }
     for (uint32_t l = 0; l < L; l++) CHECK(per[l] == o->resident[l], "layer %u: %u initial, %u resident", l, per[l], o->resident[l]);
-    if (counts) {  // the initial set is the top n_cache by count: no excluded pair beats an included one
+    if (counts) {  // the first layers' pairs, then the top by count: no excluded pair beats an included one
         uint64_t min_in = UINT64_MAX, max_out = 0;
+        int first_out = 0, later_in = 0;
         for (uint64_t i = 0; i < (uint64_t)L * E; i++) {
+            if (i / E < first) {
+                first_out |= !seen[i];
+                continue;
+            }
+            later_in |= seen[i];
             if (seen[i] && counts[i] < min_in) min_in = counts[i];
             if (!seen[i] && counts[i] > max_out) max_out = counts[i];
         }
+        CHECK(!(first_out && later_in), "profile order: a pair of the first %u layers left out for a later one", first);
         if (o->n_cache && o->n_cache < (uint64_t)L * E)
             CHECK(max_out <= min_in, "profile order: an excluded pair (%" PRIu64 ") beats an included one (%" PRIu64 ")",
                   max_out, min_in);
     } else {
-        for (uint32_t l = 0; l < L; l++)
+        for (uint32_t l = 0; l < L; l++) {
+            CHECK(o->resident[l] == ref_resident(L, E, o->n_cache, first, l), "spread (first %u): layer %u has %u, "
+                  "expected %u of %" PRIu64, first, l, o->resident[l], ref_resident(L, E, o->n_cache, first, l),
+                  o->n_cache);
             for (uint32_t e = 0; e < o->resident[l]; e++) CHECK(seen[l * E + e], "even spread: layer %u lacks id %u", l, e);
+        }
         // maximal: one more cache slot would not leave room for the staging (with the same buffering)
         if (o->n_cache < (uint64_t)L * E && o->n_stage_bufs == 2) {
             uint64_t c = o->n_cache + 1;
-            CHECK(c + even_need(L, E, c, 2) > n_total, "n_cache %" PRIu64 " is not maximal (n_total %" PRIu64 ")",
+            CHECK(c + even_need(L, E, c, first, 2) > n_total, "n_cache %" PRIu64 " is not maximal (n_total %" PRIu64 ")",
                   o->n_cache, n_total);
         }
     }
@@ -80,28 +109,39 @@ static void test_layout(st_rng *r) {
             for (uint64_t i = 0; i < all; i++) counts[i] = st_rng_below(r, 50);
         }
         st_hycache_layout o;
-        int rc = st_hycache_layout_compute(L, E, n_total, counts, &o);
+        const uint32_t first = st_rng_below(r, 3);  // 0: the even spread; 1: the default (ST_PLAN_FIRST_LAYERS)
+        int rc = st_hycache_layout_compute(L, E, n_total, counts, first, &o);
         CHECK(rc == 0, "L %u E %u n_total %" PRIu64 ": %s", L, E, n_total, st_errmsg());
         if (rc == 0) {
-            check_layout(&o, L, E, n_total, counts);
+            check_layout(&o, L, E, n_total, counts, first);
             st_hycache_layout_free(&o);
         }
         free(counts);
     }
     // too small: fewer slots than one layer's experts
     st_hycache_layout o;
-    CHECK(st_hycache_layout_compute(4, 64, 63, NULL, &o) == -1 && strstr(st_errmsg(), "raise --gpu-mem"),
+    CHECK(st_hycache_layout_compute(4, 64, 63, NULL, 1, &o) == -1 && strstr(st_errmsg(), "raise --gpu-mem"),
           "63 slots for 64 experts should fail with a hint, got '%s'", st_errmsg());
     // a known case: 48 layers x 128 experts, 2014 slots -> (2014 - 2 * (128 - r)) / 48 >= r: r = 38, cache 1834+
-    CHECK(st_hycache_layout_compute(48, 128, 2014, NULL, &o) == 0, "48x128: %s", st_errmsg());
+    CHECK(st_hycache_layout_compute(48, 128, 2014, NULL, 0, &o) == 0, "48x128: %s", st_errmsg());
     CHECK(o.n_stage_bufs == 2 && o.n_cache + 2ull * o.stage_per_buf <= 2014 && o.n_cache >= 1834,
           "48x128 / 2014: cache %" PRIu64 ", %u x %u staging", o.n_cache, o.n_stage_bufs, o.stage_per_buf);
     printf("48 layers x 128 experts, 2014 slots: %" PRIu64 " cache + %u x %u staging\n", o.n_cache, o.n_stage_bufs,
            o.stage_per_buf);
     st_hycache_layout_free(&o);
+    // The first layer whole (the default, ST_PLAN_FIRST_LAYERS 1; the 16 GiB plan's ~4,600 slots of 30B-A3B): 128
+    // there, the 47 others even, the staging bound by their minimum.
+    CHECK(st_hycache_layout_compute(48, 128, 4600, NULL, 1, &o) == 0, "48x128 first: %s", st_errmsg());
+    CHECK(o.resident[0] == 128 && o.resident[1] >= 90 && o.resident[47] >= 90 && o.resident[47] <= o.resident[1] &&
+              o.stage_per_buf == 128 - o.resident[47] && o.n_cache + 2ull * o.stage_per_buf <= 4600,
+          "48x128 / 4600 first: layer 0 %u, 1 %u, 47 %u, cache %" PRIu64 ", %u x %u staging", o.resident[0],
+          o.resident[1], o.resident[47], o.n_cache, o.n_stage_bufs, o.stage_per_buf);
+    printf("48 layers x 128 experts, 4600 slots, the first layer whole: %" PRIu64 " cache (%u, %u .. %u) + %u x %u "
+           "staging\n", o.n_cache, o.resident[0], o.resident[1], o.resident[47], o.n_stage_bufs, o.stage_per_buf);
+    st_hycache_layout_free(&o);
     // Fewer slots than two staging buffers (the 235B IQ1_M at 8 GiB after the prefetch's 4 own sets per layer,
     // place/plan.h ST_PLAN_PREFETCH_SINGLE_BELOW): one buffer, the rest cache (measured there: 122 + 1 x 127).
-    CHECK(st_hycache_layout_compute(94, 128, 249, NULL, &o) == 0, "94x128: %s", st_errmsg());
+    CHECK(st_hycache_layout_compute(94, 128, 249, NULL, 0, &o) == 0, "94x128: %s", st_errmsg());
     CHECK(o.n_stage_bufs == 1 && o.stage_per_buf == 127 && o.n_cache == 122, "94x128 / 249: cache %" PRIu64
           ", %u x %u staging", o.n_cache, o.n_stage_bufs, o.stage_per_buf);
     st_hycache_layout_free(&o);
@@ -124,11 +164,12 @@ static void test_layout_fit(st_rng *r) {
         }
         const uint64_t avail = big * (E + st_rng_below(r, (uint32_t)(all + E))) + st_rng_below(r, (uint32_t)big);
         st_hycache_layout f, u;
-        const int rf = st_hycache_layout_fit(L, E, avail, sb, big, counts, &f);
-        const int ru = st_hycache_layout_compute(L, E, avail / big, counts, &u);
+        const uint32_t first = st_rng_below(r, 2);
+        const int rf = st_hycache_layout_fit(L, E, avail, sb, big, counts, first, &f);
+        const int ru = st_hycache_layout_compute(L, E, avail / big, counts, first, &u);
         CHECK(rf == 0 && ru == 0, "L %u E %u avail %" PRIu64 ": %s", L, E, avail, st_errmsg());
         if (rf == 0 && ru == 0) {
-            check_layout(&f, L, E, f.n_total, counts);
+            check_layout(&f, L, E, f.n_total, counts, first);
             uint64_t bytes = (uint64_t)f.n_stage_bufs * f.stage_per_buf * big;
             for (uint64_t i = 0; i < f.n_cache; i++) bytes += sb[f.initial[i] / E];
             CHECK(bytes == st_hycache_layout_bytes(&f, sb, big) && bytes <= avail,

@@ -276,7 +276,10 @@ static void test_planner(const st_model *m) {
     pp.gpu_mem_gib = 0;
     pp.prefill_chunk = 0;
 
-    // Without a profile: slots spread evenly over layers, first layers take the remainder, lowest ids.
+    // Without a profile and no first layers whole (STRATA_HY_FIRST_LAYER=0): slots spread evenly over layers, first
+    // layers take the remainder, lowest ids.
+    CHECK(pp.first_layers == ST_PLAN_FIRST_LAYERS, "first_layers default %u", pp.first_layers);
+    pp.first_layers = 0;
     pp.gpu_budget = min + 23 * slot;
     CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23 && !p.from_profile, "23 slots");
     for (uint32_t l = 0; l < m->hp.n_layer; l++) CHECK(p.resident[l] == (l < 3 ? 6u : 5u), "layer %u has %u", l, p.resident[l]);
@@ -284,6 +287,16 @@ static void test_planner(const st_model *m) {
         for (uint32_t e = 0; e < p.resident[i]; e++, k++)
             CHECK(p.initial[k].layer == i && p.initial[k].expert == e, "even slot %" PRIu64, k);
     st_plan_free(&p);
+    // The default: the first layer (which the lookahead prefetch never predicts) whole, then the other 7 slots even.
+    pp.first_layers = 1;
+    CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23 && p.first_layers == 1, "23 slots, first layer");
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        CHECK(p.resident[l] == (l == 0 ? 16u : l == 1 ? 3u : 2u), "first layer: layer %u has %u", l, p.resident[l]);
+    for (uint64_t i = 0, k = 0; i < m->hp.n_layer; i++)
+        for (uint32_t e = 0; e < p.resident[i]; e++, k++)
+            CHECK(p.initial[k].layer == i && p.initial[k].expert == e, "first-layer slot %" PRIu64, k);
+    st_plan_free(&p);
+    pp.first_layers = 0;
 
     // With a profile: hottest first, ties to lower layer then lower id; counts drawn at random (with ties).
     st_profile prof;
@@ -344,6 +357,21 @@ static void test_planner(const st_model *m) {
         else CHECK(p.resident[0] == 23 - 3 * want_floor, "floor %d: layer 0 takes the rest (%u)", fl, p.resident[0]);
         st_plan_free(&p);
     }
+    // With the first layer whole: its 16 pairs first (whatever their counts), then the floor (at most the share of
+    // the 7 left, 2) and hottest-first over layers 1-3. Layer 0 cold this time, so that only the rule puts it first.
+    for (int i = 0; i < 64; i++) prof.counts[i] = i < 16 ? st_rng_below(&r, 3) : 100 + (uint64_t)st_rng_below(&r, 50);
+    pp.first_layers = 1;
+    for (int fl = 0; fl <= 3; fl += 3) {
+        pp.profile_floor = fl;
+        CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23, "profile plan, first layer, floor %d", fl);
+        CHECK(p.resident[0] == 16 && p.profile_floor == (fl ? 2u : 0u), "first layer, floor %d: layer 0 has %u, "
+              "floor %u", fl, p.resident[0], p.profile_floor);
+        for (uint64_t i = 0; i < 16; i++) CHECK(p.initial[i].layer == 0, "first layer: slot %" PRIu64 " not layer 0", i);
+        for (uint32_t l = 1; l < 4; l++)
+            CHECK(p.resident[l] >= (fl ? 2u : 0u), "first layer, floor %d: layer %u has %u", fl, l, p.resident[l]);
+        st_plan_free(&p);
+    }
+    pp.first_layers = 0;
     // st_plan_counts_floor itself: each layer's `floor` hottest (ties: lower id) above every other pair, the rest as
     // they were.
     uint64_t *fc = st_plan_counts_floor(prof.counts, 4, 16, 2), top = 0;
