@@ -44,10 +44,12 @@ class Sim:
     def __init__(self, L, E, K, resident, per_set, args):
         self.L, self.E, self.K, self.a = L, E, K, args
         self.res = [set(range(resident)) for _ in range(L)]  # lowest ids first (the plan without a profile)
-        if args.first_layer:  # layer 0 whole, its extra slots taken from the others (ST_PLAN_FIRST_LAYERS)
-            self.res[0] = set(range(E))
-            for i in range(E - resident):
-                layer = self.res[1 + i % (L - 1)]
+        fl = min(args.first_layer, L - 1)  # the first layers whole, their extra slots taken from the others
+        for f in range(fl):                # (ST_PLAN_FIRST_LAYERS)
+            self.res[f] = set(range(E))
+        for i in range(fl * (E - resident)):
+            layer = self.res[fl + i % (L - fl)]
+            if layer:  # (a budget that the first layers take whole leaves the others empty)
                 layer.discard(max(layer))
         self.owner = [[-1] * per_set for _ in range(L)]       # one set per layer
         self.ready = [[0.0] * per_set for _ in range(L)]      # time each slot's copy lands
@@ -58,6 +60,7 @@ class Sim:
         self.t = 0.0
         self.stream_free = 0.0
         self.tokens = self.misses = self.copies = self.late = self.served = 0  # (counted after the warm-up)
+        self.layer_misses = [0] * L
 
     def candidates(self, policy, l, ranking):
         P = self.a.pred
@@ -123,6 +126,7 @@ class Sim:
                     continue
                 miss.append(e)
             self.misses += len(miss)
+            self.layer_misses[l] += len(miss)
             self.prev[l], self.prev_miss[l] = list(chosen), miss
             for e in chosen:
                 self.cnt[l][e] += 1
@@ -162,10 +166,12 @@ def simulate(steps, L, E, K, policy, a):
     for layers in steps[: a.warmup]:
         s.step(policy, layers)
     s.misses = s.copies = s.late = s.served = 0
+    s.layer_misses = [0] * L
     for layers in steps[a.warmup:]:
         s.step(policy, layers)
     n = max(1, len(steps) - a.warmup)
-    return {"misses": s.misses / n, "served": s.served / n, "copies": s.copies / n, "late": s.late / n}
+    return {"misses": s.misses / n, "served": s.served / n, "copies": s.copies / n, "late": s.late / n,
+            "layer_misses": [m / n for m in s.layer_misses]}
 
 
 def parser():
@@ -183,8 +189,10 @@ def parser():
     ap.add_argument("--fork-offset-us", type=float, default=25.0, help="plan fork after the layer before starts")
     ap.add_argument("--moe-offset-us", type=float, default=30.0, help="MoE start after its layer starts")
     ap.add_argument("--no-skip-late", dest="skip_late", action="store_false")
-    ap.add_argument("--first-layer", type=int, default=1,
-                    help="1: layer 0 holds every expert (the plan's default since 2026-12-04); 0: the even spread")
+    ap.add_argument("--first-layer", type=int, default=3,
+                    help="layers (from 0) that hold every expert (ST_PLAN_FIRST_LAYERS, 3 since 2026-12-04; 0: the "
+                         "even spread)")
+    ap.add_argument("--per-layer", action="store_true", help="also each layer's misses per token")
     ap.add_argument("--period", type=int, default=16)
     ap.add_argument("--swaps", type=int, default=4)
     ap.add_argument("--halflife", type=float, default=256.0)
@@ -205,6 +213,8 @@ def main():
     for pol in a.policy:
         r = simulate(steps, L, E, K, pol, a)
         print(f"| {pol} | {r['misses']:.2f} | {r['served']:.1f} | {r['copies']:.1f} | {r['late']:.2f} |")
+        if a.per_layer:
+            print("|  | per layer: " + " ".join(f"{m:.2f}" for m in r["layer_misses"]) + " | | | |")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ static void usage(FILE *f) {
             "Prints the hybrid placement plan: the VRAM the dense weights (attention, norms, routers, embeddings,\n"
             "LM head), the KV cache, the compute scratch and the CUDA runtime need, how many fixed-size expert-cache\n"
             "slots fit in the rest of the budget, the host expert arena, and which experts the cache starts with\n"
-            "(the first layer's all, since no lookahead predicts it; then from a routing profile, hottest first,\n"
-            "otherwise spread evenly over the other layers, lowest ids). When every\n"
+            "(all of the first layers', which the lookahead prefetch predicts worst or not at all; then from a\n"
+            "routing profile, hottest first, otherwise spread evenly over the other layers, lowest ids). When every\n"
             "expert fits, the plan says all experts stay in VRAM. Exit status 1 when the budget cannot hold the\n"
             "dense weights, KV cache and scratch (the message gives the minimum and each part).\n"
             "\n"
@@ -276,7 +276,7 @@ int cmd_info_plan(int argc, char **argv) {
     printf("host arena:      %s, %s\n", fb(plan.arena_bytes), arena_desc);
     char first[96] = "";  // the first layers' experts come first (ST_PLAN_FIRST_LAYERS; STRATA_HY_FIRST_LAYER=0: not)
     if (plan.first_layers)
-        snprintf(first, sizeof first, "the first %u layer%s whole (no lookahead predicts layer 0), then ",
+        snprintf(first, sizeof first, "the first %u layer%s whole (the lookahead's weakest), then ",
                  plan.first_layers, plan.first_layers > 1 ? "s" : "");
     if (plan.from_profile)
         printf("initial cache:   %shottest first from %s (%" PRIu64 " tokens); %u-%u experts per layer\n", first,

@@ -144,12 +144,14 @@ typedef struct st_plan_params {
 } st_plan_params;
 
 // The first MoE layer is the one the lookahead prefetch never predicts (nothing runs before it in a step), so each
-// of its non-resident choices is a miss, where every other layer's are copied ahead with ~94% recall: one of its
-// slots saves ~15x the misses of another layer's. bench/cache_sim.py over the 30B-A3B file's 512-token trace
-// (docs/HYBRID.md, 2026-12-04): 100 resident per layer (16 GiB) 7.80 misses per token, the first layer all 128 and
-// the others 99-100 5.95; 80 (12 GiB) 15.06 -> 11.99; 64 (8 GiB) 21.94 -> 18.43. Unmeasured on the GPU:
-// STRATA_HY_FIRST_LAYER=0 restores the even spread.
-#define ST_PLAN_FIRST_LAYERS 1
+// of its non-resident choices is a miss, and the next layers' predictions (from layer l's MoE input) are the weakest
+// (the hidden state moves most early): a slot there saves several times the misses of a later layer's, while a
+// whole layer costs the others about (n_expert - share) / n_layer slots each. bench/cache_sim.py over the 30B-A3B
+// file's 512-token trace (docs/HYBRID.md, 2026-12-04), misses per token with the first 0 / 1 / 3 / 6 layers whole:
+// 100 resident per layer (16 GiB) 7.80 / 5.95 / 3.67 / 2.44, 80 (12 GiB) 15.06 / 11.99 / 7.59 / 6.05, 64 (8 GiB)
+// 21.94 / 18.43 / 12.78 / 9.43; with STRATA_HY_PF_PREV the gain flattens after 3 (16 GiB 4.14 / 2.35 / 1.64 / 1.58).
+// Unmeasured on the GPU: STRATA_HY_FIRST_LAYER=N sets it (0: the even spread).
+#define ST_PLAN_FIRST_LAYERS 3
 
 void st_plan_params_default(st_plan_params *p);
 
