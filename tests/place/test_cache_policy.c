@@ -90,7 +90,8 @@ static void check_layout(const st_hycache_layout *o, uint32_t L, uint32_t E, uin
         // maximal: one more cache slot would not leave room for the staging (with the same buffering)
         if (o->n_cache < (uint64_t)L * E && o->n_stage_bufs == 2) {
             uint64_t c = o->n_cache + 1;
-            CHECK(c + even_need(L, E, c, first, 2) > n_total, "n_cache %" PRIu64 " is not maximal (n_total %" PRIu64 ")",
+            CHECK(c + even_need(L, E, c, first, 2) > n_total,
+                  "n_cache %" PRIu64 " is not maximal (n_total %" PRIu64 ")",
                   o->n_cache, n_total);
         }
     }

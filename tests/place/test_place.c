@@ -366,7 +366,8 @@ static void test_planner(const st_model *m) {
         CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23, "profile plan, first layer, floor %d", fl);
         CHECK(p.resident[0] == 16 && p.profile_floor == (fl ? 2u : 0u), "first layer, floor %d: layer 0 has %u, "
               "floor %u", fl, p.resident[0], p.profile_floor);
-        for (uint64_t i = 0; i < 16; i++) CHECK(p.initial[i].layer == 0, "first layer: slot %" PRIu64 " not layer 0", i);
+        for (uint64_t i = 0; i < 16; i++)
+            CHECK(p.initial[i].layer == 0, "first layer: slot %" PRIu64 " not layer 0", i);
         for (uint32_t l = 1; l < 4; l++)
             CHECK(p.resident[l] >= (fl ? 2u : 0u), "first layer, floor %d: layer %u has %u", fl, l, p.resident[l]);
         st_plan_free(&p);
