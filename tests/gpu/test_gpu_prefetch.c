@@ -252,6 +252,20 @@ static void run_plan(world *w, int m, const int32_t *pred, int np, int progress)
     CK(cudaDeviceSynchronize());
 }
 
+// One random round's plan and copies on the device, then the checks against the host model (which the caller has
+// stepped): the world, and the copy and late counters. Returns 1 on a failure (detail says what).
+static int plan_round(world *w, int m, const int32_t *pred, int np, int progress, unsigned long long copies,
+                      unsigned long long lates, int round, char *detail, size_t dn) {
+    unsigned long long stats[5];
+    run_plan(w, m, pred, np, progress);
+    CK(cudaMemcpy(stats, w->stats_d, sizeof stats, cudaMemcpyDeviceToHost));
+    if (!check_world(w, detail, dn) && stats[2] == copies && stats[1] == lates) return 0;
+    if (!detail[0])
+        snprintf(detail, dn, "round %d: copies %llu (model %llu), late %llu (model %llu)", round, stats[2], copies,
+                 stats[1], lates);
+    return 1;
+}
+
 int main(void) {
     const char *env = getenv("STRATA_SEED");
     g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
@@ -313,14 +327,7 @@ int main(void) {
         const int progress = late ? m + (int)st_rng_below(&r, 3) : m - 1 - (int)st_rng_below(&r, 2);
         copies += (unsigned long long)model_plan(&w, m, pred, np, late, restored, &n_restored);
         lates += (unsigned long long)late;
-        run_plan(&w, m, pred, np, progress);
-        CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
-        if (check_world(&w, detail, sizeof detail) || stats[2] != copies || stats[1] != lates) {
-            if (!detail[0])
-                snprintf(detail, sizeof detail, "round %d: copies %llu (model %llu), late %llu (model %llu)", round,
-                         stats[2], copies, stats[1], lates);
-            bad = 1;
-        }
+        bad = plan_round(&w, m, pred, np, progress, copies, lates, round, detail, sizeof detail);
     }
     report("400 random plans (late ones, invalid ids, copy caps, every layer): entries, slot bytes, owners, counters",
            bad,
@@ -361,14 +368,7 @@ int main(void) {
             for (int i = 0; i < np; i++) predicted |= o == m * NE + pred[i];
             prev_copies += o >= 0 && o != before[(m % NSETS) * P + j] && !predicted;
         }
-        run_plan(&w, m, pred, np, late ? m : m - 1);
-        CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
-        if (check_world(&w, detail, sizeof detail) || stats[2] != copies || stats[1] != lates) {
-            if (!detail[0])
-                snprintf(detail, sizeof detail, "round %d: copies %llu (model %llu), late %llu (model %llu)", round,
-                         stats[2], copies, stats[1], lates);
-            bad = 1;
-        }
+        bad = plan_round(&w, m, pred, np, late ? m : m - 1, copies, lates, round, detail, sizeof detail);
     }
     if (!bad && !prev_copies) snprintf(detail, sizeof detail, "no copy came from the previous choice alone"), bad = 1;
     report("300 random plans with the previous choice first: entries, slot bytes, owners, counters, last view", bad,
