@@ -61,6 +61,7 @@ class Sim:
         self.stream_free = 0.0
         self.tokens = self.misses = self.copies = self.late = self.served = 0  # (counted after the warm-up)
         self.layer_misses = [0] * L
+        self.jobs = 0  # layers with misses (each a CPU job the GPU waits for)
 
     def candidates(self, policy, l, ranking):
         P = self.a.pred
@@ -127,6 +128,7 @@ class Sim:
                 miss.append(e)
             self.misses += len(miss)
             self.layer_misses[l] += len(miss)
+            self.jobs += 1 if miss else 0
             self.prev[l], self.prev_miss[l] = list(chosen), miss
             for e in chosen:
                 self.cnt[l][e] += 1
@@ -165,12 +167,13 @@ def simulate(steps, L, E, K, policy, a):
     s = Sim(L, E, K, a.resident, a.per_set, a)
     for layers in steps[: a.warmup]:
         s.step(policy, layers)
-    s.misses = s.copies = s.late = s.served = 0
+    s.misses = s.copies = s.late = s.served = s.jobs = 0
     s.layer_misses = [0] * L
     for layers in steps[a.warmup:]:
         s.step(policy, layers)
     n = max(1, len(steps) - a.warmup)
-    return {"misses": s.misses / n, "served": s.served / n, "copies": s.copies / n, "late": s.late / n,
+    return {"misses": s.misses / n, "jobs": s.jobs / n, "served": s.served / n, "copies": s.copies / n,
+            "late": s.late / n,
             "layer_misses": [m / n for m in s.layer_misses]}
 
 
@@ -208,13 +211,15 @@ def main():
     L, E, K, steps = read_trace(a.trace)
     print(f"trace {a.trace}: {len(steps)} one-token steps, {L} layers, {E} experts, top-{K}; resident {a.resident}"
           f"/layer, prefetch {a.per_set}/layer, step {a.step_us:.0f} us, copy {a.copy_us:.0f} us/record")
-    print("| policy | misses/token | served by copies/token | copies/token | late plans/token |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| policy | misses/token | layers with misses/token | served by copies/token | copies/token | "
+          "late plans/token |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for pol in a.policy:
         r = simulate(steps, L, E, K, pol, a)
-        print(f"| {pol} | {r['misses']:.2f} | {r['served']:.1f} | {r['copies']:.1f} | {r['late']:.2f} |")
+        print(f"| {pol} | {r['misses']:.2f} | {r['jobs']:.2f} | {r['served']:.1f} | {r['copies']:.1f} | "
+              f"{r['late']:.2f} |")
         if a.per_layer:
-            print("|  | per layer: " + " ".join(f"{m:.2f}" for m in r["layer_misses"]) + " | | | |")
+            print("|  | per layer: " + " ".join(f"{m:.2f}" for m in r["layer_misses"]) + " | | | | |")
 
 
 if __name__ == "__main__":
