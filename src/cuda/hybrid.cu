@@ -168,30 +168,38 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
     int n_prev_want = 0;  // wanted records of the previous choice, s_need[0 ..)
     if (pf.prev_max > 0) {
         int n_sel = 0;
-        for (int e0 = 0; e0 < E; e0 += 32) {
-            const int e = e0 + lane, idx = m * E + e;
-            bool sel = false;
-            if (e < E) {
-                const uint32_t cur = pf.counts[idx], seen = pf.seen[idx];
-                pf.seen[idx] = cur;
-                sel = cur != seen && cur > 0;  // (the read-back zeroes both: cur < seen does not occur)
+        for (int e0 = 0; e0 < E; e0 += 4 * 32) {  // four chunks' counts loaded together, then decided in order
+            uint32_t cur[4], seen[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int e = e0 + 32 * k + lane;
+                cur[k] = e < E ? pf.counts[(size_t)m * E + e] : 0u;
+                seen[k] = e < E ? pf.seen[(size_t)m * E + e] : 0u;
             }
-            const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
-            sel = sel && n_sel + __popc(sel_mask & below) < pf.prev_max;
-            n_sel += __popc(sel_mask);
-            bool want = false;
-            int found = -1;
-            if (sel && !pf_resident(pf, idx)) {
-                for (int j = 0; j < pf.per_set; j++)
-                    if (s_own[j] == idx) found = j;
-                want = found < 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int e = e0 + 32 * k + lane, idx = m * E + e;
+                if (e0 + 32 * k >= E) break;  // (uniform in the warp)
+                if (e < E) pf.seen[idx] = cur[k];
+                // The read-back zeroes both, so cur < seen does not occur; cur > seen: chosen since the last plan.
+                bool sel = e < E && cur[k] != seen[k] && cur[k] > 0;
+                const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
+                sel = sel && n_sel + __popc(sel_mask & below) < pf.prev_max;
+                n_sel += __popc(sel_mask);
+                bool want = false;
+                int found = -1;
+                if (sel && !pf_resident(pf, idx)) {
+                    for (int j = 0; j < pf.per_set; j++)
+                        if (s_own[j] == idx) found = j;
+                    want = found < 0;
+                }
+                if (found >= 0) atomicOr(&s_keep, 1u << found);
+                const unsigned cand = __ballot_sync(0xffffffffu, sel), want_mask = __ballot_sync(0xffffffffu, want);
+                if (lane == 0) s_prev[(e0 + 32 * k) / 32] = cand;
+                const int rank = n_prev_want + __popc(want_mask & below);
+                if (want && rank < cap) s_need[rank] = e;
+                n_prev_want += __popc(want_mask);
             }
-            if (found >= 0) atomicOr(&s_keep, 1u << found);
-            const unsigned cand = __ballot_sync(0xffffffffu, sel), want_mask = __ballot_sync(0xffffffffu, want);
-            if (lane == 0) s_prev[e0 / 32] = cand;
-            const int rank = n_prev_want + __popc(want_mask & below);
-            if (want && rank < cap) s_need[rank] = e;
-            n_prev_want += __popc(want_mask);
         }
         __syncwarp();
     }
