@@ -1673,8 +1673,9 @@ static int hy_pf_init(st_hybrid *h) {
     // layer's next choice (STRATA_ROUTE_PREDICT). bench/cache_sim.py over a 512-token trace of that file (resident
     // 100 per layer, 16 prefetch slots, one copy per plan; its base policy reproduces the measured 16 GiB run's 8.0
     // misses, 70.3 selections served from copies and 6.6 copies per token to ~10%): misses 7.8 -> 4.1 per token
-    // with the even spread, 3.67 -> 1.64 with the first 3 layers whole (ST_PLAN_FIRST_LAYERS), copies unchanged.
-    // Predicted tg128 at 16 GiB +5-9% (the CPU jobs' ~0.45 ms per token roughly halved).
+    // with the even spread, 3.67 -> 1.64 with the first 3 layers whole (ST_PLAN_FIRST_LAYERS), copies unchanged;
+    // layers with misses per token 2.94 -> 1.21. Predicted tg128 at 16 GiB with fresh tokens ~395 -> ~410 (+4%; the
+    // GPU waits ~55 us per layer with CPU misses).
     if (env_int("STRATA_HY_PF_PREV", 0, 0, 1)) {
         h->pf_seen_d = st_cuda_alloc(ctx, sizeof(uint32_t) * n_rec, "prefetch: the counts' last view");
         if (!h->pf_seen_d || st_cuda_memset(ctx, h->pf_seen_d, 0, sizeof(uint32_t) * n_rec, NULL)) return -1;
