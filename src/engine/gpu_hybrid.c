@@ -145,6 +145,12 @@ struct st_hybrid {
     // processes them.
     int rb_async, rb_pending;
     int64_t rb_since, rb_dec;     // the pending period's tokens and decode tokens
+    int64_t rb_dec_all;           // the pending period's decode tokens, a prefill's period too (layer_stats)
+    // STRATA_HY_LAYER_STATS=1: each layer's decode misses and CPU misses summed over the read-backs, printed per
+    // decode token when the placement is freed (where in the model the misses sit: bench/cache_sim.py --per-layer
+    // predicts it). NULL: off.
+    uint64_t *layer_stats;        // [L][2]: misses, CPU misses
+    uint64_t layer_stats_dec;     // decode tokens they cover
     unsigned long long *rb_h;     // pinned [6]: the prefetch statistics [5] (st_hy_pf, then hits), the CPU wait (ns)
     cudaEvent_t ev_rb;
     hy_pending pend[ST_HY_MAX_UPDATES];
@@ -1282,6 +1288,8 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     HY_CHECK(cudaMallocHost((void **)&h->pmap_h, sizeof(int32_t) * n_rec));
     if (h->slot_fit) HY_CHECK(cudaMallocHost((void **)&h->pmap_up_h, sizeof(int32_t) * n_rec));
     HY_CHECK(cudaMallocHost((void **)&h->cnt_h, sizeof(uint32_t) * (n_rec + 3ull * h->L)));
+    if (env_int("STRATA_HY_LAYER_STATS", 0, 0, 1) && !(h->layer_stats = calloc(2ull * h->L, sizeof(uint64_t))))
+        return st_err("out of memory");
     HY_CHECK(cudaMallocHost((void **)&h->rb_h, sizeof(unsigned long long) * 6));
     // The decode periods' read-back without the stream synchronisation that lets the GPU run dry once per period
     // (the host's decay, swap choice and next launch in series with an idle GPU). Predicted +0.5-2%; measured at the
@@ -1363,8 +1371,26 @@ int st_hybrid_init(st_hybrid *h, st_cuda_ctx *ctx, uint64_t dense_bytes) {
     return 0;
 }
 
+// STRATA_HY_LAYER_STATS: the per-layer report (st_info), misses and CPU misses per decode token.
+static void hy_layer_report(const st_hybrid *h) {
+    if (!h->layer_stats || !h->layer_stats_dec) return;
+    char line[64 * 16];
+    const double n = (double)h->layer_stats_dec;
+    st_info("hybrid: misses per decode token by layer over %" PRIu64 " tokens (layer: all / CPU):",
+            h->layer_stats_dec);
+    for (uint32_t l0 = 0; l0 < h->L; l0 += 12) {
+        size_t k = 0;
+        for (uint32_t l = l0; l < h->L && l < l0 + 12; l++)
+            k += (size_t)snprintf(line + k, sizeof line - k, " %u: %.2f / %.2f", l, (double)h->layer_stats[2 * l] / n,
+                                  (double)h->layer_stats[2 * l + 1] / n);
+        st_info("hybrid:  %s", line);
+    }
+}
+
 void st_hybrid_free(st_hybrid *h) {
     if (!h) return;
+    hy_layer_report(h);
+    free(h->layer_stats);
     if (h->copy) cudaStreamSynchronize(h->copy);
     if (h->side) cudaStreamSynchronize(h->side);  // no host node may still use the workers
     if (h->pf_side) cudaStreamSynchronize(h->pf_side);  // no prefetch copy may still write the slots
@@ -1945,6 +1971,7 @@ static int hy_rb_enqueue(st_hybrid *h, int64_t n_prefill, cudaStream_t st) {
     HY_CHECK(cudaEventRecord(h->ev_rb, st));
     h->rb_since = h->since;
     h->rb_dec = n_prefill ? 0 : h->gate_dec;  // (a prefill's period says nothing about the decode's prefetch)
+    h->rb_dec_all = h->gate_dec;
     h->since = 0;
     h->gate_dec = 0;
     h->rb_pending = 1;
@@ -1960,6 +1987,7 @@ static void hy_rb_process(st_hybrid *h, st_gpu_hybrid_stats *stats) {
         const uint32_t sel = h->cnt_h[n_rec + 2ull * l], miss = h->cnt_h[n_rec + 2ull * l + 1];
         const uint32_t cpu = h->cnt_h[n_rec + 2ull * h->L + l];
         period_misses += miss;
+        if (h->layer_stats) h->layer_stats[2 * l] += miss, h->layer_stats[2 * l + 1] += cpu;
         if (stats) {
             stats->selections += sel;
             stats->misses += miss;
@@ -1967,6 +1995,7 @@ static void hy_rb_process(st_hybrid *h, st_gpu_hybrid_stats *stats) {
             stats->miss_bytes += (uint64_t)(miss > cpu ? miss - cpu : 0) * h->ebytes[l];
         }
     }
+    h->layer_stats_dec += (uint64_t)h->rb_dec_all;
     hy_pf_gate(h, h->rb_dec, pf[4], period_misses);  // (rb_dec is 0 for a prefill's period)
     if (stats) {
         stats->cpu_jobs += atomic_exchange(&h->cpu_jobs, 0);  // (jobs after the read-back count a period early)
