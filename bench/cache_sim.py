@@ -27,6 +27,8 @@ def read_trace(path):
                 continue
             if line.count("|") != 2 or not line.endswith("\n"):  # a trace still being written
                 continue
+            if L is None:
+                raise ValueError("no header")
             a, b, c = line.split("|")
             layer = int(a)
             if layer == 0:
@@ -208,7 +210,15 @@ def parser():
 
 def main():
     a = parser().parse_args()
-    L, E, K, steps = read_trace(a.trace)
+    try:
+        L, E, K, steps = read_trace(a.trace)
+    except OSError as e:
+        raise SystemExit(f"cache_sim.py: cannot read the trace {a.trace}: {e.strerror}")
+    except (ValueError, AttributeError):
+        raise SystemExit(f"cache_sim.py: {a.trace} is not a STRATA_ROUTE_TRACE file (a '# session: layers L, experts "
+                         f"E, top-K' header, then 'layer | chosen | ranking' lines)")
+    if not steps:
+        raise SystemExit(f"cache_sim.py: {a.trace} holds no complete one-token step")
     print(f"trace {a.trace}: {len(steps)} one-token steps, {L} layers, {E} experts, top-{K}; resident {a.resident}"
           f"/layer, prefetch {a.per_set}/layer, step {a.step_us:.0f} us, copy {a.copy_us:.0f} us/record")
     print("| policy | misses/token | layers with misses/token | served by copies/token | copies/token | "

@@ -7,10 +7,12 @@
 2. The model's policies on synthetic traces whose answers are known: every layer choosing the same experts every
    token while the predictor names only others (base never copies them: every non-resident choice misses; prev
    copies each once and then misses nothing), and a perfect predictor (base misses nothing after the warm-up).
+3. Bad input (a missing file, a file that is not a trace): a clear message and exit status 1.
 
 usage: test_cache_sim.py STRATA_BINARY
 """
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -85,5 +87,15 @@ with tempfile.TemporaryDirectory() as d:
     r = cache_sim.simulate(steps, L, E, K, "base", a)
     # layer 0 has no prediction: base misses its two choices every token
     check(r["misses"] == K and r["served"] == (L - 1) * K, "base with a perfect predictor", str(r))
+
+    # 3. Bad input: a clear message and exit status 1, no traceback.
+    tool = os.path.join(HERE, "..", "..", "bench", "cache_sim.py")
+    with open(f"{d}/bad.trace", "w") as f:
+        f.write("x | 1 | 2\n")
+    for path, want in ((f"{d}/missing.trace", "cannot read the trace"),
+                       (f"{d}/bad.trace", "is not a STRATA_ROUTE_TRACE file")):
+        p = subprocess.run([sys.executable, tool, path], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 1 and want in p.stderr and "Traceback" not in p.stderr, f"cache_sim.py on {path}",
+              p.stderr)
 
 sys.exit(1 if cli_harness.failures else 0)
