@@ -172,9 +172,9 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
             uint32_t cur[4], seen[4];
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const int e = e0 + 32 * k + lane;
-                cur[k] = e < E ? pf.counts[(size_t)m * E + e] : 0u;
-                seen[k] = e < E ? pf.seen[(size_t)m * E + e] : 0u;
+                const int e = e0 + 32 * k + lane, idx = m * E + e;
+                cur[k] = e < E ? pf.counts[idx] : 0u;
+                seen[k] = e < E ? pf.seen[idx] : 0u;
             }
 #pragma unroll
             for (int k = 0; k < 4; k++) {

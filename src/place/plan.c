@@ -470,7 +470,7 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
                                  : NULL;
         st_plan_slot *r = per_floor && !fc ? NULL
                                            : st_plan_rank_by_count(fc ? fc : pp->profile->counts, hp->n_layer,
-                                                                   hp->n_expert, pp->first_layers);
+                                                                   hp->n_expert, fl);
         free(fc);
         if (!r) {
             st_plan_free(out);
@@ -482,8 +482,8 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         }
         free(r);
     } else {
-        // No profile: the first layer's experts, then the slots spread evenly over the other layers, lowest ids first.
-        st_plan_spread_even(out->n_slots, hp->n_layer, hp->n_expert, pp->first_layers, out->resident);
+        // No profile: the first layers' experts, then the slots spread evenly over the others, lowest ids first.
+        st_plan_spread_even(out->n_slots, hp->n_layer, hp->n_expert, out->first_layers, out->resident);
         uint64_t k = 0;
         for (uint32_t l = 0; l < hp->n_layer; l++)
             for (uint32_t e = 0; e < out->resident[l]; e++) out->initial[k++] = (st_plan_slot){l, e};
