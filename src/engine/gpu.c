@@ -612,11 +612,19 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     return s;
 }
 
+// The captured decode graphs hold the buffers' addresses at capture: a buffer reallocated later (the logits' on
+// growth) makes them write freed memory, so they go and the next one-token steps capture again.
+static void drop_decode_graphs(st_gpu_session *s) {
+    for (int i = 0; i < 2; i++) {
+        if (s->graph_ready[i]) cudaGraphExecDestroy(s->graph[i]);
+        s->graph_ready[i] = 0;
+    }
+}
+
 void st_gpu_session_free(st_gpu_session *s) {
     if (!s) return;
     st_cuda_ctx *c = &s->g->ctx;
-    for (int i = 0; i < 2; i++)
-        if (s->graph_ready[i]) cudaGraphExecDestroy(s->graph[i]);
+    drop_decode_graphs(s);
     for (uint32_t l = 0; s->k_cache && l < s->g->m->hp.n_layer; l++) {
         if (s->k_cache[l]) st_cuda_free(c, s->k_cache[l]);
         if (s->v_cache[l]) st_cuda_free(c, s->v_cache[l]);
@@ -1116,6 +1124,7 @@ static int eval_tokens(st_gpu_session *s, const int32_t *tokens, int64_t n, floa
         int want = (logits && (all_logits || last_chunk)) || (device_logits && last_chunk);
         int out_first = all_logits ? 0 : c_n - 1, out_rows = want ? (all_logits ? c_n : 1) : 0;
         if (out_rows > s->logits_rows) {  // all-position logits of a big chunk: grow once (outside any capture)
+            drop_decode_graphs(s);
             st_cuda_free(c, s->logits);
             s->logits = st_cuda_alloc(c, sizeof(float) * nv * (size_t)out_rows, "logits");
             s->logits_rows = s->logits ? out_rows : 0;

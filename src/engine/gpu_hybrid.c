@@ -234,7 +234,7 @@ struct st_hybrid {
     unsigned long long *pf_stats_d;  // [5]: st_hy_pf stats [4], then hits (st_hy_count_pf)
     float *pred_logits_d, *pred_w_d;  // [E], [32]
     int32_t *pred_ids_d, *pred_cnt_d;  // [32], [1] (the router kernel's completion counter)
-    uint32_t *pf_seen_d;          // [L][E] or NULL: st_hy_pf.seen (STRATA_HY_PF_PREV), zeroed with cnt_d
+    uint32_t *pf_seen_d;          // [L][E] or NULL: st_hy_pf.seen (the previous choice), zeroed with cnt_d
     cudaStream_t pf_side;
     cudaEvent_t pf_fork, pf_join;
     int pf_forked;                // this step started a side branch (joined by st_hybrid_step_end)
@@ -1693,16 +1693,13 @@ static int hy_pf_init(st_hybrid *h) {
     pf->per_set = h->pf_P;
     pf->E = (int)h->E;
     pf->max_copies = max_copies;
-    // STRATA_HY_PF_PREV=1 (opt-in until measured): each plan puts the experts its layer chose a token ago before the
-    // prediction, so their copies stay and the ones that missed are copied (up to the copy cap). Routing repeats
-    // itself: on the Qwen3-30B-A3B-shaped file with fresh random tokens the previous token's 8 experts hold 85% of a
-    // layer's next choice (STRATA_ROUTE_PREDICT). bench/cache_sim.py over a 512-token trace of that file (resident
-    // 100 per layer, 16 prefetch slots, one copy per plan; its base policy reproduces the measured 16 GiB run's 8.0
-    // misses, 70.3 selections served from copies and 6.6 copies per token to ~10%): misses 7.8 -> 4.1 per token
-    // with the even spread, 3.67 -> 1.64 with the first 3 layers whole (ST_PLAN_FIRST_LAYERS), copies unchanged;
-    // layers with misses per token 2.94 -> 1.21. Predicted tg128 at 16 GiB with fresh tokens ~395 -> ~410 (+4%; the
-    // GPU waits ~55 us per layer with CPU misses).
-    if (env_int("STRATA_HY_PF_PREV", 0, 0, 1)) {
+    // The previous choice first (default; STRATA_HY_PF_PREV=0: off): each plan puts the experts its layer chose a
+    // token ago before the prediction, so their copies stay and the ones that missed are copied (up to the copy
+    // cap). Routing repeats itself: on the Qwen3-30B-A3B-shaped file with fresh random tokens the previous token's 8
+    // experts hold 85% of a layer's next choice (STRATA_ROUTE_PREDICT); bench/cache_sim.py predicted 3.67 -> 1.64
+    // misses per token at 16 GiB. Measured on the H200 (bench/ab.sh -p 512 -n 128, fresh tokens, 2026-12-04b): misses
+    // 4.1 -> 3.2 per token and tg128 412.5 -> 420.6 tok/s at 16 GiB, 344.0 -> 352.1 at 12, 275.7 -> 289.6 at 8.
+    if (h->E <= ST_HY_PF_PREV_MAX_E && env_int("STRATA_HY_PF_PREV", 1, 0, 1)) {
         h->pf_seen_d = st_cuda_alloc(ctx, sizeof(uint32_t) * n_rec, "prefetch: the counts' last view");
         if (!h->pf_seen_d || st_cuda_memset(ctx, h->pf_seen_d, 0, sizeof(uint32_t) * n_rec, NULL)) return -1;
         pf->prev_max = (int)h->m->hp.n_expert_used;

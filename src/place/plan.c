@@ -271,6 +271,17 @@ st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, ui
     return out;
 }
 
+uint32_t st_plan_first_layers_fit(uint64_t n, uint32_t n_layer, uint32_t n_expert, uint32_t want) {
+    if (want > n_layer) want = n_layer;
+    for (uint32_t f = want; f > 0; f--) {
+        const uint64_t whole = (uint64_t)f * n_expert;
+        if (whole > n) continue;
+        // the other layers keep at least half the even share: (n - whole) / (n_layer - f) >= n / n_layer / 2
+        if (f == n_layer || (n - whole) * 2 * n_layer >= n * (n_layer - f)) return f;
+    }
+    return 0;
+}
+
 void st_plan_spread_even(uint64_t n, uint32_t n_layer, uint32_t n_expert, uint32_t first_layers, uint32_t *resident) {
     if (first_layers > n_layer) first_layers = n_layer;
     for (uint32_t l = 0; l < first_layers; l++) {
@@ -452,7 +463,7 @@ int st_plan_compute(const st_place_desc *d, const st_plan_params *pp, st_plan *o
         st_plan_free(out);
         return st_err("%s: out of memory", d->name);
     }
-    out->first_layers = pp->first_layers < hp->n_layer ? pp->first_layers : hp->n_layer;
+    out->first_layers = st_plan_first_layers_fit(out->n_slots, hp->n_layer, hp->n_expert, pp->first_layers);
     if (pp->profile) {
         // Hottest (layer, expert) pairs first; every layer routes the same number of tokens, so counts compare
         // across layers. Ties: lower layer, then lower id (deterministic).

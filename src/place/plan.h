@@ -150,7 +150,9 @@ typedef struct st_plan_params {
 // file's 512-token trace (docs/HYBRID.md, 2026-12-04), misses per token with the first 0 / 1 / 3 / 6 layers whole:
 // 100 resident per layer (16 GiB) 7.80 / 5.95 / 3.67 / 2.44, 80 (12 GiB) 15.06 / 11.99 / 7.59 / 6.05, 64 (8 GiB)
 // 21.94 / 18.43 / 12.78 / 9.43; with STRATA_HY_PF_PREV the gain flattens after 3 (16 GiB 4.14 / 2.35 / 1.64 / 1.58).
-// Unmeasured on the GPU: STRATA_HY_FIRST_LAYER=N sets it (0: the even spread).
+// Measured on the H200 (bench/ab.sh -p 512 -n 128, fresh tokens, 2026-12-04b), even / 3 whole, tg128 tok/s: 16 GiB
+// 385.5 / 412.5 (misses 8.2 -> 4.1 per token; 1 whole 405.8), 12 GiB 303.8 / 344.0 (5 whole 341.5), 8 GiB 254.8 /
+// 275.7 (5 whole 296.4). STRATA_HY_FIRST_LAYER=N sets it (0: the even spread); st_plan_first_layers_fit caps it.
 #define ST_PLAN_FIRST_LAYERS 3
 
 void st_plan_params_default(st_plan_params *p);
@@ -176,6 +178,10 @@ typedef struct st_plan_slot {
 // of n_layer * n_expert entries, NULL when out of memory.
 st_plan_slot *st_plan_rank_by_count(const uint64_t *counts, uint32_t n_layer, uint32_t n_expert,
                                     uint32_t first_layers);
+// How many of the first `want` layers n slots make whole (ST_PLAN_FIRST_LAYERS): the most that leave the other
+// layers at least half the even share each (a small budget would otherwise give every slot to layer 0 and leave the
+// others none: a 5% share on the 8-layer test model). 0: the even spread.
+uint32_t st_plan_first_layers_fit(uint64_t n, uint32_t n_layer, uint32_t n_expert, uint32_t want);
 // Resident experts per layer [n_layer] for n slots without a profile: each of the first first_layers layers takes
 // all n_expert (while slots last), the rest spread evenly over the other layers (the lower ones take the remainder).
 void st_plan_spread_even(uint64_t n, uint32_t n_layer, uint32_t n_expert, uint32_t first_layers, uint32_t *resident);

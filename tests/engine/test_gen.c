@@ -1,7 +1,8 @@
 // The generation API (strata_gen_*) against the plain loop it replaces (eval, host sampler, eval, ...) on fresh
 // sessions: greedy tokens, the session's state after an early stop (a step run ahead must not leak into what
-// follows), teacher forcing, n_max, a full context, seeded draws at temperature > 0, and the host fallback for
-// penalties. On CUDA the default generation is the device-pipelined one, so this is its parity test.
+// follows), teacher forcing, n_max, a full context, seeded draws at temperature > 0, the host fallback for
+// penalties, and one-token steps after all-position logits. On CUDA the default generation is the device-pipelined
+// one, so this is its parity test.
 //   usage: test_gen MODEL.gguf [cpu|cuda [GPU_MEM_GIB]]   (a budget below the model's size: hybrid placement)
 #include <math.h>
 #include <stdio.h>
@@ -219,6 +220,30 @@ int main(int argc, char **argv) {
         gp.n_max = 4;
         CHECK(strata_gen_begin(sg, m2, prompt, 0, &gp) == NULL, "no tokens to evaluate accepted");
         CHECK(strata_session_n_past(sg) == before, "a refused begin changed the session");
+    }
+
+    // 9. All-position logits after one-token steps (on CUDA they ran as a captured graph, and the longer logits
+    // buffer replaces the one the graph wrote): the next steps equal a session that took the same tokens with the
+    // last position's logits only.
+    {
+        enum { N_ALL = 40, N_STEP = 4 };
+        strata_session *sa = new_session(CAP), *sb = new_session(CAP);
+        float *la = malloc(sizeof(float) * (size_t)nv * N_ALL), *lb = malloc(sizeof(float) * (size_t)nv * N_ALL);
+        int32_t more[N_ALL];
+        for (int i = 0; i < N_ALL; i++) more[i] = (int32_t)((i * 104729 + 7) % nv);
+        int rc = strata_session_eval(sa, prompt, np, la, false) | strata_session_eval(sb, prompt, np, lb, false);
+        for (int i = 0; i < N_STEP && !rc; i++)
+            rc = strata_session_eval(sa, &forced[i], 1, la, false) | strata_session_eval(sb, &forced[i], 1, lb, false);
+        rc = rc || strata_session_eval(sa, more, N_ALL, la, true) || strata_session_eval(sb, more, N_ALL, lb, false);
+        CHECK(!rc, "all-position logits after decode steps: %s", strata_last_error());
+        double worst = 0;
+        for (int i = 0; i < N_STEP && !rc; i++) {
+            const double d = logit_diff(sa, sb, forced[N_STEP + i]);
+            worst = fmax(worst, d);
+        }
+        CHECK(!rc && worst <= 1e-4, "steps after all-position logits differ by %g", worst);
+        free(la), free(lb);
+        strata_session_free(sa), strata_session_free(sb);
     }
 
     strata_sampler_free(m1), strata_sampler_free(m2);

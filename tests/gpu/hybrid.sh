@@ -166,9 +166,12 @@ run_decode mid-prefetch-storm $mid 128 300 400 STRATA_HY_PREFETCH=12 STRATA_HYBR
   STRATA_HYBRID_HALFLIFE=8
 # its own L x P slots out of the cache's share, one copy per layer at most
 run_decode mid-prefetch-own $mid 128 300 1000 STRATA_HY_PREFETCH=6 STRATA_HY_PREFETCH_MAX=1 STRATA_HY_PF_OWN=1
-# the previous token's choice before the prediction (STRATA_HY_PF_PREV=1): still bitwise, with the default copy cap
-# and with every prediction copied, over a second long prompt (the read-back zeroes the plans' view of the counts)
-run_decode mid-prefetch-prev $mid 128 300 1000 STRATA_HY_PF_PREV=1 HYBRID_DECODE_PROMPT2=1100
+# the previous token's choice before the prediction (the default; STRATA_HY_PF_PREV=0: off): still bitwise, with the
+# default copy cap and with every prediction copied, over a second long prompt (the read-back zeroes the plans' view
+# of the counts; after the short first prompt the second one grows the all-position logits buffer under the captured
+# decode graphs, which must be captured again)
+run_decode mid-prefetch-prev $mid 128 300 1000 HYBRID_DECODE_PROMPT2=1100
+run_decode mid-prefetch-noprev $mid 128 300 400 STRATA_HY_PF_PREV=0
 run_decode mid-prefetch-prev-all $mid 128 300 1000 STRATA_HY_PF_PREV=1 STRATA_HY_PREFETCH_MAX=16
 log_says mid-prefetch-prev "previous token's choice first" "lookahead prefetch" "the previous choice was not on"
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made

@@ -287,15 +287,35 @@ static void test_planner(const st_model *m) {
         for (uint32_t e = 0; e < p.resident[i]; e++, k++)
             CHECK(p.initial[k].layer == i && p.initial[k].expert == e, "even slot %" PRIu64, k);
     st_plan_free(&p);
-    // The default: the first layer (which the lookahead prefetch never predicts) whole, then the other 7 slots even.
+    // The first layer (which the lookahead prefetch never predicts) whole only while the other layers keep half the
+    // even share: 23 slots would leave them 7 / 3 < 23 / 4 / 2 each, so the even spread; 40 slots leave them 8 >= 5
+    // (and two whole layers would leave 4 < 5: a request for 3 gets 1).
     pp.first_layers = 1;
-    CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23 && p.first_layers == 1, "23 slots, first layer");
+    CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23 && p.first_layers == 0 && p.resident[0] == 6,
+          "23 slots, first layer asked: %u whole, layer 0 has %u", p.first_layers, p.resident[0]);
+    st_plan_free(&p);
+    pp.first_layers = 3;
+    pp.gpu_budget = min + 40 * slot;
+    CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 40 && p.first_layers == 1, "40 slots, first layers: %u",
+          p.first_layers);
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
-        CHECK(p.resident[l] == (l == 0 ? 16u : l == 1 ? 3u : 2u), "first layer: layer %u has %u", l, p.resident[l]);
+        CHECK(p.resident[l] == (l == 0 ? 16u : 8u), "first layer: layer %u has %u", l, p.resident[l]);
     for (uint64_t i = 0, k = 0; i < m->hp.n_layer; i++)
         for (uint32_t e = 0; e < p.resident[i]; e++, k++)
             CHECK(p.initial[k].layer == i && p.initial[k].expert == e, "first-layer slot %" PRIu64, k);
     st_plan_free(&p);
+    st_rng fr;
+    st_rng_init(&fr, g_seed, 3);
+    for (int i = 0; i < 200; i++) {  // the rule itself on random shapes
+        const uint32_t L = 1 + st_rng_below(&fr, 60), E = 1 + st_rng_below(&fr, 200), want = st_rng_below(&fr, 8);
+        const uint64_t n = st_rng_below(&fr, L * E + 1);
+        const uint32_t f = st_plan_first_layers_fit(n, L, E, want);
+        CHECK(f <= want && f <= L && (uint64_t)f * E <= n, "fit(%" PRIu64 ", %u, %u, %u) = %u", n, L, E, want, f);
+        if (f && f < L) CHECK((n - (uint64_t)f * E) * 2 * L >= n * (L - f), "fit %u leaves too few", f);
+        if (f < want && f < L && (uint64_t)(f + 1) * E <= n && f + 1 < L)
+            CHECK((n - (uint64_t)(f + 1) * E) * 2 * L < n * (L - f - 1), "fit %u: %u would fit", f, f + 1);
+    }
+    pp.gpu_budget = min + 23 * slot;
     pp.first_layers = 0;
 
     // With a profile: hottest first, ties to lower layer then lower id; counts drawn at random (with ties).
@@ -357,21 +377,24 @@ static void test_planner(const st_model *m) {
         else CHECK(p.resident[0] == 23 - 3 * want_floor, "floor %d: layer 0 takes the rest (%u)", fl, p.resident[0]);
         st_plan_free(&p);
     }
-    // With the first layer whole: its 16 pairs first (whatever their counts), then the floor (at most the share of
-    // the 7 left, 2) and hottest-first over layers 1-3. Layer 0 cold this time, so that only the rule puts it first.
+    // With the first layer whole (40 slots: the other layers keep 8 each, over half the even share): its 16 pairs
+    // first (whatever their counts), then the floor (3: under the share of the 24 left) and hottest-first over layers
+    // 1-3. Layer 0 cold this time, so that only the rule puts it first.
     for (int i = 0; i < 64; i++) prof.counts[i] = i < 16 ? st_rng_below(&r, 3) : 100 + (uint64_t)st_rng_below(&r, 50);
     pp.first_layers = 1;
+    pp.gpu_budget = min + 40 * slot;
     for (int fl = 0; fl <= 3; fl += 3) {
         pp.profile_floor = fl;
-        CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 23, "profile plan, first layer, floor %d", fl);
-        CHECK(p.resident[0] == 16 && p.profile_floor == (fl ? 2u : 0u), "first layer, floor %d: layer 0 has %u, "
+        CHECK(st_plan_compute(&d, &pp, &p) == 0 && p.n_slots == 40, "profile plan, first layer, floor %d", fl);
+        CHECK(p.resident[0] == 16 && p.profile_floor == (uint32_t)fl, "first layer, floor %d: layer 0 has %u, "
               "floor %u", fl, p.resident[0], p.profile_floor);
         for (uint64_t i = 0; i < 16; i++)
             CHECK(p.initial[i].layer == 0, "first layer: slot %" PRIu64 " not layer 0", i);
         for (uint32_t l = 1; l < 4; l++)
-            CHECK(p.resident[l] >= (fl ? 2u : 0u), "first layer, floor %d: layer %u has %u", fl, l, p.resident[l]);
+            CHECK(p.resident[l] >= (uint32_t)fl, "first layer, floor %d: layer %u has %u", fl, l, p.resident[l]);
         st_plan_free(&p);
     }
+    pp.gpu_budget = min + 23 * slot;
     pp.first_layers = 0;
     // st_plan_counts_floor itself: each layer's `floor` hottest (ties: lower id) above every other pair, the rest as
     // they were.
