@@ -110,7 +110,7 @@ static void test_layout(st_rng *r) {
             for (uint64_t i = 0; i < all; i++) counts[i] = st_rng_below(r, 50);
         }
         st_hycache_layout o;
-        const uint32_t first = st_rng_below(r, 3);  // 0: the even spread; 1: the default (ST_PLAN_FIRST_LAYERS)
+        const uint32_t first = st_rng_below(r, 3);  // 0: the even spread; 1-2: that many layers whole
         int rc = st_hycache_layout_compute(L, E, n_total, counts, first, &o);
         CHECK(rc == 0, "L %u E %u n_total %" PRIu64 ": %s", L, E, n_total, st_errmsg());
         if (rc == 0) {
@@ -130,7 +130,7 @@ static void test_layout(st_rng *r) {
     printf("48 layers x 128 experts, 2014 slots: %" PRIu64 " cache + %u x %u staging\n", o.n_cache, o.n_stage_bufs,
            o.stage_per_buf);
     st_hycache_layout_free(&o);
-    // The first layer whole (the default, ST_PLAN_FIRST_LAYERS 1; the 16 GiB plan's ~4,600 slots of 30B-A3B): 128
+    // The first layer whole (ST_PLAN_FIRST_LAYERS is 3; one here; the 16 GiB plan's ~4,600 slots of 30B-A3B): 128
     // there, the 47 others even, the staging bound by their minimum.
     CHECK(st_hycache_layout_compute(48, 128, 4600, NULL, 1, &o) == 0, "48x128 first: %s", st_errmsg());
     CHECK(o.resident[0] == 128 && o.resident[1] >= 90 && o.resident[47] >= 90 && o.resident[47] <= o.resident[1] &&
