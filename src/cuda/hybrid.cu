@@ -154,12 +154,25 @@ __device__ __forceinline__ bool pf_resident(const st_hy_pf &pf, int idx) {
     return home >= (const uint8_t *)pf.cache_lo && home < (const uint8_t *)pf.cache_hi;
 }
 
-__global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P) {
+__global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict__ pred, int P, int post) {
     __shared__ int32_t s_own[32], s_need[32];
     __shared__ unsigned s_keep;
     __shared__ unsigned s_prev[ST_HY_PF_PREV_MAX_E / 32];  // bit e: e is one of the previous choice's candidates
     const int lane = threadIdx.x % 32, E = pf.E, set = m % pf.n_sets;
     int32_t *own = pf.owner + (size_t)set * pf.per_set;
+    // A plan that starts after its layer's MoE began changes nothing: its copies would land after the reads, and
+    // freeing slots then would only send earlier tokens' copies home (and moving `seen` would hide this token's
+    // choice from the next plans). Checked again after the restores below (rule 1).
+    if (!post) {
+        const int late = __shfl_sync(0xffffffffu, lane == 0 ? *(volatile const int32_t *)pf.progress >= m : 0, 0);
+        if (late) {
+            if (lane == 0) {
+                pf.work[0] = 0;
+                atomicAdd(&pf.stats[1], 1ull);
+            }
+            return;
+        }
+    }
     if (lane < pf.per_set) s_own[lane] = own[lane];
     if (lane == 0) s_keep = 0;
     __syncwarp();
@@ -180,7 +193,7 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
             for (int k = 0; k < 4; k++) {
                 const int e = e0 + 32 * k + lane, idx = m * E + e;
                 if (e0 + 32 * k >= E) break;  // (uniform in the warp)
-                if (e < E) pf.seen[idx] = cur[k];
+                if (e < E && !post) pf.seen[idx] = cur[k];  // (a post plan leaves them for the next plan)
                 // The read-back zeroes both, so cur < seen does not occur; cur > seen: chosen since the last plan.
                 bool sel = e < E && cur[k] != seen[k] && cur[k] > 0;
                 const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
@@ -234,12 +247,14 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
         slot[n++] = j;
     }
     __threadfence();  // the restores are visible before the progress word is read (hybrid.h, rule 1)
-    const int progress = atomicAdd(pf.progress, 0);
-    if (progress >= m) {  // layer m's MoE may be running: leave its slots unowned, copy nothing
-        n = 0;
-        atomicAdd(&pf.stats[1], 1ull);
-    } else {
-        atomicAdd(&pf.stats[0], 1ull);
+    if (!post) {  // (a post plan's layer finished its MoE: the caller's fork order, hybrid.h rule 4)
+        const int progress = atomicAdd(pf.progress, 0);
+        if (progress >= m) {  // layer m's MoE may be running: leave its slots unowned, copy nothing
+            n = 0;
+            atomicAdd(&pf.stats[1], 1ull);
+        } else {
+            atomicAdd(&pf.stats[0], 1ull);
+        }
     }
     for (int i = 0; i < n; i++) {
         own[slot[i]] = m * E + s_need[i];
@@ -256,9 +271,19 @@ extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred
     if (pf->prev_max > 0 && (!pf->counts || !pf->seen || pf->E > ST_HY_PF_PREV_MAX_E))
         return st_err("st_cuda_hy_pf_plan: the previous choice needs the routing counts and their last view, and at "
                       "most %d experts (%d)", ST_HY_PF_PREV_MAX_E, pf->E);
-    k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, pred, P);
+    k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, pred, P, 0);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>>", __FILE__, __LINE__);
+}
+
+extern "C" int st_cuda_hy_pf_plan_post(const st_hy_pf *pf, int m, cudaStream_t stream) {
+    if (!pf || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 || m < 0 || pf->prev_max <= 0 || !pf->counts ||
+        !pf->seen || pf->E > ST_HY_PF_PREV_MAX_E)
+        return st_err("st_cuda_hy_pf_plan_post: layer %d, %d slots per set (1..32), %d sets (>= 3), previous choice %s",
+                      m, pf ? pf->per_set : 0, pf ? pf->n_sets : 0, pf && pf->prev_max > 0 ? "on" : "off (needed)");
+    k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, NULL, 0, 1);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>> (post)", __FILE__, __LINE__);
 }
 
 __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {

@@ -155,6 +155,10 @@ typedef struct st_hy_join_args {  // st_cuda_hy_combine_bell's wait
 // layer m is forked after layer m-1's FFN norm, so every layer <= m - 2 has finished its MoE, and layers that share
 // a set (m - n_sets, ...) with n_sets >= 3 are among them; (3) the copy kernel publishes an entry only after every
 // block's part of the record is written and fenced. The decode kernels read the table through L2 (__ldcg).
+// (4) A post plan of layer m (st_cuda_hy_pf_plan_post) runs on its own stream, forked after layer m+1's FFN norm (so
+// layer m's MoE is complete for the token) and after the side stream's copy of layer m (an event): it only touches
+// set m, which no other layer shares when n_sets == L (the engine's condition for it), and its copies, with their own
+// work list and counters, land for the next token. A plan that finds progress >= m on entry changes nothing.
 typedef struct st_hy_pf {
     const void **table;             // device [L][E][3]: the decode kernels' table
     const void *const *home;        // device [L][E][3]: the entries without prefetch (cache slot or arena record)
@@ -181,6 +185,11 @@ typedef struct st_hy_pf {
 // Plans layer m's copies from the previous choice (prev_max > 0) and pred[0..P) (device int32, P <= 32; invalid ids
 // skipped): the wanted records in that order, at most max_copies (or per_set). One warp.
 int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream);
+// Layer m's post plan (rule 4, needs prev_max > 0): after the token's layer m counted its choice, the chosen experts
+// (counts moved since the last plan, at most prev_max in id order) that are neither resident nor in set m are
+// planned for copying (at most max_copies), slots held by chosen ones kept, `seen` left as it is (the next plan of
+// layer m still puts the same experts first and finds their copies). No progress check. One warp.
+int st_cuda_hy_pf_plan_post(const st_hy_pf *pf, int m, cudaStream_t stream);
 // Runs the planned copies of layer m on n_blocks blocks (reads the host arena over PCIe) and publishes each record.
 int st_cuda_hy_pf_copy(const st_hy_pf *pf, int m, int n_blocks, cudaStream_t stream);
 // Points the owned entries of slots [0, n_slots) back home and clears their owners (n_slots < 0: every slot): before

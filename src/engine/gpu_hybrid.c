@@ -238,6 +238,18 @@ struct st_hybrid {
     cudaStream_t pf_side;
     cudaEvent_t pf_fork, pf_join;
     int pf_forked;                // this step started a side branch (joined by st_hybrid_step_end)
+    // Post plans (STRATA_HY_PF_POST copies per plan, 0: off; cuda/hybrid.h rule 4): layer l's branch also plans
+    // layer l-1's choice of this token into set l-1 on a stream of its own, so the experts that missed are copied a
+    // token ahead instead of one layer ahead (the side stream's plan caps at one copy per layer and is skipped when
+    // late). Only with one set per layer.
+    st_hy_pf pf_post;             // pf with its own work list [1 + 2 P], counters [P] and copy cap
+    int32_t *pf_post_work_d;
+    uint32_t *pf_post_done_d;
+    int pf_post_blocks;
+    cudaStream_t pf_post_s;
+    cudaEvent_t pf_copied[4];     // ring: recorded on pf_side after layer m's copy (slot m % 4)
+    cudaEvent_t pf_post_join;
+    int pf_post_forked;           // this step started post plans (joined by st_hybrid_step_end)
     // prefill CPU share (see the top of this file)
     st_hy_cpu *pcpu;              // its workers: h->cpu when the decode split made them, else pcpu_own
     st_hy_cpu *pcpu_own;
@@ -307,6 +319,7 @@ static int env_int(const char *name, int def, int lo, int hi) {
 // Measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M, P 8 in own slots (tg128, bench/results/
 // 2026-11-30d-h200-prefetch.md): 16 GiB 233 -> 245 tok/s, 12 GiB 125 -> 160, 8 GiB 95 -> 137 (doorbell, auto F).
 #define HY_PF_MAX_COPIES_DEFAULT 1
+#define HY_PF_POST_DEFAULT 2  // copies per post plan (STRATA_HY_PF_POST)
 
 #define HY_CHECK(call)                                                                                         \
     do {                                                                                                       \
@@ -1394,6 +1407,7 @@ void st_hybrid_free(st_hybrid *h) {
     if (h->copy) cudaStreamSynchronize(h->copy);
     if (h->side) cudaStreamSynchronize(h->side);  // no host node may still use the workers
     if (h->pf_side) cudaStreamSynchronize(h->pf_side);  // no prefetch copy may still write the slots
+    if (h->pf_post_s) cudaStreamSynchronize(h->pf_post_s);
     if (h->bell_started) {  // (the compute stream is idle here: no split is waiting for an answer)
         atomic_store(&h->bell_stop, 1);
         pthread_join(h->bell_thread, NULL);
@@ -1437,10 +1451,14 @@ void st_hybrid_free(st_hybrid *h) {
     if (h->pf_side) cudaStreamDestroy(h->pf_side);
     if (h->pf_fork) cudaEventDestroy(h->pf_fork);
     if (h->pf_join) cudaEventDestroy(h->pf_join);
+    if (h->pf_post_s) cudaStreamDestroy(h->pf_post_s);
+    for (int i = 0; i < 4; i++)
+        if (h->pf_copied[i]) cudaEventDestroy(h->pf_copied[i]);
+    if (h->pf_post_join) cudaEventDestroy(h->pf_post_join);
     if (ctx) {
         void *pb[] = {(void *)h->home_d, (void *)h->rec_d, h->pf_meta_d, h->pf_owner_d, h->pf_work_d,
                       h->pf_progress_d, h->pf_done_d, h->pf_stats_d, h->pred_logits_d, h->pred_w_d, h->pred_ids_d,
-                      h->pred_cnt_d, h->pf_seen_d};
+                      h->pred_cnt_d, h->pf_seen_d, h->pf_post_work_d, h->pf_post_done_d};
         for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++)
             if (pb[i]) st_cuda_free(ctx, pb[i]);
     }
@@ -1610,6 +1628,29 @@ static int hy_pf_fill(st_hybrid *h, const char *when, cudaStream_t st) {
     return 0;
 }
 
+// The post plans' state (STRATA_HY_PF_POST, the struct's comment); h->pf set up but for pf_on.
+static int hy_pf_post_init(st_hybrid *h) {
+    const int cap = env_int("STRATA_HY_PF_POST", HY_PF_POST_DEFAULT, 0, h->pf_P);
+    if (!cap) return 0;
+    h->pf_post_blocks = env_int("STRATA_HY_PF_POST_BLOCKS", 2, 1, 1024);
+    h->pf_post_work_d = st_cuda_alloc(h->ctx, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), "post-plan work list");
+    h->pf_post_done_d = st_cuda_alloc(h->ctx, sizeof(uint32_t) * (size_t)h->pf_P, "post-plan counters");
+    if (!h->pf_post_work_d || !h->pf_post_done_d ||
+        st_cuda_memset(h->ctx, h->pf_post_work_d, 0, sizeof(int32_t) * (1 + 2 * (size_t)h->pf_P), NULL) ||
+        st_cuda_memset(h->ctx, h->pf_post_done_d, 0, sizeof(uint32_t) * (size_t)h->pf_P, NULL))
+        return -1;
+    HY_CHECK(cudaStreamCreateWithFlags(&h->pf_post_s, cudaStreamNonBlocking));
+    for (int i = 0; i < 4; i++) HY_CHECK(cudaEventCreateWithFlags(&h->pf_copied[i], cudaEventDisableTiming));
+    HY_CHECK(cudaEventCreateWithFlags(&h->pf_post_join, cudaEventDisableTiming));
+    h->pf_post = h->pf;
+    h->pf_post.work = h->pf_post_work_d;
+    h->pf_post.done = h->pf_post_done_d;
+    h->pf_post.max_copies = cap;
+    st_info("hybrid: post plans: each layer's missed choice copied for the next token (at most %d per layer, %d copy "
+            "block%s)", cap, h->pf_post_blocks, h->pf_post_blocks == 1 ? "" : "s");
+    return 0;
+}
+
 // Sets up the prefetch when h->pf_P > 0 (st_hybrid_init) and its slots hold 3 sets of P. With CPU misses
 // too, the classify kernel sees a prefetched expert as a hit (its entry lies in the slot buffer), after the layer's
 // count like the MoE kernels. After the tables exist.
@@ -1706,6 +1747,7 @@ static int hy_pf_init(st_hybrid *h) {
         pf->counts = h->cnt_d;
         pf->seen = h->pf_seen_d;
     }
+    if (pf->prev_max && pf->n_sets >= (int)h->L && h->pf_stages >= 3 && hy_pf_post_init(h)) return -1;
     h->pf_on = 1;
     h->pf_gate_state = (st_hy_pf_gate){1, 0};
     h->pf_gate = env_int("STRATA_HY_PF_GATE", 2, 0, 2);
@@ -1754,7 +1796,17 @@ int st_hybrid_prefetch(st_hybrid *h, uint32_t l, int router_type, const void *ro
         (h->pf_stages >= 2 && st_cuda_hy_pf_plan(&h->pf, (int)l + 1, h->pred_ids_d, h->pf_P, h->pf_side)) ||
         (h->pf_stages >= 3 && st_cuda_hy_pf_copy(&h->pf, (int)l + 1, h->pf_blocks, h->pf_side)))
         return -1;
-    return 0;
+    if (!h->pf_post_s) return 0;
+    HY_CHECK(cudaEventRecord(h->pf_copied[(l + 1) % 4], h->pf_side));
+    if (l < 1) return 0;
+    // Layer l-1's post plan: its MoE finished before this fork (after layer l's FFN norm); its side copy was
+    // recorded by the branch of layer l-2 (none for layer 0, which no branch plans).
+    const uint32_t q = l - 1;
+    HY_CHECK(cudaStreamWaitEvent(h->pf_post_s, h->pf_fork, 0));
+    if (q >= 1) HY_CHECK(cudaStreamWaitEvent(h->pf_post_s, h->pf_copied[q % 4], 0));
+    h->pf_post_forked = 1;
+    return st_cuda_hy_pf_plan_post(&h->pf_post, (int)q, h->pf_post_s) ||
+           st_cuda_hy_pf_copy(&h->pf_post, (int)q, h->pf_post_blocks, h->pf_post_s) ? -1 : 0;
 }
 
 int st_hybrid_step_end(st_hybrid *h, cudaStream_t st) {
@@ -1762,6 +1814,11 @@ int st_hybrid_step_end(st_hybrid *h, cudaStream_t st) {
     HY_CHECK(cudaEventRecord(h->pf_join, h->pf_side));
     HY_CHECK(cudaStreamWaitEvent(st, h->pf_join, 0));
     h->pf_forked = 0;
+    if (h->pf_post_forked) {
+        HY_CHECK(cudaEventRecord(h->pf_post_join, h->pf_post_s));
+        HY_CHECK(cudaStreamWaitEvent(st, h->pf_post_join, 0));
+        h->pf_post_forked = 0;
+    }
     return 0;
 }
 

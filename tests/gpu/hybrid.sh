@@ -174,6 +174,11 @@ run_decode mid-prefetch-prev $mid 128 300 1000 HYBRID_DECODE_PROMPT2=1100
 run_decode mid-prefetch-noprev $mid 128 300 400 STRATA_HY_PF_PREV=0
 run_decode mid-prefetch-prev-all $mid 128 300 1000 STRATA_HY_PF_PREV=1 STRATA_HY_PREFETCH_MAX=16
 log_says mid-prefetch-prev "previous token's choice first" "lookahead prefetch" "the previous choice was not on"
+# post plans (the default, 2 per layer; cuda/hybrid.h rule 4): layer l-1's missed choice copied on a stream of its own
+# after layer l's FFN norm, for the next token; still bitwise with a larger cap and over a second long prompt; and off
+run_decode mid-prefetch-post $mid 128 300 1000 STRATA_HY_PF_POST=8 HYBRID_DECODE_PROMPT2=1100
+run_decode mid-prefetch-nopost $mid 128 300 400 STRATA_HY_PF_POST=0
+log_says mid-prefetch-post "post plans" "lookahead prefetch|post" "the post plans were not on"
 # own sets left empty at load (STRATA_HY_PF_FILL=0): the second prefill reads only the copies the decode made
 run_decode mid-prefetch-nofill $mid 128 300 400 STRATA_HY_PF_FILL=0
 # the prefill GEMM scratch in the first own slots (the default; 128-token steps, so that the 8 layers' own sets hold
@@ -269,6 +274,7 @@ run_cpumiss mid-cpumiss-glu-side $mid 128 100 1000 0 STRATA_HY_PREFETCH=0
 run_cpumiss mid-cpumiss-snap $mid 128 100 1000 0  # (with the branch: the router's snapshot, STRATA_HY_SNAP=1)
 run_cpumiss mid-cpumiss-snap-off $mid 128 100 1000 0 STRATA_HY_SNAP=0  # (with the branch: the router's tail)
 run_cpumiss mid-cpumiss-prev $mid 128 100 1000 0 STRATA_HY_PF_PREV=1  # (the previous choice first)
+run_cpumiss mid-cpumiss-post $mid 128 100 1000 0 STRATA_HY_PF_POST=8  # (post plans with CPU misses)
 snap_on mid-cpumiss-snap
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0

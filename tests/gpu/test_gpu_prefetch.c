@@ -3,7 +3,7 @@
 // page-locked host memory mapped into the device (the arena), two resident experts per layer in "cache" slots:
 //   scripted   a first plan copies the non-resident predictions into free slots of set m % 3, their entries point
 //              at the copies; a second plan keeps what is in place and reassigns a slot (its owner's entry back
-//              home); a late plan (progress >= m) copies nothing and leaves the freed entries home; reset
+//              home); a late plan (progress >= m) changes nothing (no copy, no slot freed); reset
 //   random     400 rounds of random layers, predictions (with invalid and duplicate-free ids), copy caps and
 //              progress values:
 //              after each, every entry is either its home or a prefetch slot whose bytes equal that record and whose
@@ -12,6 +12,9 @@
 //              with their last view, as the read-back does); the experts whose count moved come before the
 //              predictions, their copies kept or made, at most prev_max of them in id order; the same checks, and
 //              the device's last view of the counts equals the model's
+//   post       300 random rounds of plans and post plans (st_cuda_hy_pf_plan_post: the layer's moved counts only,
+//              no progress check, the last view left alone) on random layers; the same checks, and some copy came
+//              from a post plan alone
 //   count      st_cuda_hy_count writes the progress word and counts the pairs served from prefetch slots; the
 //              router launch counting in its last block (st_cuda_router_topk_count, random router and inputs) gives
 //              the same ids, weights, counters and progress as st_cuda_router_topk + st_cuda_hy_count
@@ -144,17 +147,20 @@ static void setup(world *w, st_rng *r) {
 }
 
 // The host model of one plan (k_hy_pf_plan's rule): returns the records to copy, updates w->owner (and, with the
-// previous choice on, w->seen).
-static int model_plan(world *w, int m, const int32_t *pred, int np, int late, int *restored, int *n_restored) {
+// previous choice on, w->seen). A late plan changes nothing. post: a post plan (no predictions, never late, the
+// last view not moved).
+static int model_plan_mode(world *w, int m, const int32_t *pred, int np, int late, int post, int *restored,
+                           int *n_restored) {
     int32_t *own = w->owner + (m % NSETS) * P;
     int keep[P] = {0}, need[P], n_need = 0, n = 0;
     *n_restored = 0;
+    if (late && !post) return 0;
     int32_t cand[NE + 32];  // the previous choice (at most prev_max, id order), then the predictions not among it
     int nc = 0, n_sel = 0;
     for (int e = 0; e < NE && w->pf.prev_max > 0; e++) {
         const int idx = m * NE + e;
         const uint32_t cur = w->counts[idx], seen = w->seen[idx];
-        w->seen[idx] = cur;
+        if (!post) w->seen[idx] = cur;
         if (cur != seen && cur > 0 && n_sel++ < w->pf.prev_max) cand[nc++] = e;
     }
     const int n_prev = nc;
@@ -179,9 +185,11 @@ static int model_plan(world *w, int m, const int32_t *pred, int np, int late, in
         own[j] = -1;
         slots[n++] = j;
     }
-    if (late) return 0;
     for (int i = 0; i < n; i++) own[slots[i]] = m * NE + need[i];
     return n;
+}
+static int model_plan(world *w, int m, const int32_t *pred, int np, int late, int *restored, int *n_restored) {
+    return model_plan_mode(w, m, pred, np, late, 0, restored, n_restored);
 }
 
 // Every entry is home, or points into the prefetch slot its owner names, whose bytes are the record's.
@@ -226,7 +234,7 @@ static int check_world(world *w, char *detail, size_t dn) {
                 bad = 1;
             }
         }
-    // An owner is set only with its copy queued (late plans free slots, they own none): its entry points there.
+    // An owner is set only with its copy queued: its entry points there.
     for (int i = 0; i < NSETS * P && !bad; i++)
         if (w->owner[i] >= 0 && (const uint8_t *)tab[(size_t)w->owner[i] * 3] != pf_slot(w, i) + w->off[w->owner[i] / NE][0]) {
             snprintf(detail, dn, "slot %d: its owner %d's entry does not point at it", i, w->owner[i]);
@@ -297,14 +305,16 @@ int main(void) {
     CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
     bad = check_world(&w, detail, sizeof detail) || n != 4 || n_restored != 1 || stats[2] != 7;
     report("second plan: kept records stay, a reassigned slot's owner goes home", bad, detail);
-    // Late: layer 4 (set 1 again), progress 4: nothing copied; the three slots it would take are freed, their
-    // layer-1 owners' entries home.
+    // Late: layer 4 (set 1 again), progress 4: nothing copied, no slot freed (layer 1's copies stay).
     const int32_t p3[] = {3, 4, 8};
+    int32_t owners_before[NSETS * P];
+    memcpy(owners_before, w.owner, sizeof owners_before);
     n = model_plan(&w, 4, p3, 3, 1, restored, &n_restored);
     run_plan(&w, 4, p3, 3, 4);
     CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
-    bad = check_world(&w, detail, sizeof detail) || n != 0 || stats[1] != 1 || stats[2] != 7 || n_restored != 3;
-    report("late plan (its layer's MoE started): no copy, freed entries home", bad, detail);
+    bad = check_world(&w, detail, sizeof detail) || n != 0 || stats[1] != 1 || stats[2] != 7 || n_restored != 0 ||
+          memcmp(owners_before, w.owner, sizeof owners_before);
+    report("late plan (its layer's MoE started): no copy, no slot freed", bad, detail);
 
     // Random rounds.
     bad = 0;
@@ -373,6 +383,57 @@ int main(void) {
     if (!bad && !prev_copies) snprintf(detail, sizeof detail, "no copy came from the previous choice alone"), bad = 1;
     report("300 random plans with the previous choice first: entries, slot bytes, owners, counters, last view", bad,
            detail);
+
+    // Post plans (STRATA_HY_PF_POST) between plans: a layer's counts move (its token's choice), then its post plan
+    // copies the moved experts not in place, leaving the last view for the next plan, which keeps those copies.
+    bad = 0;
+    int post_copies = 0;
+    for (int round = 0; round < 300 && !bad; round++) {
+        const int m = (int)st_rng_below(&r, NL), post = st_rng_below(&r, 2) == 0;
+        if (st_rng_below(&r, 10) == 0) {
+            memset(w.counts, 0, sizeof w.counts);
+            memset(w.seen, 0, sizeof w.seen);
+            CK(cudaMemset(w.seen_d, 0, sizeof w.seen));
+        }
+        for (int k = (int)st_rng_below(&r, 6); k > 0; k--) w.counts[m * NE + st_rng_below(&r, NE)] += 1;
+        w.pf.max_copies = (int)st_rng_below(&r, 3) * 2;  // none, 2 or 4
+        if (!post) {
+            const int np = 1 + (int)st_rng_below(&r, P);
+            int32_t pred[32];
+            for (int i = 0; i < np; i++) {  // distinct, as a top-k
+                int e;
+                do {
+                    e = (int)st_rng_below(&r, NE);
+                    for (int j = 0; j < i; j++)
+                        if (pred[j] == e) e = -99;
+                } while (e == -99);
+                pred[i] = e;
+            }
+            const int late = st_rng_below(&r, 6) == 0;
+            copies += (unsigned long long)model_plan(&w, m, pred, np, late, restored, &n_restored);
+            lates += (unsigned long long)late;
+            bad = plan_round(&w, m, pred, np, late ? m : m - 1, copies, lates, round, detail, sizeof detail);
+            continue;
+        }
+        const int n_post = model_plan_mode(&w, m, NULL, 0, 0, 1, restored, &n_restored);
+        copies += (unsigned long long)n_post;
+        post_copies += n_post;
+        CK(cudaMemcpy(w.counts_d, w.counts, sizeof w.counts, cudaMemcpyHostToDevice));
+        const int progress = m + 5;  // (ignored by a post plan)
+        CK(cudaMemcpy(w.progress_d, &progress, sizeof progress, cudaMemcpyHostToDevice));
+        CKE(st_cuda_hy_pf_plan_post(&w.pf, m, 0));
+        CKE(st_cuda_hy_pf_copy(&w.pf, m, 3, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(stats, w.stats_d, sizeof stats, cudaMemcpyDeviceToHost));
+        if (check_world(&w, detail, sizeof detail) || stats[2] != copies || stats[1] != lates) {
+            if (!detail[0])
+                snprintf(detail, sizeof detail, "post round %d: copies %llu (model %llu), late %llu (model %llu)",
+                         round, stats[2], copies, stats[1], lates);
+            bad = 1;
+        }
+    }
+    if (!bad && !post_copies) snprintf(detail, sizeof detail, "no copy came from a post plan"), bad = 1;
+    report("300 random plans and post plans: entries, slot bytes, owners, counters, last view", bad, detail);
     w.pf.prev_max = 0;
 
     // Partial reset (a prefill that borrows the first slots as its second staging buffer): slots [0, cut) home and
