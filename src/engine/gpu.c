@@ -121,8 +121,8 @@ struct st_gpu_session {
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
     st_actdump *actdump;        // STRATA_DUMP_ACT (engine/actdump.h): per-layer activations; NULL: off
     float *h_dump;              // host [prefill_chunk][n_embd]: a dumped residual stream
-    cudaGraphExec_t graph[2];   // the one-token decode step; [1]: hybrid with the prefetch's branch gated off
-    int graph_ready[2];
+    cudaGraphExec_t graph[4];   // the one-token decode step; hybrid: [+1] the prefetch's branch gated off, [+2] the
+    int graph_ready[4];         // CPU-miss split gated off (gpu_hybrid.h)
     int graph_failed;
     int warm;                   // one eager one-token step has run (kernels loaded) before capture
     st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
@@ -615,7 +615,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
 // The captured decode graphs hold the buffers' addresses at capture: a buffer reallocated later (the logits' on
 // growth) makes them write freed memory, so they go and the next one-token steps capture again.
 static void drop_decode_graphs(st_gpu_session *s) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         if (s->graph_ready[i]) cudaGraphExecDestroy(s->graph[i]);
         s->graph_ready[i] = 0;
     }
@@ -1062,14 +1062,14 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
 
 // Runs the one-token step through a CUDA graph captured on the second use (the first runs eagerly so every kernel
 // is loaded before capture). Falls back to eager launches if capture fails; STRATA_NO_GRAPH=1 forces that (A/B).
-// A hybrid session whose prefetch gate is off (gpu_hybrid.h) has a second graph without the prefetch's branch.
+// A hybrid session has one graph per state of its two gates (gpu_hybrid.h: the prefetch's branch, the CPU split).
 static int step_one(st_gpu_session *s) {
     cudaStream_t st = s->stream;
     if (!s->warm) {
         s->warm = 1;
         return step(s, 1, 0, 1);
     }
-    const int gi = s->g->hy && st_hybrid_prefetch_gated(s->g->hy);
+    const int gi = (s->g->hy && st_hybrid_prefetch_gated(s->g->hy)) + 2 * (s->g->hy && st_hybrid_split_gated(s->g->hy));
     if (!s->graph_ready[gi] && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL && !s->actdump) {
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {

@@ -160,6 +160,13 @@ struct st_hybrid {
     // CPU misses (see the top of this file)
     double pcie_frac;             // F in use; 1: every miss over PCIe, no CPU work (the bitwise path)
     uint32_t cpu_q16;             // st_hy_cpu_q16(pcie_frac)
+    // The split's gate (place/cache_policy.h st_hy_split_gate_step; STRATA_HY_SPLIT_GATE 0: never, 1 (default): with
+    // --pcie-frac auto, 2: with any F): split_gate.live 0 runs the plain path (every miss over PCIe, a decode graph of
+    // its own) while misses are rare. Thresholds in misses per decode token (STRATA_HY_SPLIT_GATE_OFF / _ON).
+    int split_gating;
+    st_hy_split_gate split_gate;
+    double split_off, split_on;
+    uint64_t split_flips, split_plain_tokens;  // times it went off; decode tokens counted in plain periods
     int K;                        // experts per token
     st_hy_cpu *cpu;               // the workers; NULL when pcie_frac == 1
     cudaStream_t side;            // the decode graph's CPU branch (host nodes)
@@ -278,6 +285,18 @@ static int env_int(const char *name, int def, int lo, int hi) {
     if (!v || !*v) return def;
     int x = atoi(v);
     return x < lo ? lo : x > hi ? hi : x;
+}
+
+static double env_double(const char *name, double def, double lo, double hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    const double x = strtod(v, &end);
+    if (*end || !(x >= lo && x <= hi)) {
+        st_warn("%s=%s ignored (a number in [%g, %g])", name, v, lo, hi);
+        return def;
+    }
+    return x;
 }
 
 // --pcie-frac auto (hy_cpu_init), measured on an H200 with the Qwen3-30B-A3B-shaped Q4_K_M (tg128, 2026-12-01,
@@ -756,6 +775,14 @@ static int hy_cpu_init(st_hybrid *h) {
     st_info("hybrid decode: --pcie-frac %s%.3f: the GPU reads %.0f%% of each layer's misses over PCIe, %d CPU threads "
             "compute the rest%s",
             is_auto ? "auto -> " : "", f, 100.0 * f, threads, why);
+    h->split_gate = (st_hy_split_gate){1, 0};
+    const int gating = env_int("STRATA_HY_SPLIT_GATE", 1, 0, 2);
+    h->split_gating = gating == 2 || (gating == 1 && is_auto);
+    h->split_off = env_double("STRATA_HY_SPLIT_GATE_OFF", ST_HY_SPLIT_GATE_OFF, 0, 1e6);
+    h->split_on = env_double("STRATA_HY_SPLIT_GATE_ON", ST_HY_SPLIT_GATE_ON, 0, 1e6);
+    if (h->split_gating)
+        st_info("hybrid decode: the split goes off while misses stay under %.2f per token (%d periods), on again at "
+                "%.2f (STRATA_HY_SPLIT_GATE=0: always split)", h->split_off, ST_HY_SPLIT_GATE_QUIET, h->split_on);
     // The doorbell measured faster than host nodes at every budget (12 GiB 111 vs 91 tok/s, 16 GiB at F 0.75 170 vs
     // 123, 8 GiB 86 vs 59; bench/results/2026-11-30c-h200-knockout-hybrid.md).
     // STRATA_HY_CPU_PROFILE=1: where the CPU misses' time goes, printed when the engine closes (after the timing
@@ -764,7 +791,18 @@ static int hy_cpu_init(st_hybrid *h) {
     return getenv("STRATA_HY_HOSTNODE") ? 0 : hy_bell_init(h);
 }
 
-int st_hybrid_cpu_split(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0; }
+int st_hybrid_cpu_split(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0 && h->split_gate.live; }
+int st_hybrid_split_gated(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0 && !h->split_gate.live; }
+
+// The split's gate from one processed read-back period (hy_rb_process).
+static void hy_split_gate(st_hybrid *h, int64_t n_dec, uint64_t misses) {
+    if (!h->split_gating || !h->cpu || !h->cpu_q16) return;
+    if (!h->split_gate.live) h->split_plain_tokens += n_dec > 0 ? (uint64_t)n_dec : 0;
+    if (!st_hy_split_gate_step(&h->split_gate, n_dec, h->period / 2, misses, h->split_off, h->split_on)) return;
+    h->split_flips += !h->split_gate.live;
+    st_debug("hybrid: the CPU-miss split %s (%.2f misses per token)", h->split_gate.live ? "on" : "off",
+             (double)misses / (double)n_dec);
+}
 
 // The host node of layer j->l: the CPU misses the classify kernel exported (mapped memory, complete before this
 // node starts), computed into their rank rows of ycpu. Runs on CUDA's callback thread: no CUDA calls here.
@@ -1403,6 +1441,10 @@ static void hy_layer_report(const st_hybrid *h) {
 void st_hybrid_free(st_hybrid *h) {
     if (!h) return;
     hy_layer_report(h);
+    if (h->split_flips)
+        st_info("hybrid decode: the CPU-miss split went off %" PRIu64 " time%s (%" PRIu64 " decode tokens counted in "
+                "periods with every miss over PCIe)", h->split_flips, h->split_flips == 1 ? "" : "s",
+                h->split_plain_tokens);
     free(h->layer_stats);
     if (h->copy) cudaStreamSynchronize(h->copy);
     if (h->side) cudaStreamSynchronize(h->side);  // no host node may still use the workers
@@ -1486,8 +1528,9 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
     s->n_experts = (uint64_t)h->L * h->E;
     s->slot_bytes = h->stride;
     s->n_staging = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
-    s->pcie_frac = st_hybrid_cpu_split(h) ? h->pcie_frac : 1.0;
-    s->cpu_threads = st_hybrid_cpu_split(h) ? st_hy_cpu_threads(h->cpu) : 0;
+    const int split = h->cpu && h->cpu_q16 > 0;  // (configured: the gate may have it off for a while)
+    s->pcie_frac = split ? h->pcie_frac : 1.0;
+    s->cpu_threads = split ? st_hy_cpu_threads(h->cpu) : 0;
     s->pf_per_layer = h->pf_on ? h->pf_P : 0;
 }
 
@@ -2051,6 +2094,7 @@ static void hy_rb_process(st_hybrid *h, st_gpu_hybrid_stats *stats) {
     }
     h->layer_stats_dec += (uint64_t)h->rb_dec_all;
     hy_pf_gate(h, h->rb_dec, pf[4], period_misses);  // (rb_dec is 0 for a prefill's period)
+    hy_split_gate(h, h->rb_dec, period_misses);
     if (stats) {
         stats->cpu_jobs += atomic_exchange(&h->cpu_jobs, 0);  // (jobs after the read-back count a period early)
         stats->cpu_job_s += 1e-9 * (double)atomic_exchange(&h->cpu_job_ns, 0);

@@ -53,6 +53,8 @@ int st_hybrid_after_eval(st_hybrid *h, st_gpu_hybrid_stats *stats, int64_t n_dec
                          cudaStream_t st);
 // CPU misses (--pcie-frac F < 1, docs/HYBRID.md): 1 when one-token decode steps take st_hybrid_moe_decode.
 int st_hybrid_cpu_split(const st_hybrid *h);
+// The split's gate has it off (the next decode steps read every miss over PCIe; a decode graph of their own).
+int st_hybrid_split_gated(const st_hybrid *h);
 // Layer l's MoE of a one-token decode step with a share of the misses on the CPU, enqueued on st after the router
 // (ids, wts) and st_hybrid_count (capturable: the CPU part is a host node on a side stream):
 //   classify the K experts (hit / PCIe miss / CPU miss) and export the CPU's ids and the row xn to mapped memory;

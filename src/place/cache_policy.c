@@ -199,6 +199,22 @@ int st_hy_pf_gate_step(st_hy_pf_gate *g, int64_t n_dec, int64_t min_dec, uint64_
     return 1;
 }
 
+int st_hy_split_gate_step(st_hy_split_gate *g, int64_t n_dec, int64_t min_dec, uint64_t misses, double off, double on) {
+    if (n_dec <= 0 || n_dec < min_dec) return 0;
+    const double per_tok = (double)misses / (double)n_dec;
+    if (!g->live) {
+        if (per_tok < on) return 0;
+        g->live = 1;
+        g->quiet = 0;
+        return 1;
+    }
+    g->quiet = per_tok < off ? g->quiet + 1 : 0;
+    if (g->quiet < ST_HY_SPLIT_GATE_QUIET) return 0;
+    g->live = 0;
+    g->quiet = 0;
+    return 1;
+}
+
 int st_hy_pf_set_refill(uint32_t n_expert, int P, const float *freq, const int32_t *slot_of, int32_t *owner,
                         uint8_t *fresh) {
     int32_t pick[32];

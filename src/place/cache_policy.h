@@ -90,6 +90,24 @@ typedef struct st_hy_pf_gate {
 // Returns 1 when live changed.
 int st_hy_pf_gate_step(st_hy_pf_gate *g, int64_t n_dec, int64_t min_dec, uint64_t served, uint64_t misses);
 
+// The CPU-miss split's gate (gpu_hybrid.c, with --pcie-frac auto; STRATA_HY_SPLIT_GATE): whether the next decode
+// steps classify each layer's misses for the CPU workers (the split path) or read every miss over PCIe in the plain
+// path. The split costs ~2 us per layer where nothing misses (H200, 30B-A3B at 18.9 GiB: 479.5 against 502.7 tok/s
+// with the plain path), a miss in the plain path ~140 us against ~65 us of CPU wait (16 GiB, 3.2 misses per token:
+// the plain path lost 6%): break-even near 1.2 misses per token. Off after ST_HY_SPLIT_GATE_QUIET periods in a row
+// with fewer than `off` misses per token (after a long prompt the refilled cache holds nearly every routed expert); on
+// again at the first period with at least `on`. Periods of fewer than min_dec decode tokens change nothing. State:
+// live 1, quiet 0 at the start.
+#define ST_HY_SPLIT_GATE_OFF 0.25
+#define ST_HY_SPLIT_GATE_ON 0.75
+#define ST_HY_SPLIT_GATE_QUIET 2
+typedef struct st_hy_split_gate {
+    int live;   // the split path runs
+    int quiet;  // periods in a row under `off` while live
+} st_hy_split_gate;
+// Returns 1 when live changed.
+int st_hy_split_gate_step(st_hy_split_gate *g, int64_t n_dec, int64_t min_dec, uint64_t misses, double off, double on);
+
 #ifdef __cplusplus
 }
 #endif

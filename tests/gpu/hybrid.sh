@@ -275,6 +275,11 @@ run_cpumiss mid-cpumiss-snap $mid 128 100 1000 0  # (with the branch: the router
 run_cpumiss mid-cpumiss-snap-off $mid 128 100 1000 0 STRATA_HY_SNAP=0  # (with the branch: the router's tail)
 run_cpumiss mid-cpumiss-prev $mid 128 100 1000 0 STRATA_HY_PF_PREV=1  # (the previous choice first)
 run_cpumiss mid-cpumiss-post $mid 128 100 1000 0 STRATA_HY_PF_POST=8  # (post plans with CPU misses)
+# the split's gate (default with --pcie-frac auto), forced on F 0 with thresholds that flip it every few periods: the
+# plain path's graph and the split's alternate (top-1 as above, misses on both paths)
+run_cpumiss mid-cpumiss-gate $mid 128 100 1000 0 STRATA_HY_SPLIT_GATE=2 STRATA_HY_SPLIT_GATE_OFF=1000 \
+  STRATA_HY_SPLIT_GATE_ON=0
+log_says mid-cpumiss-gate "split went off" "hybrid decode" "the split's gate never went off"
 snap_on mid-cpumiss-snap
 # the prefill CPU share (on by default, off in every run above so that their prefill is bitwise): a 600-token chunk
 # with a share of each layer's non-resident experts computed by CPU threads; top-1 checks, records > 0

@@ -225,8 +225,20 @@ int main(int argc, char **argv) {
         printf("decode: --pcie-frac %.3f in use (%d CPU threads): %.1f CPU misses/token, %.1f%% of the misses\n",
                hs.pcie_frac, hs.cpu_threads, hs.decode_tokens ? (double)hs.cpu_misses / (double)hs.decode_tokens : 0.0,
                100.0 * share);
+        const char *gate = getenv("STRATA_HY_SPLIT_GATE");
         if (!g_cpu_misses) {
             // (prefill-cpu: decode has no CPU misses; the prefill share was checked above)
+        } else if (gate && atoi(gate) == 2) {
+            // the split's gate forced on a fixed F (tests/gpu/hybrid.sh mid-cpumiss-gate): both paths ran, so some
+            // misses were the CPU's and some went over PCIe in the plain path's steps
+            if (hs.cpu_misses > 0 && hs.misses > hs.cpu_misses)
+                printf("PASS CPU misses with the split gated: %" PRIu64 " on the CPU, %" PRIu64 " over PCIe\n",
+                       hs.cpu_misses, hs.misses - hs.cpu_misses);
+            else {
+                printf("FAIL CPU misses with the split gated: %" PRIu64 " on the CPU of %" PRIu64 " (want both paths)\n",
+                       hs.cpu_misses, hs.misses);
+                fails++;
+            }
         } else if (g_pcie_frac >= 0 && g_pcie_frac < 1) {
             // error diffusion makes the long-run CPU share exact up to one miss per layer
             const double want = 1.0 - g_pcie_frac;

@@ -295,6 +295,40 @@ static void test_pf_gate(st_rng *r) {
     }
 }
 
+// The CPU-miss split's gate on random periods against a transcription of its rule, plus the measured situations
+// (16 GiB at short depth, 1.7 misses per token: stays split; the agent prompt's decode after the refill, ~0: off
+// after two quiet periods; misses back: split again at once).
+static void test_split_gate(st_rng *r) {
+    const double off = ST_HY_SPLIT_GATE_OFF, on = ST_HY_SPLIT_GATE_ON;
+    st_hy_split_gate g = {1, 0};
+    CHECK(!st_hy_split_gate_step(&g, 16, 8, 27, off, on) && g.live, "1.7 misses per token turned the split off");
+    CHECK(!st_hy_split_gate_step(&g, 16, 8, 0, off, on) && g.live && g.quiet == 1, "off after one quiet period");
+    CHECK(!st_hy_split_gate_step(&g, 4, 8, 0, off, on) && g.live && g.quiet == 1, "a short period changed the state");
+    CHECK(st_hy_split_gate_step(&g, 16, 8, 1, off, on) && !g.live, "still split after two quiet periods");
+    CHECK(!st_hy_split_gate_step(&g, 16, 8, 8, off, on) && !g.live, "0.5 misses per token turned the split on");
+    CHECK(st_hy_split_gate_step(&g, 16, 8, 12, off, on) && g.live && g.quiet == 0, "0.75 per token left it off");
+    for (int it = 0; it < 20000; it++) {
+        const st_hy_split_gate before = {(int)(st_rng_u32(r) & 1), (int)(st_rng_u32(r) % ST_HY_SPLIT_GATE_QUIET)};
+        const int64_t n = (int64_t)(st_rng_u32(r) % 40), min_dec = 8;
+        const uint64_t misses = st_rng_u32(r) % (uint64_t)(2 * (n + 1));
+        const double o = 0.1 * (double)(st_rng_u32(r) % 6), o2 = o + 0.1 * (double)(st_rng_u32(r) % 10);
+        st_hy_split_gate g2 = before;
+        const int changed = st_hy_split_gate_step(&g2, n, min_dec, misses, o, o2);
+        st_hy_split_gate want = before;
+        if (n >= min_dec && n > 0) {
+            if (!before.live) {
+                if ((double)misses >= o2 * (double)n) want.live = 1, want.quiet = 0;
+            } else {
+                want.quiet = (double)misses < o * (double)n ? before.quiet + 1 : 0;
+                if (want.quiet >= ST_HY_SPLIT_GATE_QUIET) want.live = 0, want.quiet = 0;
+            }
+        }
+        CHECK(g2.live == want.live && g2.quiet == want.quiet && changed == (g2.live != before.live),
+              "split gate live %d quiet %d, n %lld misses %llu (off %.1f on %.1f): got live %d quiet %d changed %d",
+              before.live, before.quiet, (long long)n, (unsigned long long)misses, o, o2, g2.live, g2.quiet, changed);
+    }
+}
+
 // The own-set refill on random rows: the set afterwards is the brute-force top P of the non-resident experts (by
 // freq, ties to the lower id; freq drawn from few values so ties happen), held experts that stay keep their slots,
 // fresh marks exactly the slots whose expert changed, and the fresh experts run in expert order.
@@ -362,6 +396,7 @@ int main(void) {
     test_decay(&r);
     test_swaps(&r);
     test_pf_gate(&r);
+    test_split_gate(&r);
     test_pf_set_refill(&r);
     if (failures) {
         fprintf(stderr, "test_cache_policy: %d failure(s) (seed %" PRIu64 ", rerun with STRATA_SEED=%" PRIu64 ")\n",
