@@ -251,6 +251,19 @@ static int check_world(world *w, char *detail, size_t dn) {
     return bad;
 }
 
+// np distinct expert ids in [0, NE), as a router's top-k gives.
+static void random_top(st_rng *r, int32_t *pred, int np) {
+    for (int i = 0; i < np; i++) {
+        int e;
+        do {
+            e = (int)st_rng_below(r, NE);
+            for (int j = 0; j < i; j++)
+                if (pred[j] == e) e = -99;
+        } while (e == -99);
+        pred[i] = e;
+    }
+}
+
 static void run_plan(world *w, int m, const int32_t *pred, int np, int progress) {
     CK(cudaMemcpy(w->pred_d, pred, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
     if (w->pf.prev_max > 0) CK(cudaMemcpy(w->counts_d, w->counts, sizeof w->counts, cudaMemcpyHostToDevice));
@@ -357,15 +370,7 @@ int main(void) {
         }
         for (int k = (int)st_rng_below(&r, 6); k > 0; k--) w.counts[m * NE + st_rng_below(&r, NE)] += 1;
         int32_t pred[32];
-        for (int i = 0; i < np; i++) {
-            int e;
-            do {
-                e = (int)st_rng_below(&r, NE);
-                for (int j = 0; j < i; j++)
-                    if (pred[j] == e) e = -99;
-            } while (e == -99);
-            pred[i] = e;
-        }
+        random_top(&r, pred, np);
         const int late = st_rng_below(&r, 6) == 0;
         w.pf.max_copies = (int)st_rng_below(&r, 3) * 2;  // none, 2 or 4
         int32_t before[NSETS * P];
@@ -400,15 +405,7 @@ int main(void) {
         if (!post) {
             const int np = 1 + (int)st_rng_below(&r, P);
             int32_t pred[32];
-            for (int i = 0; i < np; i++) {  // distinct, as a top-k
-                int e;
-                do {
-                    e = (int)st_rng_below(&r, NE);
-                    for (int j = 0; j < i; j++)
-                        if (pred[j] == e) e = -99;
-                } while (e == -99);
-                pred[i] = e;
-            }
+            random_top(&r, pred, np);
             const int late = st_rng_below(&r, 6) == 0;
             copies += (unsigned long long)model_plan(&w, m, pred, np, late, restored, &n_restored);
             lates += (unsigned long long)late;
