@@ -61,6 +61,7 @@ class Sim:
         self.prev_miss = [[] for _ in range(L)]
         self.t = 0.0
         self.stream_free = 0.0
+        self.post_free = 0.0  # the post plans' stream (STRATA_HY_PF_POST)
         self.tokens = self.misses = self.copies = self.late = self.served = 0  # (counted after the warm-up)
         self.layer_misses = [0] * L
         self.jobs = 0  # layers with misses (each a CPU job the GPU waits for)
@@ -111,6 +112,20 @@ class Sim:
             self.copies += 1
         self.stream_free = t
 
+    def post(self, l, chosen, t_fork):
+        """Layer l's post plan (k_hy_pf_plan in post mode): this token's choices not resident and not in the set are
+        copied for the next token (at most a.post), on a stream of its own after the side stream's copies of layer l."""
+        own, rdy = self.owner[l], self.ready[l]
+        keep = {own.index(e) for e in chosen if e in own}
+        need = [e for e in chosen if e not in self.res[l] and e not in own][: self.a.post]
+        free = [j for j in range(len(own)) if j not in keep][: len(need)]
+        t = max([t_fork, self.post_free] + [rdy[j] for j in range(len(own)) if own[j] >= 0]) + self.a.plan_us
+        for j, e in zip(free, need):
+            t += self.a.copy_us
+            own[j], rdy[j] = e, t
+            self.copies += 1
+        self.post_free = t
+
     def step(self, policy, layers):
         a = self.a
         layer_us = a.step_us / self.L
@@ -134,6 +149,8 @@ class Sim:
             self.prev[l], self.prev_miss[l] = list(chosen), miss
             for e in chosen:
                 self.cnt[l][e] += 1
+            if a.post and l + 3 <= self.L:  # (the branch of layer l+1 forks it; none after the last layer's)
+                self.post(l, chosen, t_moe + layer_us + a.fork_offset_us)
         self.t = t0 + a.step_us  # (the step's time is an input, not a result)
         self.tokens += 1
         if self.tokens % a.period == 0:
@@ -194,6 +211,8 @@ def parser():
     ap.add_argument("--fork-offset-us", type=float, default=25.0, help="plan fork after the layer before starts")
     ap.add_argument("--moe-offset-us", type=float, default=30.0, help="MoE start after its layer starts")
     ap.add_argument("--no-skip-late", dest="skip_late", action="store_false")
+    ap.add_argument("--post", type=int, default=2,
+                    help="post plans' copies per layer (STRATA_HY_PF_POST, default 2 since 2026-12-04c; 0: off)")
     ap.add_argument("--first-layer", type=int, default=3,
                     help="layers (from 0) that hold every expert (ST_PLAN_FIRST_LAYERS, 3 since 2026-12-04; 0: the "
                          "even spread)")

@@ -6,7 +6,8 @@
    predictor (a)'s ranking of every expert (the tiny model has fewer than 64), in step order; cache_sim reads it.
 2. The model's policies on synthetic traces whose answers are known: every layer choosing the same experts every
    token while the predictor names only others (base never copies them: every non-resident choice misses; prev
-   copies each once and then misses nothing), and a perfect predictor (base misses nothing after the warm-up).
+   copies each once and then misses nothing but in layer 0, which no plan covers, and with post plans nowhere), and a
+   perfect predictor (base misses nothing after the warm-up).
 3. Bad input (a missing file, a file that is not a trace): a clear message and exit status 1.
 
 usage: test_cache_sim.py STRATA_BINARY
@@ -69,17 +70,23 @@ with tempfile.TemporaryDirectory() as d:
     write_trace(path, L, E, K, same)
     _, _, _, steps = cache_sim.read_trace(path)
     # (no swaps: 8, 9 stay out; the even spread first, so that layer 0 is like the others but never planned)
-    a = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0, first_layer=0)
+    a = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0, first_layer=0, post=0)
     base = cache_sim.simulate(steps, L, E, K, "base", a)
     prev = cache_sim.simulate(steps, L, E, K, "prev", a)
     check(base["misses"] == L * K, "base: a predictor that never names the choice misses all of it", str(base))
     check(prev["misses"] == K and prev["served"] == (L - 1) * K,
           "prev: the previous choice copied, then served (layer 0, never planned, still misses)", str(prev))
-    a1 = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0, first_layer=1)
+    a1 = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0, first_layer=1, post=0)
     base = cache_sim.simulate(steps, L, E, K, "base", a1)
     prev = cache_sim.simulate(steps, L, E, K, "prev", a1)
     check(base["misses"] == (L - 1) * K and prev["misses"] == 0,
           "layer 0 whole: no miss there; prev then misses nothing", f"{base} {prev}")
+    # post plans (STRATA_HY_PF_POST): layer 0, which no plan covers, is copied after its first token; prev then
+    # misses nothing with the even spread too, and the post copies are kept (no further copies after the warm-up)
+    a2 = sim_args(path, resident=8, per_set=4, pred=4, warmup=10, swaps=0, first_layer=0, post=2)
+    prev = cache_sim.simulate(steps, L, E, K, "prev", a2)
+    check(prev["misses"] == 0 and prev["served"] == L * K and prev["copies"] == 0,
+          "prev + post plans: every layer served from copies, none made after the warm-up", str(prev))
     perfect = [[([8, 9], [8, 9] + list(range(10, 16)) + list(range(8))) for _ in range(L)] for _ in range(40)]
     path = f"{d}/perfect.trace"
     write_trace(path, L, E, K, perfect)
