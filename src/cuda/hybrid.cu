@@ -264,26 +264,28 @@ __global__ void k_hy_pf_plan(const st_hy_pf pf, int m, const int32_t *__restrict
     pf.work[0] = n;
 }
 
-extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {
-    if (!pf || !pred || P <= 0 || P > 32 || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 || m < 0)
-        return st_err("st_cuda_hy_pf_plan: layer %d, %d predictions (1..32), %d slots per set (1..32), %d sets (>= 3)",
-                      m, P, pf ? pf->per_set : 0, pf ? pf->n_sets : 0);
+// Both plan entry points: argument checks, then the kernel (post: no predictions, the previous choice required).
+static int hy_pf_plan_launch(const char *fn, const st_hy_pf *pf, int m, const int32_t *pred, int P, int post,
+                             cudaStream_t stream) {
+    if (!pf || (!post && (!pred || P <= 0 || P > 32)) || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 ||
+        m < 0)
+        return st_err("%s: layer %d, %d predictions (1..32), %d slots per set (1..32), %d sets (>= 3)", fn, m, P,
+                      pf ? pf->per_set : 0, pf ? pf->n_sets : 0);
+    if (post && pf->prev_max <= 0) return st_err("%s: a post plan needs the previous choice (prev_max > 0)", fn);
     if (pf->prev_max > 0 && (!pf->counts || !pf->seen || pf->E > ST_HY_PF_PREV_MAX_E))
-        return st_err("st_cuda_hy_pf_plan: the previous choice needs the routing counts and their last view, and at "
-                      "most %d experts (%d)", ST_HY_PF_PREV_MAX_E, pf->E);
-    k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, pred, P, 0);
+        return st_err("%s: the previous choice needs the routing counts and their last view, and at most %d experts "
+                      "(%d)", fn, ST_HY_PF_PREV_MAX_E, pf->E);
+    k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, pred, P, post);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>>", __FILE__, __LINE__);
 }
 
+extern "C" int st_cuda_hy_pf_plan(const st_hy_pf *pf, int m, const int32_t *pred, int P, cudaStream_t stream) {
+    return hy_pf_plan_launch("st_cuda_hy_pf_plan", pf, m, pred, P, 0, stream);
+}
+
 extern "C" int st_cuda_hy_pf_plan_post(const st_hy_pf *pf, int m, cudaStream_t stream) {
-    if (!pf || pf->per_set <= 0 || pf->per_set > 32 || pf->n_sets < 3 || m < 0 || pf->prev_max <= 0 || !pf->counts ||
-        !pf->seen || pf->E > ST_HY_PF_PREV_MAX_E)
-        return st_err("st_cuda_hy_pf_plan_post: layer %d, %d slots per set (1..32), %d sets (>= 3), previous choice %s",
-                      m, pf ? pf->per_set : 0, pf ? pf->n_sets : 0, pf && pf->prev_max > 0 ? "on" : "off (needed)");
-    k_hy_pf_plan<<<1, 32, 0, stream>>>(*pf, m, NULL, 0, 1);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : st_cuda_check_at(e, "k_hy_pf_plan<<<>>> (post)", __FILE__, __LINE__);
+    return hy_pf_plan_launch("st_cuda_hy_pf_plan_post", pf, m, NULL, 0, 1, stream);
 }
 
 __global__ void __launch_bounds__(256) k_hy_pf_copy(const st_hy_pf pf, int m) {

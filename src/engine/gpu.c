@@ -1069,7 +1069,7 @@ static int step_one(st_gpu_session *s) {
         s->warm = 1;
         return step(s, 1, 0, 1);
     }
-    const int gi = (s->g->hy && st_hybrid_prefetch_gated(s->g->hy)) + 2 * (s->g->hy && st_hybrid_split_gated(s->g->hy));
+    const int gi = st_hybrid_prefetch_gated(s->g->hy) + 2 * st_hybrid_split_gated(s->g->hy);  // (NULL: 0 both)
     if (!s->graph_ready[gi] && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL && !s->actdump) {
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {

@@ -791,12 +791,14 @@ static int hy_cpu_init(st_hybrid *h) {
     return getenv("STRATA_HY_HOSTNODE") ? 0 : hy_bell_init(h);
 }
 
-int st_hybrid_cpu_split(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0 && h->split_gate.live; }
-int st_hybrid_split_gated(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0 && !h->split_gate.live; }
+// The CPU-miss split is configured (the workers and F < 1); its gate may have it off for a while.
+static int hy_split_configured(const st_hybrid *h) { return h && h->cpu && h->cpu_q16 > 0; }
+int st_hybrid_cpu_split(const st_hybrid *h) { return hy_split_configured(h) && h->split_gate.live; }
+int st_hybrid_split_gated(const st_hybrid *h) { return hy_split_configured(h) && !h->split_gate.live; }
 
 // The split's gate from one processed read-back period (hy_rb_process).
 static void hy_split_gate(st_hybrid *h, int64_t n_dec, uint64_t misses) {
-    if (!h->split_gating || !h->cpu || !h->cpu_q16) return;
+    if (!h->split_gating || !hy_split_configured(h)) return;
     if (!h->split_gate.live) h->split_plain_tokens += n_dec > 0 ? (uint64_t)n_dec : 0;
     if (!st_hy_split_gate_step(&h->split_gate, n_dec, h->period / 2, misses, h->split_off, h->split_on)) return;
     h->split_flips += !h->split_gate.live;
@@ -1528,9 +1530,8 @@ void st_hybrid_describe(const st_hybrid *h, st_gpu_hybrid_stats *s) {
     s->n_experts = (uint64_t)h->L * h->E;
     s->slot_bytes = h->stride;
     s->n_staging = (uint64_t)h->lay.n_stage_bufs * h->lay.stage_per_buf;
-    const int split = h->cpu && h->cpu_q16 > 0;  // (configured: the gate may have it off for a while)
-    s->pcie_frac = split ? h->pcie_frac : 1.0;
-    s->cpu_threads = split ? st_hy_cpu_threads(h->cpu) : 0;
+    s->pcie_frac = hy_split_configured(h) ? h->pcie_frac : 1.0;
+    s->cpu_threads = hy_split_configured(h) ? st_hy_cpu_threads(h->cpu) : 0;
     s->pf_per_layer = h->pf_on ? h->pf_P : 0;
 }
 
