@@ -53,6 +53,60 @@ __global__ void __launch_bounds__(DEC_THREADS)
     block_quant<false>(fmt, sv, yq + r * qstride, n / 32, 0, n / 32);
 }
 
+// One row of n = 256 k <= 256 G32 elements, group g owning 256-element span g (lane l: elements 256 g + 32 j + l,
+// j < 8): the sum of squares meets in one barrier, and each group scales and quantizes its span from registers
+// (quant256 / quant32, as block_quant). k_rmsnorm_act's chain has three barriers and two shared-memory passes.
+// Bit for bit k_rmsnorm_act's outputs up to the double sum of squares' order (decode_rows.cuh wn_scale).
+#define SPAN_MAX_N (256 * G32)  // one group per 256-element span, at most G32 groups per block
+
+__global__ void __launch_bounds__(SPAN_MAX_N / 8)
+    k_rmsnorm_act_span(float *__restrict__ y, uint8_t *__restrict__ yq, int fmt, float *x, const float *res,
+                       const float *__restrict__ w, int n, float eps) {
+    __shared__ double part[G32];
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    const int i0 = 256 * g + lane;
+    float wv[8], v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) wv[j] = w[i0 + 32 * j];  // the norm weights are no kernel's output
+    st_pdl_wait();
+    st_pdl_trigger();
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = x[i0 + 32 * j];
+    if (res) {
+        float r[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) r[j] = res[i0 + 32 * j];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], r[j]), x[i0 + 32 * j] = v[j];  // (each element: one thread)
+    }
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) ss += (double)__fmul_rn(v[j], v[j]);
+    ss = g32_sum_d(ss);
+    if (lane == 0) part[g] = ss;
+    __syncthreads();
+    ss = 0;
+    for (int k = 0; k < ng; k++) ss += part[k];
+    const float scale = norm_rms_scale(ss, n, eps);
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = __fmul_rn(__fmul_rn(v[j], scale), wv[j]);
+    if (y)
+#pragma unroll
+        for (int j = 0; j < 8; j++) y[i0 + 32 * j] = v[j];
+    if (!yq) return;
+    if (fmt == ST_TYPE_Q8_K) quant256(yq, n / 32, g, lane, v);
+    else
+#pragma unroll
+        for (int j = 0; j < 8; j++) quant32(yq, n / 32, 8 * g + j, lane, v[j], fmt == ST_TYPE_Q8_1);
+}
+
+static int g_norm_span = -1;  // st_cuda_rmsnorm_act_set_span; -1: STRATA_NORM_SPAN (default 1)
+extern "C" void st_cuda_rmsnorm_act_set_span(int on) { g_norm_span = on < 0 ? -1 : on != 0; }
+static bool norm_span_on(void) {
+    static int env = -1;
+    return g_norm_span >= 0 ? g_norm_span != 0 : env_switch(&env, "STRATA_NORM_SPAN", 1) != 0;
+}
+
 extern "C" int st_cuda_rmsnorm_act(float *y, void *yq, int act_format, float *x, const float *res, const float *w,
                                    int n_rows, int n, float eps, cudaStream_t stream) {
     if (!y && !yq) return st_err("st_cuda_rmsnorm_act: no output given");
@@ -63,6 +117,11 @@ extern "C" int st_cuda_rmsnorm_act(float *y, void *yq, int act_format, float *x,
                       "== 0)", act_format, n);
     if (yq && ((uintptr_t)yq & 15)) return st_err("st_cuda_rmsnorm_act: yq must be 16-byte aligned");
     if (n_rows <= 0) return 0;
+    if (n_rows == 1 && w && n % 256 == 0 && n <= SPAN_MAX_N && norm_span_on()) {
+        st_dec_launch(k_rmsnorm_act_span, dim3(1), dim3(G32 * (n / 256)), 0, stream, y, (uint8_t *)yq, act_format, x,
+                      res, w, n, eps);
+        return launch_check("rmsnorm_act");
+    }
     st_dec_launch(k_rmsnorm_act, dim3(n_rows), dim3(DEC_THREADS), sizeof(float) * (size_t)n, stream, y, (uint8_t *)yq,
                   act_format, x, res, w, n, eps, (long long)st_q8_1_row_bytes(n));
     return launch_check("rmsnorm_act");
@@ -83,6 +142,7 @@ extern "C" int st_cuda_dec_supported(int t) {
 struct multi_args {
     const uint8_t *W[ST_DEC_MAX_MATS];
     float *y[ST_DEC_MAX_MATS];
+    const float *add[ST_DEC_MAX_MATS];
     long long row_bytes[ST_DEC_MAX_MATS];
     int type[ST_DEC_MAX_MATS];
     int row_end[ST_DEC_MAX_MATS];  // cumulative row counts
@@ -91,8 +151,10 @@ struct multi_args {
     const uint8_t *xq;
 };
 
-template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
+// ADD (the O launch with the residual add): a separate instance, since holding the addend across the dot costs the
+// plain instances 4-10 registers (one spilled).
+template <int TYPE, bool ADD>
+__device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES; before any group leaves)
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
@@ -104,23 +166,36 @@ __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) 
     // Select the matrix with an unrolled scan, so the argument arrays are never indexed dynamically.
     const uint8_t *W = a.W[0];
     float *y = a.y[0];
+    const float *add = ADD ? a.add[0] : nullptr;
     long long rb = a.row_bytes[0];
     int type = a.type[0], r = grow;
 #pragma unroll
     for (int i = 1; i < ST_DEC_MAX_MATS; i++)
         if (i < a.n_mat && grow >= a.row_end[i - 1]) {
             W = a.W[i], y = a.y[i], rb = a.row_bytes[i], type = a.type[i];
+            if (ADD) add = a.add[i];
             r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
     for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
+    const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
     float v;
     if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
     else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
-    if (lane == 0) y[r] = v;
+    if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
 }
+
+template <int TYPE>
+__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
+    mmvq_multi_body<TYPE, false>(a);
+}
+template <int TYPE>
+__global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi_add(const multi_args a) {
+    mmvq_multi_body<TYPE, true>(a);
+}
+
 
 extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
                                   cudaStream_t stream) {
@@ -142,6 +217,7 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
         if (rows > INT32_MAX / 2) return st_err("st_cuda_mmvq_multi: %lld rows in all", (long long)rows);
         a.W[i] = (const uint8_t *)m->W;
         a.y[i] = m->y;
+        a.add[i] = m->add;
         a.row_bytes[i] = (long long)st_row_size(m->type, ne0);
         a.type[i] = m->type;
         a.row_end[i] = (int)rows;
@@ -150,10 +226,12 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
     a.nitems = (int)(ne0 / 32);
     a.xq = (const uint8_t *)xq;
     const int per_block = DEC_THREADS / G32;
-    int same = 1;
+    int same = 1, any_add = 0;
     for (int i = 1; i < n_mat; i++) same &= mats[i].type == mats[0].type;
-    void (*fn)(const multi_args) = k_mmvq_multi<0>;
-    if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
+    for (int i = 0; i < n_mat; i++) any_add |= mats[i].add != NULL;
+    void (*fn)(const multi_args) = any_add ? k_mmvq_multi_add<0> : k_mmvq_multi<0>;
+    if (same && any_add) DEC_PICK(fn, k_mmvq_multi_add, mats[0].type);
+    else if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
     st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
     return launch_check("mmvq_multi");
 }
@@ -272,6 +350,59 @@ __global__ void __launch_bounds__(DEC_THREADS)
         for (int i = threadIdx.x; i < ne0; i += blockDim.x) xn[i] = sv[i];
     block_quant<false>(fmt, sv, xq, ne0 / 32, 0, ne0 / 32);
     if (g == 0) route_group(logits, E, K, norm, ids, weights);
+}
+
+// The FFN norm folded into the router launch (st_cuda_router_fold; F32 router, one token): every group loads the
+// residual row x, computes the RMS scale by a butterfly and normalises the row in registers (decode_rows.cuh wn_*:
+// no shared memory, no barrier), dots it with its router row, and groups span_stride apart quantize one 256-element
+// span each: no group waits for another, unlike k_router_norm's last block.
+__global__ void __launch_bounds__(ROUTER_GROUPS * G32)
+    k_router_fold(const float *__restrict__ W, int ne0, int E, const float *__restrict__ x,
+                  const float *__restrict__ nw, float eps, uint8_t *__restrict__ xq, int fmt, float *logits,
+                  int span_stride) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
+    const int task = blockIdx.x * ng + g, n4 = ne0 / 4;
+    const bool have = task < E;
+    float4 wp[ROUTER_PRE], gw[WN_U];
+    router_preload<float>(W + (int64_t)(have ? task : 0) * ne0, n4, lane, have, wp);
+    wn_load<false>(gw, nw, n4, lane);
+    st_pdl_wait();
+    st_pdl_trigger();
+    float4 v[WN_U];
+    wn_load<false>(v, x, n4, lane);
+    wn_apply(v, wn_scale(v, ne0, eps), gw);
+    if (have) {
+        float sum = 0.0f;  // router_dot's order over the normalised row
+#pragma unroll
+        for (int u = 0; u < ROUTER_PRE; u++)
+            if (lane + u * G32 < n4) router_acc4(sum, wp[u], v[u]);
+        sum = g32_sum_f(sum);
+        if (lane == 0) logits[task] = sum;
+    }
+    if (task % span_stride == 0 && task / span_stride < ne0 / 256)
+        wn_quant_span(v, task / span_stride, fmt, xq, ne0 / 32, lane);
+}
+
+extern "C" int st_cuda_router_fold_supported(int w_type, int64_t ne0, int n_expert, int act_format) {
+    return w_type == ST_TYPE_F32 && ne0 > 0 && ne0 % 256 == 0 && ne0 <= 4 * G32 * WN_U && ne0 <= 4 * G32 * ROUTER_PRE &&
+           n_expert >= ne0 / 256 && n_expert <= 65536 && dec_fmt_ok(act_format);
+}
+
+extern "C" int st_cuda_router_fold(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
+                                   const float *norm_w, float eps, void *xq, int act_format, float *logits,
+                                   cudaStream_t stream) {
+    if (!st_cuda_router_fold_supported(w_type, ne0, n_expert, act_format))
+        return st_err("st_cuda_router_fold: router %s, rows of %lld, %d experts, activation format %d (F32, a "
+                      "multiple of 256 up to %d, at least one expert per 256 elements)", st_type_name(w_type),
+                      (long long)ne0, n_expert, act_format, 4 * G32 * WN_U);
+    if (!W || !x || !norm_w || !xq || !logits || ((uintptr_t)W & 15) || ((uintptr_t)x & 15) ||
+        ((uintptr_t)norm_w & 15) || ((uintptr_t)xq & 15))
+        return st_err("st_cuda_router_fold: W, x, norm_w and xq must be 16-byte aligned device pointers; logits "
+                      "non-NULL");
+    const unsigned grid = (unsigned)((n_expert + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
+    st_dec_launch(k_router_fold, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const float *)W, (int)ne0,
+                  n_expert, x, norm_w, eps, (uint8_t *)xq, act_format, logits, n_expert / (int)(ne0 / 256));
+    return launch_check("router_fold");
 }
 
 // GO(T) for the router's weight type T (F32, F16, BF16); any other type returns an error naming fn.

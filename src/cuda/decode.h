@@ -41,19 +41,25 @@ size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n_tok);
 //   if res: x[r] += res[r] (written back);  v = x[r] * (1 / sqrt(mean(x^2) + eps)) * w  (as st_rmsnorm)
 //   y[r] = v (if y);  yq row r = v quantized in act_format (if yq; rows st_cuda_q8_1_row_bytes(n) apart)
 //   act_format: ST_TYPE_Q8_0, Q8_1 or Q8_K (st_cuda_act_format of the consumer's weights); n % 32 (Q8_K: % 256).
-//   n <= 12288 (the row is staged in shared memory). One block per row.
+//   n <= 12288 (the row is staged in shared memory). One block per row; one row of n % 256 == 0, n <= 8192 with norm
+//   weights takes a kernel with one barrier (a group per 256-element span; bit for bit up to the double sum of
+//   squares' order), unless st_cuda_rmsnorm_act_set_span(0) or STRATA_NORM_SPAN=0 (A/B; set_span(-1): back to the
+//   environment's choice).
+void st_cuda_rmsnorm_act_set_span(int on);
 int st_cuda_rmsnorm_act(float *y, void *yq, int act_format, float *x, const float *res, const float *w, int n_rows,
                         int n, float eps, cudaStream_t stream);
 
 // Up to ST_DEC_MAX_MATS matrices sharing one quantized input (Q, K and V) in one launch, n_tok = 1:
-//   mats[i].y[r] = dot(mats[i].W row r, x) for r < mats[i].n_out. All ne0 the same; types may differ but must share
-//   the activation format of xq (one planar q8_1 row of ne0, quantize_act.h). One warp per output row.
+//   mats[i].y[r] = (add ? add[r] : 0) + dot(mats[i].W row r, x) for r < mats[i].n_out (the sum IEEE-rounded; add
+//   may alias y: the residual stream x += O . attn). All ne0 the same; types may differ but must share the
+//   activation format of xq (one planar q8_1 row of ne0, quantize_act.h). One warp per output row.
 #define ST_DEC_MAX_MATS 4
 typedef struct st_cuda_dec_mat {
     int type;          // weight type (st_cuda_dec_supported)
     const void *W;     // [n_out][ne0] rows of `type`, 16-byte aligned
     int64_t n_out;
     float *y;          // [n_out] f32
+    const float *add;  // [n_out] f32 added to the dot (NULL: none)
 } st_cuda_dec_mat;
 int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, cudaStream_t stream);
 
@@ -81,6 +87,16 @@ int st_cuda_router_topk_split(int w_type, const void *W, int64_t ne0, int n_expe
 // none): also the hybrid side block's snapshot of the layer's table and the prefetch's progress word (hybrid.h).
 int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, float *logits,
                           const st_hy_snap_args *snap, cudaStream_t stream);
+
+// The FFN norm folded into the router launch, one token, no residual (the O launch adds it: st_cuda_dec_mat.add):
+// logits and xq exactly as st_cuda_rmsnorm_act(NULL, xq, act_format, x, NULL, norm_w, 1, ne0, eps) +
+// st_cuda_router_logits(.., xn, ..) give them (bit for bit, up to the double sum of squares' order: see
+// decode_rows.cuh wn_scale). Every router group normalises the row itself in registers, and one group per 256-element
+// span quantizes it: one launch fewer per MoE layer, no tail. Supported (st_cuda_router_fold_supported): F32 router,
+// ne0 a multiple of 256 up to 2048, n_expert >= ne0 / 256, act_format Q8_0 / Q8_1 / Q8_K.
+int st_cuda_router_fold_supported(int w_type, int64_t ne0, int n_expert, int act_format);
+int st_cuda_router_fold(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, const float *norm_w,
+                        float eps, void *xq, int act_format, float *logits, cudaStream_t stream);
 
 // One token: st_cuda_rmsnorm_act(xn, xq, act_format, x, res, norm_w, 1, ne0, eps) + st_cuda_router_topk(.., xn, 1,
 // ..) in one launch, bit for bit (each router block normalises the row itself; the last block writes x + res, xn

@@ -93,6 +93,8 @@ static inline int env_switch(int *cache, const char *name, int dflt) {
 
 #define DEC_PICK_CASE_k_mmvq_multi(T) \
     case T: fn = k_mmvq_multi<T>; break;
+#define DEC_PICK_CASE_k_mmvq_multi_add(T) \
+    case T: fn = k_mmvq_multi_add<T>; break;
 #define DEC_PICK_CASE_k_moe_glu(T) \
     case T: fn = k_moe_glu<T, 1>; break;
 #define DEC_PICK_CASE_k_moe_down(T) \

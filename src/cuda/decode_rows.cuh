@@ -232,6 +232,11 @@ __device__ __forceinline__ void router_preload(const T *w, int n4, int lane, boo
     }
 }
 
+// One float4 step of a router dot (one expression, so every kernel that takes it contracts it alike).
+__device__ __forceinline__ void router_acc4(float &sum, const float4 a, const float4 b) {
+    sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
 // One logit: dot(router row w, x) by one group, i4 ascending per lane, then the butterfly (every lane gets it).
 template <typename T>
 __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_PRE], const float *x, int n4,
@@ -240,16 +245,131 @@ __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_P
 #pragma unroll
     for (int u = 0; u < ROUTER_PRE; u++) {
         const int i4 = lane + u * G32;
-        if (i4 < n4) {
-            const float4 a = wp[u], b = ldx4<T>(x, i4);
-            sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+        if (i4 < n4) router_acc4(sum, wp[u], ldx4<T>(x, i4));
+    }
+    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) router_acc4(sum, ld4<T>(w, i4), ldx4<T>(x, i4));
+    return g32_sum_f(sum);
+}
+
+// ---- one row normalised by one group, no barrier (the warp norm and the folded FFN norm) -------------------------
+//
+// Lane l of a 32-lane group holds float4 u of the row as v[u] = elements 4 (l + 32 u) .. + 3 (the router's layout),
+// for rows of n = 4 n4 <= 128 WN_U elements. Every group that needs the RMS scale computes it from the whole row
+// itself (a butterfly instead of a block's barriers); each 256-element span is quantized by one group.
+#define WN_U ROUTER_PRE  // float4 per lane: rows of up to 2048 elements
+static_assert(WN_U % 2 == 0, "a 256-element span is two float4 per lane");
+
+// v[u] = row[4 (lane + 32 u) ..] (0 past n4): a batch of loads in flight together.
+template <bool CG>
+__device__ __forceinline__ void wn_load(float4 (&v)[WN_U], const float *row, int n4, int lane) {
+#pragma unroll
+    for (int u = 0; u < WN_U; u++) {
+        const int i4 = lane + u * G32;
+        v[u] = i4 < n4 ? (CG ? __ldcg((const float4 *)row + i4) : ((const float4 *)row)[i4])
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+// The RMSNorm scale 1 / sqrt(mean(v^2) + eps) of the group's row of n elements: squares rounded to float and summed
+// in double (as norm_load_sumsq; the double sum's order differs, which moves a float result only when a double
+// sum's last bits straddle a float rounding boundary), every lane gets it.
+__device__ __forceinline__ float wn_scale(const float4 (&v)[WN_U], int n, float eps) {
+    double a[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int u = 0; u < WN_U; u++) {
+        a[0] += (double)__fmul_rn(v[u].x, v[u].x), a[1] += (double)__fmul_rn(v[u].y, v[u].y);
+        a[2] += (double)__fmul_rn(v[u].z, v[u].z), a[3] += (double)__fmul_rn(v[u].w, v[u].w);
+    }
+    return norm_rms_scale(g32_sum_d((a[0] + a[1]) + (a[2] + a[3])), n, eps);
+}
+
+// v = v * scale * w (norm_scale's two IEEE products per element; w: wn_load'ed norm weights).
+__device__ __forceinline__ void wn_apply(float4 (&v)[WN_U], float scale, const float4 (&w)[WN_U]) {
+#pragma unroll
+    for (int u = 0; u < WN_U; u++) {
+        v[u].x = __fmul_rn(__fmul_rn(v[u].x, scale), w[u].x), v[u].y = __fmul_rn(__fmul_rn(v[u].y, scale), w[u].y);
+        v[u].z = __fmul_rn(__fmul_rn(v[u].z, scale), w[u].z), v[u].w = __fmul_rn(__fmul_rn(v[u].w, scale), w[u].w);
+    }
+}
+
+// a, b = v[2 sp], v[2 sp + 1] by selects on an opaque predicate: the compiler turns a plain select loop back into a
+// dynamic index, which puts the whole row in local memory.
+__device__ __forceinline__ void wn_span(const float4 (&v)[WN_U], int sp, float4 &a, float4 &b) {
+    a = v[0], b = v[1];
+#pragma unroll
+    for (int u = 2; u < WN_U; u += 2) {
+        int hit = u == 2 * sp;
+        asm volatile("" : "+r"(hit));
+        if (hit) a = v[u], b = v[u + 1];
+    }
+}
+
+// Quantizes 256-element span sp of the group's row (v[2 sp], v[2 sp + 1]) into the planar row `row` of nb 32-blocks,
+// in act_format fmt by the CPU's rules, bit for bit block_quant's: Q8_K (one scale per 256, the first element of
+// largest magnitude), or Q8_0 / Q8_1 (eight 32-blocks; the lanes 8 k .. 8 k + 7 hold one between them).
+__device__ __forceinline__ void wn_quant_span(const float4 (&v)[WN_U], int sp, int fmt, uint8_t *row, int nb,
+                                              int lane) {
+    float4 a, b;
+    wn_span(v, sp, a, b);
+    const float e[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    int q[8];
+    float d[2];  // the scales of the lane's two 32-blocks (a's, b's)
+    if (fmt == ST_TYPE_Q8_K) {
+        float best_abs = -1.0f, best_val = 0.0f;
+        int best_idx = 1 << 30;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {  // ascending index within the lane: 4 lane + j, then 128 + 4 lane + j - 4
+            const float m = fabsf(e[j]);
+            if (m > best_abs) best_abs = m, best_val = e[j], best_idx = (j < 4 ? 0 : 128 - 4) + 4 * lane + j;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float oa = __shfl_xor_sync(ST_WARP_MASK, best_abs, o);
+            const float ov = __shfl_xor_sync(ST_WARP_MASK, best_val, o);
+            const int oi = __shfl_xor_sync(ST_WARP_MASK, best_idx, o);
+            if (oa > best_abs || (oa == best_abs && oi < best_idx)) best_abs = oa, best_val = ov, best_idx = oi;
+        }
+        const float iscale = best_abs == 0.0f ? 0.0f : __fdiv_rn(-127.0f, best_val);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int t = __float2int_rn(__fmul_rn(iscale, e[j]));
+            q[j] = t > 127 ? 127 : t;
+        }
+        d[0] = d[1] = best_abs == 0.0f ? 0.0f : __fdiv_rn(1.0f, iscale);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float m = fmaxf(fmaxf(fabsf(e[4 * h]), fabsf(e[4 * h + 1])), fmaxf(fabsf(e[4 * h + 2]), fabsf(e[4 * h + 3])));
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(ST_WARP_MASK, m, o));
+            const float id = m != 0.0f ? __fdiv_rn(127.0f, m) : 0.0f;
+#pragma unroll
+            for (int j = 4 * h; j < 4 * h + 4; j++) q[j] = __float2int_rn(__fmul_rn(e[j], id));
+            d[h] = __fdiv_rn(m, 127.0f);
         }
     }
-    for (int i4 = lane + ROUTER_PRE * G32; i4 < n4; i4 += G32) {
-        const float4 a = ld4<T>(w, i4), b = ldx4<T>(x, i4);
-        sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    uint8_t *qs = row + (size_t)sp * 256 + 4 * lane;
+    float2 *ds = (float2 *)(row + (size_t)nb * 32) + (size_t)sp * 8 + lane / 8;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int *qh = q + 4 * h;
+        *(uint32_t *)(qs + 128 * h) = (uint32_t)(qh[0] & 255) | (uint32_t)(qh[1] & 255) << 8 |
+                                      (uint32_t)(qh[2] & 255) << 16 | (uint32_t)(qh[3] & 255) << 24;
+        int sum = (qh[0] + qh[1]) + (qh[2] + qh[3]);
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(ST_WARP_MASK, sum, o);
+        if (lane % 8 == 0) {
+            float2 o;
+            if (fmt == ST_TYPE_Q8_K) {
+                o = make_float2(d[h], __fmul_rn(d[h], (float)sum));
+            } else {
+                const float d16 = __half2float(__float2half_rn(d[h]));
+                o = make_float2(d16, fmt == ST_TYPE_Q8_1 ? __half2float(__float2half_rn(__fmul_rn((float)sum, d[h])))
+                                                         : __fmul_rn(d16, (float)sum));
+            }
+            ds[4 * h] = o;
+        }
     }
-    return g32_sum_f(sum);
 }
 
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.

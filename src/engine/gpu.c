@@ -96,6 +96,7 @@ struct st_gpu_session {
     int fused;                  // use the fused decode kernels (decode.h); STRATA_NO_FUSED=1 turns them off (A/B)
     int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
+    int ffn_fold;               // one-token FFN norm folded into the router launch (default; STRATA_FFN_FOLD=0)
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
                                 // instead of in the router's last block
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
@@ -512,6 +513,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
     s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
+    const char *fold = getenv("STRATA_FFN_FOLD");
+    s->ffn_fold = !(fold && *fold == '0');
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
@@ -814,9 +817,9 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
         glayer *L = &g->layers[l];
         if (l > 0 && dump_act(s, l - 1, 'f', n)) return -1;  // (the FFN paths below end in `continue`)
         if (fused_qkv(s, L, n)) {
-            const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q},
-                                          {L->wk.type, L->wk.d, L->wk.ne[1], s->k},
-                                          {L->wv.type, L->wv.d, L->wv.ne[1], s->v}};
+            const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q, NULL},
+                                          {L->wk.type, L->wk.d, L->wk.ne[1], s->k, NULL},
+                                          {L->wv.type, L->wv.d, L->wv.ne[1], s->v, NULL}};
             if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL,
                                                             L->attn_norm, n, d, hp->rms_eps, st)) ||
                 RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
@@ -828,9 +831,17 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 return -1;
         }
         if (RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
+        // One token all in VRAM: the FFN norm folded into the router launch (decode.h st_cuda_router_fold), the
+        // residual add into the O launch; bit for bit the separate norm (STRATA_FFN_FOLD=0: the separate launch).
+        const int ffn_fold = n == 1 && s->ffn_fold && !skip && !dup && !g->hy && !s->fixed_ids && !s->router_norm &&
+                             !s->moe_v2 && s->glu_route && hp->n_expert && fused_moe(s, L, n) &&
+                             fused_attn(s, L, n) && !((uintptr_t)L->ffn_norm & 15) &&
+                             st_cuda_router_fold_supported(L->router.type, d, (int)hp->n_expert,
+                                                           st_cuda_act_format(L->gate_exps.type));
         if (fused_attn(s, L, n)) {
             // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
-            const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], s->ffn_out};
+            const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], ffn_fold ? s->x : s->ffn_out,
+                                        ffn_fold ? s->x : NULL};
             if (RUN(DEC_SKIP_ATTN, st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q,
                                                     s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head,
                                                     (int)hp->n_head_kv, hd, scale, s->n_split2, s->attn_ws2, st)) ||
@@ -873,7 +884,11 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // table and sets the progress word (cuda/hybrid.h st_hy_snap_args)
             st_hy_snap_args sn;
             const st_hy_snap_args *snap = hy_side && st_hybrid_snap_args(g->hy, l, &sn) ? &sn : NULL;
-            if (n == 1 && s->router_norm && !skip) {
+            if (ffn_fold) {
+                if (st_cuda_router_fold(L->router.type, L->router.d, d, E, s->x, L->ffn_norm, hp->rms_eps, s->xq, afmt,
+                                        s->router, st))
+                    return -1;
+            } else if (n == 1 && s->router_norm && !skip) {
                 // A/B: the norm inside the router launch (decode.h st_cuda_router_norm_topk), bit for bit the same
                 if (st_cuda_router_norm_topk(L->router.type, L->router.d, d, E, s->x, s->ffn_out, L->ffn_norm,
                                              hp->rms_eps, s->xn, s->xq, afmt, K, hp->expert_weights_norm, s->router,

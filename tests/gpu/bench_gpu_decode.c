@@ -194,8 +194,8 @@ static void v3_stage(int s, const lcopy *L) {
     switch (s) {
     case 0: CKL(st_cuda_rmsnorm_act(NULL, xq, FMT, x, NULL, L->attn_norm, 1, D, 1e-6f, g_st)); break;
     case 1: {
-        const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, L->wq, NH * HD, q}, {ST_TYPE_Q4_K, L->wk, NKV * HD, k},
-                                      {L->t_v, L->wv, NKV * HD, v}};
+        const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, L->wq, NH * HD, q, NULL}, {ST_TYPE_Q4_K, L->wk, NKV * HD, k, NULL},
+                                      {L->t_v, L->wv, NKV * HD, v, NULL}};
         CKL(st_cuda_mmvq_multi(m, 3, D, xq, g_st));
         break;
     }
@@ -205,7 +205,7 @@ static void v3_stage(int s, const lcopy *L) {
                              g_st));
         break;
     case 4: {
-        const st_cuda_dec_mat mo = {ST_TYPE_Q4_K, L->wo, D, ffn_out};
+        const st_cuda_dec_mat mo = {ST_TYPE_Q4_K, L->wo, D, ffn_out, NULL};
         CKL(st_cuda_mmvq_multi(&mo, 1, NH * HD, xq, g_st));
         break;
     }
@@ -249,8 +249,8 @@ static void v2_stage(int s, const lcopy *L) {
     switch (s) {
     case 0: CKL(st_cuda_rmsnorm_act(NULL, xq, FMT, x, NULL, L->attn_norm, 1, D, 1e-6f, g_st)); break;
     case 1: {
-        const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, L->wq, NH * HD, q}, {ST_TYPE_Q4_K, L->wk, NKV * HD, k},
-                                      {L->t_v, L->wv, NKV * HD, v}};
+        const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, L->wq, NH * HD, q, NULL}, {ST_TYPE_Q4_K, L->wk, NKV * HD, k, NULL},
+                                      {L->t_v, L->wv, NKV * HD, v, NULL}};
         CKL(st_cuda_mmvq_multi(m, 3, D, xq, g_st));
         break;
     }

@@ -176,9 +176,11 @@ static const char *fmt_name(int fmt) { return st_type_name(fmt); }
 
 // ---- rmsnorm_act -----------------------------------------------------------------------------------------------
 
+// Both kernels against the CPU: one row of n % 256 == 0, n <= 8192 takes the span kernel unless switched off.
 static void test_rmsnorm_act(void) {
     static const int fmts[] = {ST_TYPE_Q8_0, ST_TYPE_Q8_1, ST_TYPE_Q8_K};
     const float eps = 1e-6f;
+    for (int span = 0; span <= 1; span++)
     for (int fi = 0; fi < 3; fi++)
         for (int rows = 1; rows <= 3; rows += 2)
             for (int with_res = 0; with_res <= 1; with_res++) {
@@ -186,7 +188,9 @@ static void test_rmsnorm_act(void) {
                 const int64_t N = (int64_t)rows * n;
                 const size_t rb = (size_t)st_q8_1_row_bytes(n);
                 float *x = rand_f32(N, 1.5f), *res = rand_f32(N, 0.7f), *w = rand_f32(n, 1.0f);
-                if (rows == 3) memset(x + n, 0, sizeof(float) * 256), memset(res + n, 0, sizeof(float) * 256);  // an all-zero block
+                st_cuda_rmsnorm_act_set_span(span);
+                const int64_t z = rows == 3 ? n : 256;  // an all-zero block (span)
+                memset(x + z, 0, sizeof(float) * 256), memset(res + z, 0, sizeof(float) * 256);
                 float *dres = dup_h2d(res, sizeof(float) * N), *dw = dup_h2d(w, sizeof(float) * n);
                 float *dx = dup_h2d(x, sizeof(float) * N), *dy = dalloc(sizeof(float) * N);
                 uint8_t *dq = dalloc(rb * rows);
@@ -202,10 +206,12 @@ static void test_rmsnorm_act(void) {
                 float *xr = xmalloc(sizeof(float) * N);
                 for (int64_t i = 0; i < N; i++) xr[i] = with_res ? x[i] + res[i] : x[i];
                 char what[96];
-                snprintf(what, sizeof what, "rmsnorm_act %s rows %d res %d: x", fmt_name(fmt), rows, with_res);
+                snprintf(what, sizeof what, "rmsnorm_act%s %s rows %d res %d: x", span ? "" : " (block kernel)",
+                         fmt_name(fmt), rows, with_res);
                 check_close(what, xs, xr, N, 0, 0);
                 for (int r = 0; r < rows; r++) st_rmsnorm(ref + (int64_t)r * n, xr + (int64_t)r * n, w, n, eps);
-                snprintf(what, sizeof what, "rmsnorm_act %s rows %d res %d: y", fmt_name(fmt), rows, with_res);
+                snprintf(what, sizeof what, "rmsnorm_act%s %s rows %d res %d: y", span ? "" : " (block kernel)",
+                         fmt_name(fmt), rows, with_res);
                 check_close(what, y, ref, N, 1e-6f, 2e-6f);
                 int64_t bad = 0;
                 for (int r = 0; r < rows; r++) bad += cmp_cpu_quant(what, fmt, q + r * rb, y + (int64_t)r * n, n);
@@ -223,7 +229,8 @@ static void test_rmsnorm_act(void) {
                 free(x), free(res), free(w), free(y), free(xs), free(ref), free(q), free(q2), free(xr);
                 cudaFree(dres), cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dq);
             }
-    report("rmsnorm_act (+residual, CPU-format Q8_0 / Q8_1 / Q8_K)");
+    st_cuda_rmsnorm_act_set_span(-1);
+    report("rmsnorm_act (+residual, CPU-format Q8_0 / Q8_1 / Q8_K; the span and block kernels)");
 }
 
 // ---- mmvq_multi --------------------------------------------------------------------------------------------------
@@ -236,9 +243,12 @@ static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, i
     CKL(st_cuda_quantize_act(&g_ctx, fmt, dx, dxq, 1, ne0, 0));
     st_cuda_dec_mat m[ST_DEC_MAX_MATS];
     uint8_t *hw[ST_DEC_MAX_MATS];
-    float *dref[ST_DEC_MAX_MATS];
+    float *dref[ST_DEC_MAX_MATS], *hadd[ST_DEC_MAX_MATS];
     for (int i = 0; i < n_mat; i++) {
         hw[i] = rand_weights(types[i], rows[i], ne0);
+        // The last matrix adds a vector to its dots (the O launch's residual add): its reference is dot + add.
+        hadd[i] = i == n_mat - 1 ? rand_f32(rows[i], 2.0f) : NULL;
+        m[i].add = hadd[i] ? dup_h2d(hadd[i], sizeof(float) * rows[i]) : NULL;
         m[i].type = types[i];
         m[i].W = dup_h2d(hw[i], st_row_size(types[i], ne0) * rows[i]);
         m[i].n_out = rows[i];
@@ -260,6 +270,11 @@ static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, i
             printf("  st_cpu_matmul: %s\n", st_errmsg());
             g_fail_cur++;
         }
+        if (hadd[i]) {
+            // The sum is one IEEE add of the dot to add[r] (as the FFN norm's residual add): the dot part must be
+            // st_cuda_mmvq's to within the row's summation order, then got - add is that dot up to one rounding.
+            for (int r = 0; r < rows[i]; r++) ref[r] = hadd[i][r] + ref[r], cpu[r] = hadd[i][r] + cpu[r];
+        }
         double l2 = 0;
         for (int r = 0; r < rows[i]; r++) l2 += (double)cpu[r] * cpu[r];
         l2 = sqrt(l2 / rows[i]);
@@ -273,8 +288,8 @@ static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, i
             printf("  mmvq_multi matrix %d (%s): relative L2 error vs CPU %.3g > 0.035\n", i, st_type_name(types[i]), e);
             g_fail_cur++;
         }
-        free(got), free(ref), free(cpu), free(mag), free(hw[i]);
-        cudaFree((void *)m[i].W), cudaFree(m[i].y), cudaFree(dref[i]);
+        free(got), free(ref), free(cpu), free(mag), free(hw[i]), free(hadd[i]);
+        cudaFree((void *)m[i].W), cudaFree(m[i].y), cudaFree(dref[i]), cudaFree((void *)m[i].add);
     }
     free(x);
     cudaFree(dx), cudaFree(dxq);
@@ -456,6 +471,60 @@ static void test_router_norm(void) {
     test_router_norm_case(ST_TYPE_BF16, ST_TYPE_Q8_1, 160, 6, 1024, 1, 0);  // no residual
     test_router_norm_case(ST_TYPE_F32, ST_TYPE_Q8_K, 128, 8, 4096, 1, 1);   // wider than the registers' preload
     report("router_norm_topk (FFN norm + router + top-k in one launch == the two launches, bit for bit)");
+}
+
+// ---- FFN norm folded into the router launch ---------------------------------------------------------------------
+
+// st_cuda_router_fold against st_cuda_rmsnorm_act + st_cuda_router_logits (each checked against the CPU above), bit
+// for bit: logits and the quantized row; launched twice with the outputs poisoned in between.
+static void test_router_fold_case(int fmt, int E, int d) {
+    uint8_t *W = rand_weights(ST_TYPE_F32, E, d);
+    void *dW = dup_h2d(W, st_row_size(ST_TYPE_F32, d) * E);
+    float *x = rand_f32(d, 1.0f), *nw = rand_f32(d, 0.1f);
+    for (int i = 0; i < d; i++) nw[i] += 1.0f;
+    memset(x + d - 256, 0, sizeof(float) * 256);  // an all-zero span
+    float *dx = dup_h2d(x, sizeof(float) * d), *dnw = dup_h2d(nw, sizeof(float) * d);
+    float *dxn = dalloc(sizeof(float) * d), *dl = dalloc(sizeof(float) * E);
+    const size_t qb = (size_t)st_q8_1_row_bytes(d);
+    uint8_t *dxq = dalloc(qb);
+    CKL(st_cuda_rmsnorm_act(dxn, dxq, fmt, dx, NULL, dnw, 1, d, 1e-6f, 0));
+    CKL(st_cuda_router_logits(ST_TYPE_F32, dW, d, E, dxn, dl, NULL, 0));
+    float *rl = xmalloc(sizeof(float) * E), *gl = xmalloc(sizeof(float) * E);
+    uint8_t *rq = xmalloc(qb), *gq = xmalloc(qb);
+    d2h(rl, dl, sizeof(float) * E), d2h(rq, dxq, qb);
+    if (!st_cuda_router_fold_supported(ST_TYPE_F32, d, E, fmt)) {
+        printf("  router_fold %s E %d d %d: reported unsupported\n", fmt_name(fmt), E, d);
+        g_fail_cur++;
+    }
+    for (int rep = 0; rep < 2; rep++) {
+        poison(dl, sizeof(float) * E), poison(dxq, qb);
+        CKL(st_cuda_router_fold(ST_TYPE_F32, dW, d, E, dx, dnw, 1e-6f, dxq, fmt, dl, 0));
+        d2h(gl, dl, sizeof(float) * E), d2h(gq, dxq, qb);
+        const char *bad = memcmp(gq, rq, qb) ? "quantized row" : memcmp(gl, rl, sizeof(float) * E) ? "logits" : NULL;
+        if (bad) {
+            printf("  router_fold %s E %d d %d rep %d: %s differ from the two launches\n", fmt_name(fmt), E, d, rep,
+                   bad);
+            g_fail_cur++;
+        }
+    }
+    free(W), free(x), free(nw), free(rl), free(gl), free(rq), free(gq);
+    void *bufs[] = {dW, dx, dnw, dxn, dl, dxq};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+}
+
+static void test_router_fold(void) {
+    test_router_fold_case(ST_TYPE_Q8_K, 128, 2048);  // Qwen3-30B-A3B
+    test_router_fold_case(ST_TYPE_Q8_0, 64, 1024);
+    test_router_fold_case(ST_TYPE_Q8_1, 16, 2048);
+    test_router_fold_case(ST_TYPE_Q8_K, 9, 2048);  // an odd count: one span per group, a block half empty
+    test_router_fold_case(ST_TYPE_Q8_K, 60, 256);
+    if (st_cuda_router_fold_supported(ST_TYPE_F32, 4096, 128, ST_TYPE_Q8_K) ||
+        st_cuda_router_fold_supported(ST_TYPE_F16, 2048, 128, ST_TYPE_Q8_K) ||
+        st_cuda_router_fold_supported(ST_TYPE_F32, 2048, 7, ST_TYPE_Q8_K)) {
+        printf("  router_fold: an unsupported shape reported supported\n");
+        g_fail_cur++;
+    }
+    report("router_fold (FFN norm + router logits + the GLU's input in one launch == the two launches, bit for bit)");
 }
 
 // ---- fused MoE ---------------------------------------------------------------------------------------------------
@@ -889,9 +958,10 @@ typedef struct {
 
 static void pc_layer(pchain *c, cudaStream_t st, int sync) {
     const int D = c->D, f = ST_TYPE_Q8_K;
-    const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, c->wq, PC_NH * PC_HD, c->q}, {ST_TYPE_Q4_K, c->wk, PC_NKV * PC_HD, c->k},
-                                  {ST_TYPE_Q6_K, c->wv, PC_NKV * PC_HD, c->v}};
-    const st_cuda_dec_mat mo = {ST_TYPE_Q4_K, c->wo, D, c->ffn_out};
+    const st_cuda_dec_mat m[3] = {{ST_TYPE_Q4_K, c->wq, PC_NH * PC_HD, c->q, NULL},
+                                  {ST_TYPE_Q4_K, c->wk, PC_NKV * PC_HD, c->k, NULL},
+                                  {ST_TYPE_Q6_K, c->wv, PC_NKV * PC_HD, c->v, NULL}};
+    const st_cuda_dec_mat mo = {ST_TYPE_Q4_K, c->wo, D, c->ffn_out, NULL};
 #define PCK(call)                                                                                                  \
     do {                                                                                                           \
         CKE(call);                                                                                                 \
@@ -1038,6 +1108,7 @@ int main(int argc, char **argv) {
     test_mmvq_multi();
     test_router();
     test_router_norm();
+    test_router_fold();
     test_moe();
     test_route_glu();
     g_pool = st_pool_create(0);
