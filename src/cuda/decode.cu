@@ -153,7 +153,10 @@ struct multi_args {
 
 // ADD (the O launch with the residual add): a separate instance, since holding the addend across the dot costs the
 // plain instances 4-10 registers (one spilled).
-template <int TYPE, bool ADD>
+// TB (a mixed-type launch of two k-quant types, e.g. Q4_K Q/K with V in Q6_K, as Q4_K_M files have): rows of type
+// TYPE take its inlined row dot, the others TB's: a branch uniform in each group. The runtime switch of instance 0
+// took 3.6 us per launch on such layers against 2.8 for all-Q4_K layers (CUPTI timeline, 2026-12-04d).
+template <int TYPE, bool ADD, int TB = 0>
 __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES; before any group leaves)
     const int lane = threadIdx.x % G32;
@@ -183,6 +186,8 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
     const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
     float v;
     if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
+    else if constexpr (TB != 0) v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
+                                                 : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
     else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
 }
@@ -195,7 +200,31 @@ template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi_add(const multi_args a) {
     mmvq_multi_body<TYPE, true>(a);
 }
+template <int TA, int TB>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULTI0) k_mmvq_multi_mix(const multi_args a) {
+    mmvq_multi_body<TA, false, TB>(a);
+}
 
+// The two-type instances (k_mmvq_multi_mix): the k-quant mixes of the common *_K_M / *_K_S files' Q/K/V.
+#define DEC_MIX_PAIRS(X)                                                                                           \
+    X(ST_TYPE_Q4_K, ST_TYPE_Q6_K) X(ST_TYPE_Q5_K, ST_TYPE_Q6_K) X(ST_TYPE_Q4_K, ST_TYPE_Q5_K)                       \
+        X(ST_TYPE_Q3_K, ST_TYPE_Q5_K) X(ST_TYPE_Q3_K, ST_TYPE_Q4_K) X(ST_TYPE_Q2_K, ST_TYPE_Q3_K)
+
+// k_mmvq_multi_mix for mats of exactly the types {ta, tb} (either order), else NULL.
+static void (*mix_pick(const st_cuda_dec_mat *mats, int n_mat))(const multi_args) {
+    int ta = mats[0].type, tb = -1;
+    for (int i = 1; i < n_mat; i++)
+        if (mats[i].type != ta) {
+            if (tb >= 0 && mats[i].type != tb) return NULL;
+            tb = mats[i].type;
+        }
+    if (tb < 0 || dec_switch_forced()) return NULL;
+#define MIX_CASE(A, B)                                                                                             \
+    if ((ta == A && tb == B) || (ta == B && tb == A)) return k_mmvq_multi_mix<A, B>;
+    DEC_MIX_PAIRS(MIX_CASE)
+#undef MIX_CASE
+    return NULL;
+}
 
 extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
                                   cudaStream_t stream) {
@@ -232,6 +261,7 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
     void (*fn)(const multi_args) = any_add ? k_mmvq_multi_add<0> : k_mmvq_multi<0>;
     if (same && any_add) DEC_PICK(fn, k_mmvq_multi_add, mats[0].type);
     else if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
+    else if (!any_add && mix_pick(mats, n_mat)) fn = mix_pick(mats, n_mat);
     st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
     return launch_check("mmvq_multi");
 }

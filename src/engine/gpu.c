@@ -992,7 +992,15 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
 #undef RUN
 #undef SKIPPED
     if (n == 1 && g->hy && st_hybrid_step_end(g->hy, st)) return -1;
-    if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
+    if (out_rows == 1 && !(skip & DEC_SKIP_HEAD) && s->fused && !st_cuda_matvec_float_supported(g->output.type) &&
+        norm_act_ok(d, g->output.type)) {
+        // One row: the final norm writes the LM head's quantized input itself (a PDL launch; bit for bit
+        // st_cuda_rmsnorm + the quantization, which were two plain launches).
+        if (st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(g->output.type), s->x + (size_t)out_first * d, NULL,
+                                g->output_norm, 1, d, hp->rms_eps, st) ||
+            st_cuda_mmvq(c, g->output.type, g->output.d, g->output.ne[0], g->output.ne[1], s->xq, 1, s->logits, st))
+            return -1;
+    } else if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
         if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
                             st) ||
             mv(s, &g->output, s->xn, out_rows, s->logits, 0))
