@@ -516,11 +516,23 @@ typedef struct sample_ws {
     double z;                      // mass of all candidates (sum of exp(l - max))
     double z_topk;                 // with a top-k cut: histogram estimate of the top-k set's mass (used if truncated)
     unsigned long long draws;      // draw counter (persistent across calls)
+    int32_t amax_done;             // greedy: k_amax1's arrival counter (its last block picks; back to 0 after)
     float cand_val[ST_CUDA_SAMPLE_CAP];
     int32_t cand_id[ST_CUDA_SAMPLE_CAP];
 } sample_ws;
 
 extern "C" size_t st_cuda_sampler_workspace_bytes(int n_vocab) { return sizeof(sample_ws); }
+
+// One thread: the next one-token step's position and (forced >= 0) input token.
+__global__ void k_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced) {
+    *d_pos = pos;
+    if (forced >= 0) *d_token = forced;
+}
+
+extern "C" int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, cudaStream_t stream) {
+    k_set_step<<<1, 1, 0, stream>>>(d_pos, pos, d_token, forced);
+    return launch_check("set_step");
+}
 
 extern "C" int st_cuda_sampler_init(void *workspace, int n_vocab) {
     cudaError_t e = cudaMemset(workspace, 0, sizeof(sample_ws));
@@ -550,8 +562,12 @@ __device__ void block_argmax(float &v, int &i) {
             if (better(sv[k], si[k], v, i)) v = sv[k], i = si[k];
 }
 
-// Pass 1: per-block maxima. With `ws_zero`, also clears the histogram and counters for the sampler.
-__global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int zero_hist) {
+// Pass 1: per-block maxima. With `ws_zero`, also clears the histogram and counters for the sampler. With d_token
+// (greedy), the last block to arrive reduces the maxima itself (the argmax with ties to the lower index is the same
+// in any order) and writes the pick to *d_token, to *h_token (host memory the device can write: the caller's copy
+// without a copy operation; NULL: none) and to d_debug ([0] 1, [1] 0, [2] the pick): one launch, not two.
+__global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int zero_hist, int32_t *d_token,
+                        int32_t *h_token, int32_t *d_debug) {
     float v = -INFINITY;
     int i = 0x7fffffff;
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x)
@@ -560,6 +576,32 @@ __global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int z
     if (threadIdx.x == 0) {
         ws->part_val[blockIdx.x] = v;
         ws->part_idx[blockIdx.x] = i;
+    }
+    if (d_token) {
+        __shared__ int last;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            last = atomicAdd(&ws->amax_done, 1) == (int)gridDim.x - 1;
+            if (last) ws->amax_done = 0;
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        v = -INFINITY, i = 0x7fffffff;
+        for (int k = threadIdx.x; k < (int)gridDim.x; k += blockDim.x) {
+            const float pv = __ldcg(&ws->part_val[k]);
+            const int pi = __ldcg(&ws->part_idx[k]);
+            if (better(pv, pi, v, i)) v = pv, i = pi;
+        }
+        block_argmax(v, i);
+        if (threadIdx.x == 0) {
+            if (i == 0x7fffffff) i = 0;  // all NaN: the CPU loop would return 0 too
+            *d_token = i;
+            if (h_token) *(volatile int32_t *)h_token = i;
+            if (d_debug) d_debug[0] = 1, d_debug[1] = 0, d_debug[2] = i;
+        }
+        return;
     }
     if (zero_hist) {
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < SAMPLE_BINS; j += gridDim.x * blockDim.x) {
@@ -580,25 +622,11 @@ __device__ void amax_final(const sample_ws *ws, float *v, int *i) {
     *i = bi;
 }
 
-__global__ void k_amax2(int32_t *d_token, const sample_ws *ws, int32_t *d_debug) {
-    if (threadIdx.x != 0) return;
-    float v;
-    int i;
-    amax_final(ws, &v, &i);
-    if (i == 0x7fffffff) i = 0;  // all NaN: the CPU loop would return 0 too
-    *d_token = i;
-    if (d_debug) {
-        d_debug[0] = 1;
-        d_debug[1] = 0;
-        d_debug[2] = i;
-    }
-}
-
 extern "C" int st_cuda_argmax(int32_t *d_token, const float *logits, int n_vocab, void *workspace,
                               cudaStream_t stream) {
     if (n_vocab <= 0) return st_err("st_cuda_argmax: empty vocabulary");
-    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, (sample_ws *)workspace, 0);
-    k_amax2<<<1, 32, 0, stream>>>(d_token, (const sample_ws *)workspace, NULL);
+    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, (sample_ws *)workspace, 0, d_token, NULL,
+                                                     NULL);
     return launch_check("argmax");
 }
 
@@ -761,7 +789,8 @@ __device__ double block_scan(double v, double *tmp) {
 }
 
 // Pass 5 (one block of SAMPLE_SORT_THREADS): sort the gathered candidates and apply the CPU sampler's arithmetic.
-__global__ void k_sample_final(int32_t *d_token, sample_ws *ws, st_cuda_sample_params p, int32_t *d_debug) {
+__global__ void k_sample_final(int32_t *d_token, int32_t *h_token, sample_ws *ws, st_cuda_sample_params p,
+                               int32_t *d_debug) {
     extern __shared__ unsigned char smem[];
     float *sv = (float *)smem;                       // [ST_CUDA_SAMPLE_CAP] logits
     int32_t *si = (int32_t *)(sv + ST_CUDA_SAMPLE_CAP);  // [ST_CUDA_SAMPLE_CAP] ids
@@ -861,6 +890,7 @@ __global__ void k_sample_final(int32_t *d_token, sample_ws *ws, st_cuda_sample_p
     __syncthreads();
     if (tid == 0) {
         *d_token = nf > 0 ? si[s_pick] : 0;  // nf == 0 only when no logit is finite
+        if (h_token) *(volatile int32_t *)h_token = *d_token;
         ws->draws = ctr + 1;
         if (d_debug) {
             d_debug[0] = nf;
@@ -873,11 +903,16 @@ __global__ void k_sample_final(int32_t *d_token, sample_ws *ws, st_cuda_sample_p
 
 extern "C" int st_cuda_sample(int32_t *d_token, const float *logits, int n_vocab, const st_cuda_sample_params *p,
                               void *workspace, int32_t *d_debug, cudaStream_t stream) {
+    return st_cuda_sample_to(d_token, NULL, logits, n_vocab, p, workspace, d_debug, stream);
+}
+
+extern "C" int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float *logits, int n_vocab,
+                                 const st_cuda_sample_params *p, void *workspace, int32_t *d_debug,
+                                 cudaStream_t stream) {
     if (n_vocab <= 0) return st_err("st_cuda_sample: empty vocabulary");
     sample_ws *ws = (sample_ws *)workspace;
     if (p->temperature <= 0.0f) {
-        k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 0);
-        k_amax2<<<1, 32, 0, stream>>>(d_token, ws, d_debug);
+        k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 0, d_token, h_token, d_debug);
         return launch_check("sample (greedy)");
     }
     // Set on every call (a host-side attribute of the current device, cheap, not a stream operation), so no
@@ -886,10 +921,10 @@ extern "C" int st_cuda_sample(int32_t *d_token, const float *logits, int n_vocab
     cudaError_t e = cudaFuncSetAttribute(k_sample_final, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return st_err("cuda: sample: cudaFuncSetAttribute: %s", cudaGetErrorString(e));
     const float cutoff = 30.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
-    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 1);
+    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 1, NULL, NULL, NULL);
     k_sample_hist<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, cutoff);
     k_sample_plan<<<1, SAMPLE_SORT_THREADS, 0, stream>>>(ws, *p);
     k_sample_gather<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, cutoff);
-    k_sample_final<<<1, SAMPLE_SORT_THREADS, smem, stream>>>(d_token, ws, *p, d_debug);
+    k_sample_final<<<1, SAMPLE_SORT_THREADS, smem, stream>>>(d_token, h_token, ws, *p, d_debug);
     return launch_check("sample");
 }

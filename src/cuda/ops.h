@@ -101,8 +101,8 @@ size_t st_cuda_sampler_workspace_bytes(int n_vocab);
 // Zeroes the workspace's persistent state (the draw counter); call once after allocating it. Synchronous.
 int st_cuda_sampler_init(void *workspace, int n_vocab);
 
-// *d_token = index of the largest logit (ties to the lower index; NaNs ignored). Two passes: per-block maxima into
-// the workspace, then one block. Exactly the CPU sampler's greedy pick.
+// *d_token = index of the largest logit (ties to the lower index; NaNs ignored). One launch: per-block maxima into
+// the workspace, the last block to finish picks. Exactly the CPU sampler's greedy pick.
 int st_cuda_argmax(int32_t *d_token, const float *logits, int n_vocab, void *workspace, cudaStream_t stream);
 
 typedef struct st_cuda_sample_params {
@@ -126,6 +126,14 @@ typedef struct st_cuda_sample_params {
 //            [1] flags (1: candidate set truncated to the cap), [2 .. 2+n) the candidate ids in sampler order.
 int st_cuda_sample(int32_t *d_token, const float *logits, int n_vocab, const st_cuda_sample_params *p,
                    void *workspace, int32_t *d_debug, cudaStream_t stream);
+// The same, also writing the token to h_token: host memory the device can write (cudaMallocHost), so the caller
+// needs no copy operation (read it once an event recorded after this call has completed); NULL: none.
+int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float *logits, int n_vocab,
+                      const st_cuda_sample_params *p, void *workspace, int32_t *d_debug, cudaStream_t stream);
+
+// The next one-token step's inputs by one kernel: *d_pos = pos and, when forced >= 0, *d_token = forced (two
+// 4-byte copies from host memory cost more between decode steps: CUPTI timeline 2026-12-04d).
+int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

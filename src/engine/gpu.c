@@ -129,7 +129,7 @@ struct st_gpu_session {
     st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
     // pipelined generation (st_gpu_gen_*): allocated on first use
     void *sample_ws;            // device st_cuda_sample workspace [st_cuda_sampler_workspace_bytes]
-    int32_t *h_gen;             // pinned host [GEN_RING][4]: {sampled token (D2H), position (H2D), forced token
+    int32_t *h_gen;             // pinned host [GEN_RING][4]: {sampled token (the sampler kernel writes it), unused
                                 // (H2D), unused}; a slot is reused only after its sample was popped
     cudaEvent_t gen_ev[GEN_RING]; // recorded after each slot's sample copy
     int gen_head, gen_n;        // next slot to fill; samples queued and not yet popped
@@ -1199,11 +1199,12 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
 static int gen_sample(st_gpu_session *s) {
     cudaStream_t st = s->stream;
     const int slot = s->gen_head;
-    if (st_cuda_sample(s->d_tokens, s->logits, (int)s->g->m->hp.n_vocab, &s->gen_p, s->sample_ws, NULL, st))
+    // The sampler's last kernel writes the token into the pinned slot itself (no copy operation between steps).
+    if (st_cuda_sample_to(s->d_tokens, s->h_gen + 4 * slot, s->logits, (int)s->g->m->hp.n_vocab, &s->gen_p,
+                          s->sample_ws, NULL, st))
         return -1;
-    if (cudaMemcpyAsync(s->h_gen + 4 * slot, s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-        cudaEventRecord(s->gen_ev[slot], st) != cudaSuccess)
-        return st_cuda_check_at(cudaGetLastError(), "queueing the sampled token's copy", __FILE__, __LINE__);
+    if (cudaEventRecord(s->gen_ev[slot], st) != cudaSuccess)
+        return st_cuda_check_at(cudaGetLastError(), "queueing the sampled token's event", __FILE__, __LINE__);
     s->gen_head = (slot + 1) % GEN_RING;
     s->gen_n++;
     return 0;
@@ -1241,17 +1242,10 @@ int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
     cudaStream_t st = s->stream;
     if (s->gen_n >= GEN_RING) return st_err("generation: %d samples queued and none taken", GEN_RING);
     if (s->n_past >= s->n_ctx) return st_err("context full (%lld tokens)", (long long)s->n_ctx);
-    int32_t *io = s->h_gen + 4 * s->gen_head;  // this step's slot: its position and forced token go in with it
-    io[1] = (int32_t)s->n_past;
-    if (forced) {
-        if (*forced < 0 || (uint32_t)*forced >= g->m->hp.n_vocab)
-            return st_err("generation: forced token %d is not in the vocabulary (%u)", *forced, g->m->hp.n_vocab);
-        io[2] = *forced;
-        if (cudaMemcpyAsync(s->d_tokens, io + 2, sizeof(int32_t), cudaMemcpyHostToDevice, st) != cudaSuccess)
-            return st_cuda_check_at(cudaGetLastError(), "copying a forced token", __FILE__, __LINE__);
-    }
-    if (cudaMemcpyAsync(s->d_pos, io + 1, sizeof(int32_t), cudaMemcpyHostToDevice, st) != cudaSuccess)
-        return st_cuda_check_at(cudaGetLastError(), "copying the position", __FILE__, __LINE__);
+    if (forced && (*forced < 0 || (uint32_t)*forced >= g->m->hp.n_vocab))
+        return st_err("generation: forced token %d is not in the vocabulary (%u)", *forced, g->m->hp.n_vocab);
+    // The position and a forced input by one kernel's arguments (not two copies from host memory)
+    if (st_cuda_set_step(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1, st)) return -1;
     if (g->hy && st_hybrid_before_eval(g->hy, st)) return -1;
     if (step_one(s) || gen_sample(s)) return -1;
     s->tokens[s->n_past] = forced ? *forced : -1;  // a sampled input: the caller names it (st_gpu_gen_end)

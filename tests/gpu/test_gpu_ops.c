@@ -432,8 +432,26 @@ static void test_argmax_sampler(void) {
         CKL(st_cuda_sample(dtok, dl, V, &gp, ws, NULL, 0));
         d2h(&got, dtok, sizeof got);
         if (got != want) fail("sample (greedy) trial %s%lld: got %lld", "", trial, got);
+        // ... and with the pick also written to pinned host memory by the kernel (greedy, then a draw at T 0.8)
+        for (int t = 0; t < 2; t++) {
+            int32_t *h = NULL;
+            CK(cudaMallocHost((void **)&h, sizeof(int32_t)));
+            *h = -7;
+            st_cuda_sample_params tp = gp;
+            tp.temperature = t ? 0.8f : 0.0f;
+            poison(dtok, sizeof(int32_t));
+            CKL(st_cuda_sample_to(dtok, h, dl, V, &tp, ws, NULL, 0));
+            CK(cudaDeviceSynchronize());
+            d2h(&got, dtok, sizeof got);
+            if (*h != got || (t == 0 && got != want)) {
+                printf("  sample_to (%s) trial %d: host %d device %d (want %d)\n", t ? "T 0.8" : "greedy", (int)trial,
+                       (int)*h, (int)got, (int)want);
+                g_fail_cur++;
+            }
+            cudaFreeHost(h);
+        }
     }
-    report("argmax (+ greedy sampling)");
+    report("argmax (+ greedy sampling, the pick written to host memory by the kernel)");
 
     // Candidate sets: the final list (ids, in order) must equal the CPU pipeline's. When the CPU list is longer than
     // ST_CUDA_SAMPLE_CAP the GPU cannot hold it: it must flag the truncation and keep a prefix of the CPU list that
