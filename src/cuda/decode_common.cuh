@@ -328,16 +328,16 @@ __device__ __forceinline__ void quant32(uint8_t *row, int nb, int b, int j, floa
     }
 }
 
-// The CPU's Q8_K rules for one 256-element block held by a group as v[j] = element 32 j + lane: q[j] the int8
-// quant of v[j]; returns d (0 for an all-zero block, whose quants are 0).
-__device__ __forceinline__ float q8k_block(int lane, const float v[8], int q[8]) {
+// The CPU's Q8_K rules for one 256-element block held by a group, the lane's v[j] being element idx[j] of it (idx
+// ascending in j): q[j] the int8 quant of v[j]; returns d (0 for an all-zero block, whose quants are 0).
+__device__ __forceinline__ float q8k_block_idx(const float v[8], const int idx[8], int q[8]) {
     // The CPU keeps the first element of strictly larger magnitude (index order).
     float best_abs = -1.0f, best_val = 0.0f;
     int best_idx = 1 << 30;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const float a = fabsf(v[j]);
-        if (a > best_abs) best_abs = a, best_val = v[j], best_idx = 32 * j + lane;
+        if (a > best_abs) best_abs = a, best_val = v[j], best_idx = idx[j];
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -358,6 +358,13 @@ __device__ __forceinline__ float q8k_block(int lane, const float v[8], int q[8])
         q[j] = t > 127 ? 127 : t;
     }
     return __fdiv_rn(1.0f, iscale);
+}
+// The same for a group holding v[j] = element 32 j + lane.
+__device__ __forceinline__ float q8k_block(int lane, const float v[8], int q[8]) {
+    int idx[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) idx[j] = 32 * j + lane;
+    return q8k_block_idx(v, idx, q);
 }
 
 // Q8_K 256-element block kb of a planar row of nb 32-blocks; lane l holds v[j] = element 32 j + l.

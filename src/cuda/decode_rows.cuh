@@ -315,27 +315,10 @@ __device__ __forceinline__ void wn_quant_span(const float4 (&v)[WN_U], int sp, i
     int q[8];
     float d[2];  // the scales of the lane's two 32-blocks (a's, b's)
     if (fmt == ST_TYPE_Q8_K) {
-        float best_abs = -1.0f, best_val = 0.0f;
-        int best_idx = 1 << 30;
+        int idx[8];  // ascending: 4 lane + j, then 128 + 4 lane + j - 4
 #pragma unroll
-        for (int j = 0; j < 8; j++) {  // ascending index within the lane: 4 lane + j, then 128 + 4 lane + j - 4
-            const float m = fabsf(e[j]);
-            if (m > best_abs) best_abs = m, best_val = e[j], best_idx = (j < 4 ? 0 : 128 - 4) + 4 * lane + j;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float oa = __shfl_xor_sync(ST_WARP_MASK, best_abs, o);
-            const float ov = __shfl_xor_sync(ST_WARP_MASK, best_val, o);
-            const int oi = __shfl_xor_sync(ST_WARP_MASK, best_idx, o);
-            if (oa > best_abs || (oa == best_abs && oi < best_idx)) best_abs = oa, best_val = ov, best_idx = oi;
-        }
-        const float iscale = best_abs == 0.0f ? 0.0f : __fdiv_rn(-127.0f, best_val);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int t = __float2int_rn(__fmul_rn(iscale, e[j]));
-            q[j] = t > 127 ? 127 : t;
-        }
-        d[0] = d[1] = best_abs == 0.0f ? 0.0f : __fdiv_rn(1.0f, iscale);
+        for (int j = 0; j < 8; j++) idx[j] = (j < 4 ? 0 : 128 - 4) + 4 * lane + j;
+        d[0] = d[1] = q8k_block_idx(e, idx, q);
     } else {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
