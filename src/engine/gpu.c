@@ -129,9 +129,9 @@ struct st_gpu_session {
     st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
     // pipelined generation (st_gpu_gen_*): allocated on first use
     void *sample_ws;            // device st_cuda_sample workspace [st_cuda_sampler_workspace_bytes]
-    int32_t *h_gen;             // pinned host [GEN_RING][4]: {sampled token (the sampler kernel writes it), unused
-                                // (H2D), unused}; a slot is reused only after its sample was popped
-    cudaEvent_t gen_ev[GEN_RING]; // recorded after each slot's sample copy
+    int32_t *h_gen;             // pinned host [GEN_RING][4]: word 0 of a slot is its sampled token, written by the
+                                // sampler's last kernel (words 1-3 unused); reused only after its sample was popped
+    cudaEvent_t gen_ev[GEN_RING]; // recorded after each slot's sampler launch
     int gen_head, gen_n;        // next slot to fill; samples queued and not yet popped
     st_cuda_sample_params gen_p;
 };
@@ -1191,9 +1191,10 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
 }
 
 // ---- pipelined generation -----------------------------------------------------------------------------------------
-// Each step's sample stays in d_tokens[0], where the next step's embedding reads it, and is copied to a pinned slot
-// the host reads one step later: the host queues step i + 1 before it waits for token i, so the GPU never waits
-// for the host between tokens (no logits copy, no host sampling, no launch latency on the critical path).
+// Each step's sample stays in d_tokens[0], where the next step's embedding reads it, and the sampler's last kernel
+// also writes it into a pinned slot the host reads one step later: the host queues step i + 1 before it waits for
+// token i, so the GPU never waits for the host between tokens (no logits copy, no host sampling, no launch latency
+// on the critical path; between two steps only the sampler and st_cuda_set_step's one-thread kernel run).
 
 // Queues the sample of s->logits row 0 into d_tokens[0] and its copy into the next slot.
 static int gen_sample(st_gpu_session *s) {
