@@ -178,16 +178,22 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     const int64_t pos = (int64_t)*d_pos + t;  // (the position is no kernel's output: readable before the wait)
     const int64_t kv_row = (int64_t)n_head_kv * hd;
     const int half = n_rot / 2;
-    // The rotation of this lane's pairs before the dependency wait (PDL): the table is no kernel's output, so its
-    // load overlaps the Q/K/V kernel's tail.
-    float rc[8], rs[8];
+    // Before the dependency wait (PDL): the rotation of this lane's pairs and the norm gains of its elements (no
+    // kernel's output), so their loads overlap the Q/K/V kernel's tail instead of following the sum of squares.
+    const bool is_q = j < n_head;
+    const float *gain = is_q ? q_norm : k_norm;
+    float rc[8], rs[8], ga[8], gb[8], gc[8];
     if (j < n_head + n_head_kv) {
         const float2 *cs = (const float2 *)(rope_cs + pos * n_rot);
         int m = 0;
         for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
             const float2 v = cs[i];
             rc[m] = v.x, rs[m] = v.y;
+            const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+            ga[m] = gain ? gain[ea] : 1.0f, gb[m] = gain ? gain[eb] : 1.0f;
         }
+        m = 0;
+        for (int e = n_rot + lane; e < hd && m < 8; e += ST_WARP_SIZE, m++) gc[m] = gain ? gain[e] : 1.0f;
     }
     st_pdl_wait();  // q, k, v: the previous kernel's output
     st_pdl_trigger();
@@ -202,36 +208,35 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
         }
         return;
     }
-    const bool is_q = j < n_head;
     const int h = is_q ? j : j - n_head;
     const float *src = is_q ? q + ((int64_t)t * n_head + h) * hd : k + t * kv_row + (int64_t)h * hd;
-    const float *gain = is_q ? q_norm : k_norm;
+    // This lane's elements, read once before any write (q is rotated in place, pairs cross lanes): at most hd/32
+    // pairs and a tail.
+    float a_[8], b_[8], c_[8];
+    int n_mine = 0, n_tail = 0;
+    for (int i = lane; i < half && n_mine < 8; i += ST_WARP_SIZE, n_mine++) {
+        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
+        a_[n_mine] = src[ea];
+        b_[n_mine] = src[eb];
+    }
+    for (int e = n_rot + lane; e < hd && n_tail < 8; e += ST_WARP_SIZE, n_tail++) c_[n_tail] = src[e];
     float scale = 1.0f;
-    if (gain) {  // the CPU's st_rmsnorm rounding steps (see k_rmsnorm)
+    if (gain) {  // the CPU's st_rmsnorm rounding steps (see k_rmsnorm): squares rounded to float, summed in double
         double ss = 0;
-        for (int e = lane; e < hd; e += ST_WARP_SIZE) ss += (double)__fmul_rn(src[e], src[e]);
+        for (int m = 0; m < n_mine; m++) ss += (double)__fmul_rn(a_[m], a_[m]) + (double)__fmul_rn(b_[m], b_[m]);
+        for (int m = 0; m < n_tail; m++) ss += (double)__fmul_rn(c_[m], c_[m]);
         ss = warp_sum(ss);
         scale = norm_rms_scale(ss, hd, eps);
+        for (int m = 0; m < n_mine; m++)
+            a_[m] = __fmul_rn(__fmul_rn(a_[m], scale), ga[m]), b_[m] = __fmul_rn(__fmul_rn(b_[m], scale), gb[m]);
+        for (int m = 0; m < n_tail; m++) c_[m] = __fmul_rn(__fmul_rn(c_[m], scale), gc[m]);
     }
-    // Reads of the whole vector happen before any write (q is rotated in place, pairs cross lanes).
-    __syncwarp(ST_WARP_MASK);
-    auto val = [&](int e) { return gain ? __fmul_rn(__fmul_rn(src[e], scale), gain[e]) : src[e]; };
     auto put = [&](int e, float x) {
         if (is_q) q[((int64_t)t * n_head + h) * hd + e] = x;
         else if (kv_f16) ((uint16_t *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = f2h(x);
         else ((float *)k_cache)[pos * kv_row + (int64_t)h * hd + e] = x;
     };
-    // Gather this lane's values first (at most hd/32 pairs + tail per lane), then write: in place for Q.
-    float a_[8], b_[8], c_[8];
-    int n_mine = 0;
-    for (int i = lane; i < half && n_mine < 8; i += ST_WARP_SIZE, n_mine++) {
-        const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
-        a_[n_mine] = val(ea);
-        b_[n_mine] = val(eb);
-    }
-    int n_tail = 0;
-    for (int e = n_rot + lane; e < hd && n_tail < 8; e += ST_WARP_SIZE, n_tail++) c_[n_tail] = val(e);
-    __syncwarp(ST_WARP_MASK);
+    __syncwarp(ST_WARP_MASK);  // every lane has read its elements
     int m = 0;
     for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
         const float c = rc[m], s = rs[m];
