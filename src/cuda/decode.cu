@@ -180,7 +180,9 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
             r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
-    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);  // weights
+    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128)  // weights
+        if (DEC_L1PF) st_prefetch_l1(wr + off);
+        else st_prefetch_l2(wr + off);
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
     const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
@@ -607,6 +609,11 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     }
 #if ST_DOWN_ROWS4 && DOWN_GUESS
     __syncthreads();  // (before the wait: costs the chain nothing)
+    if (DEC_L1PF && !JOIN && pf && r0 < d) {  // the guessed rows into this SM's L1 too (DEC_L1PF)
+        const int lines = (int)(((size_t)min(DOWN_R, d - r0) * (size_t)row_bytes + 127) / 128);
+        for (int i = threadIdx.x; i < K * lines; i += blockDim.x)
+            if (s_gb[i / lines]) st_prefetch_l1(s_gb[i / lines] + (size_t)r0 * (size_t)row_bytes + (size_t)(i % lines) * 128);
+    }
 #endif
     st_pdl_wait();
     st_pdl_trigger();

@@ -56,6 +56,15 @@ __device__ __forceinline__ void st_prefetch_l2(const void *p) {
 #endif
 }
 
+// Brings a weight line into L1 (and L2) ahead of use: for an SM's own loads right after the dependency wait.
+__device__ __forceinline__ void st_prefetch_l1(const void *p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
 // Brings bytes [p, p + n) into L2 ahead of use: one bulk prefetch by the copy engine on sm_90 (the range widened to
 // 16-byte bounds, as cp.async.bulk.prefetch requires), else one prefetch per 128-byte line by the calling thread.
 // A hint only: a stale or wrong range costs bandwidth, never correctness.
