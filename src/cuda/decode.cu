@@ -263,7 +263,10 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
     void (*fn)(const multi_args) = any_add ? k_mmvq_multi_add<0> : k_mmvq_multi<0>;
     if (same && any_add) DEC_PICK(fn, k_mmvq_multi_add, mats[0].type);
     else if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
-    else if (!any_add && mix_pick(mats, n_mat)) fn = mix_pick(mats, n_mat);
+    else if (!any_add) {
+        void (*mix)(const multi_args) = mix_pick(mats, n_mat);
+        if (mix) fn = mix;
+    }
     st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
     return launch_check("mmvq_multi");
 }
