@@ -180,16 +180,15 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
             r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
-    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128)  // weights
-        if (DEC_L1PF) st_prefetch_l1(wr + off);
-        else st_prefetch_l2(wr + off);
+    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_line<DEC_L1PF>(wr + off);
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
     const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
     float v;
     if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
-    else if constexpr (TB != 0) v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
-                                                 : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
+    else if constexpr (TB != 0)
+        v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
+                         : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
     else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
     if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
 }
@@ -407,11 +406,11 @@ __global__ void __launch_bounds__(ROUTER_GROUPS * G32)
     const bool have = task < E;
     float4 wp[ROUTER_PRE], gw[WN_U];
     router_preload<float>(W + (int64_t)(have ? task : 0) * ne0, n4, lane, have, wp);
-    wn_load<false>(gw, nw, n4, lane);
+    wn_load(gw, nw, n4, lane);
     st_pdl_wait();
     st_pdl_trigger();
     float4 v[WN_U];
-    wn_load<false>(v, x, n4, lane);
+    wn_load(v, x, n4, lane);
     wn_apply(v, wn_scale(v, ne0, eps), gw);
     if (have) {
         float sum = 0.0f;  // router_dot's order over the normalised row
@@ -431,7 +430,7 @@ __global__ void __launch_bounds__(ROUTER_GROUPS * G32)
 }
 
 extern "C" int st_cuda_router_fold_supported(int w_type, int64_t ne0, int n_expert, int act_format) {
-    return w_type == ST_TYPE_F32 && ne0 > 0 && ne0 % 256 == 0 && ne0 <= 4 * G32 * WN_U && ne0 <= 4 * G32 * ROUTER_PRE &&
+    return w_type == ST_TYPE_F32 && ne0 > 0 && ne0 % 256 == 0 && ne0 <= 4 * G32 * WN_U &&
            n_expert >= ne0 / 256 && n_expert <= 65536 && dec_fmt_ok(act_format);
 }
 
@@ -614,8 +613,10 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     __syncthreads();  // (before the wait: costs the chain nothing)
     if (DEC_L1PF && !JOIN && pf && r0 < d) {  // the guessed rows into this SM's L1 too (DEC_L1PF)
         const int lines = (int)(((size_t)min(DOWN_R, d - r0) * (size_t)row_bytes + 127) / 128);
-        for (int i = threadIdx.x; i < K * lines; i += blockDim.x)
-            if (s_gb[i / lines]) st_prefetch_l1(s_gb[i / lines] + (size_t)r0 * (size_t)row_bytes + (size_t)(i % lines) * 128);
+        for (int i = threadIdx.x; i < K * lines; i += blockDim.x) {
+            const uint8_t *base = s_gb[i / lines];
+            if (base) st_prefetch_line<true>(base + (size_t)r0 * (size_t)row_bytes + (size_t)(i % lines) * 128);
+        }
     }
 #endif
     st_pdl_wait();

@@ -47,23 +47,17 @@ __device__ __forceinline__ void st_pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
-// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes).
-__device__ __forceinline__ void st_prefetch_l2(const void *p) {
+// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes); L1: into this
+// SM's L1 as well, for its own loads right after the dependency wait.
+template <bool L1 = false> __device__ __forceinline__ void st_prefetch_line(const void *p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    if (L1) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    else asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #else
     (void)p;
 #endif
 }
-
-// Brings a weight line into L1 (and L2) ahead of use: for an SM's own loads right after the dependency wait.
-__device__ __forceinline__ void st_prefetch_l1(const void *p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
+__device__ __forceinline__ void st_prefetch_l2(const void *p) { st_prefetch_line<false>(p); }
 
 // Brings bytes [p, p + n) into L2 ahead of use: one bulk prefetch by the copy engine on sm_90 (the range widened to
 // 16-byte bounds, as cp.async.bulk.prefetch requires), else one prefetch per 128-byte line by the calling thread.

@@ -251,7 +251,7 @@ __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_P
     return g32_sum_f(sum);
 }
 
-// ---- one row normalised by one group, no barrier (the warp norm and the folded FFN norm) -------------------------
+// ---- one row normalised by one group, no barrier (the FFN norm folded into the router) ---------------------------
 //
 // Lane l of a 32-lane group holds float4 u of the row as v[u] = elements 4 (l + 32 u) .. + 3 (the router's layout),
 // for rows of n = 4 n4 <= 128 WN_U elements. Every group that needs the RMS scale computes it from the whole row
@@ -260,13 +260,11 @@ __device__ __forceinline__ float router_dot(const T *w, const float4 wp[ROUTER_P
 static_assert(WN_U % 2 == 0, "a 256-element span is two float4 per lane");
 
 // v[u] = row[4 (lane + 32 u) ..] (0 past n4): a batch of loads in flight together.
-template <bool CG>
 __device__ __forceinline__ void wn_load(float4 (&v)[WN_U], const float *row, int n4, int lane) {
 #pragma unroll
     for (int u = 0; u < WN_U; u++) {
         const int i4 = lane + u * G32;
-        v[u] = i4 < n4 ? (CG ? __ldcg((const float4 *)row + i4) : ((const float4 *)row)[i4])
-                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[u] = i4 < n4 ? ((const float4 *)row)[i4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
@@ -322,7 +320,8 @@ __device__ __forceinline__ void wn_quant_span(const float4 (&v)[WN_U], int sp, i
     } else {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            float m = fmaxf(fmaxf(fabsf(e[4 * h]), fabsf(e[4 * h + 1])), fmaxf(fabsf(e[4 * h + 2]), fabsf(e[4 * h + 3])));
+            float m = fmaxf(fmaxf(fabsf(e[4 * h]), fabsf(e[4 * h + 1])),
+                            fmaxf(fabsf(e[4 * h + 2]), fabsf(e[4 * h + 3])));
 #pragma unroll
             for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(ST_WARP_MASK, m, o));
             const float id = m != 0.0f ? __fdiv_rn(127.0f, m) : 0.0f;

@@ -584,15 +584,7 @@ __global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int z
     }
     if (d_token) {
         __shared__ int last;
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            last = atomicAdd(&ws->amax_done, 1) == (int)gridDim.x - 1;
-            if (last) ws->amax_done = 0;
-        }
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
+        if (!st_block_arrive_last(&ws->amax_done, (int)gridDim.x, last)) return;
         v = -INFINITY, i = 0x7fffffff;
         for (int k = threadIdx.x; k < (int)gridDim.x; k += blockDim.x) {
             const float pv = __ldcg(&ws->part_val[k]);

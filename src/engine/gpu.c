@@ -833,12 +833,13 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
         if (RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
         // One token all in VRAM: the FFN norm folded into the router launch (decode.h st_cuda_router_fold), the
         // residual add into the O launch; bit for bit the separate norm (STRATA_FFN_FOLD=0: the separate launch).
+        const int attn_fused = fused_attn(s, L, n);
         const int ffn_fold = n == 1 && s->ffn_fold && !skip && !dup && !g->hy && !s->fixed_ids && !s->router_norm &&
-                             !s->moe_v2 && s->glu_route && hp->n_expert && fused_moe(s, L, n) &&
-                             fused_attn(s, L, n) && !((uintptr_t)L->ffn_norm & 15) &&
+                             !s->moe_v2 && s->glu_route && hp->n_expert && fused_moe(s, L, n) && attn_fused &&
+                             !((uintptr_t)L->ffn_norm & 15) &&
                              st_cuda_router_fold_supported(L->router.type, d, (int)hp->n_expert,
                                                            st_cuda_act_format(L->gate_exps.type));
-        if (fused_attn(s, L, n)) {
+        if (attn_fused) {
             // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
             const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], ffn_fold ? s->x : s->ffn_out,
                                         ffn_fold ? s->x : NULL};
@@ -992,19 +993,21 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
 #undef RUN
 #undef SKIPPED
     if (n == 1 && g->hy && st_hybrid_step_end(g->hy, st)) return -1;
-    if (out_rows == 1 && !(skip & DEC_SKIP_HEAD) && s->fused && !st_cuda_matvec_float_supported(g->output.type) &&
-        norm_act_ok(d, g->output.type)) {
-        // One row: the final norm writes the LM head's quantized input itself (a PDL launch; bit for bit
-        // st_cuda_rmsnorm + the quantization, which were two plain launches).
-        if (st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(g->output.type), s->x + (size_t)out_first * d, NULL,
-                                g->output_norm, 1, d, hp->rms_eps, st) ||
-            st_cuda_mmvq(c, g->output.type, g->output.d, g->output.ne[0], g->output.ne[1], s->xq, 1, s->logits, st))
+    if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
+        float *xo = s->x + (size_t)out_first * d;
+        if (out_rows == 1 && s->fused && !st_cuda_matvec_float_supported(g->output.type) &&
+            norm_act_ok(d, g->output.type)) {
+            // One row: the final norm writes the LM head's quantized input itself (a PDL launch; bit for bit
+            // st_cuda_rmsnorm + the quantization, which were two plain launches).
+            if (st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(g->output.type), xo, NULL,
+                                    g->output_norm, 1, d, hp->rms_eps, st) ||
+                st_cuda_mmvq(c, g->output.type, g->output.d, g->output.ne[0], g->output.ne[1], s->xq, 1, s->logits,
+                             st))
+                return -1;
+        } else if (st_cuda_rmsnorm(s->xn, NULL, xo, NULL, g->output_norm, out_rows, d, hp->rms_eps, st) ||
+                   mv(s, &g->output, s->xn, out_rows, s->logits, 0)) {
             return -1;
-    } else if (out_rows > 0 && !(skip & DEC_SKIP_HEAD)) {
-        if (st_cuda_rmsnorm(s->xn, NULL, s->x + (size_t)out_first * d, NULL, g->output_norm, out_rows, d, hp->rms_eps,
-                            st) ||
-            mv(s, &g->output, s->xn, out_rows, s->logits, 0))
-            return -1;
+        }
     }
     return 0;
 }
