@@ -180,7 +180,7 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
             r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
-    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_line<DEC_L1PF>(wr + off);
+    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
     const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
@@ -388,19 +388,13 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
 // The FFN norm folded into the router launch (st_cuda_router_fold; F32 router, one token): every group loads the
 // residual row x, computes the RMS scale by a butterfly and normalises the row in registers (decode_rows.cuh wn_*:
-// no shared memory, no barrier), dots it with its router row, and groups span_stride apart quantize one 256-element
-// span each: no group waits for another, unlike k_router_norm's last block.
-// ROUTER_FOLD_QGROUPS (A/B build, default 0; written 2026-12-04d, unmeasured): the spans are quantized by groups of
-// their own past the E logit groups instead of after eight groups' logits, so no group does both (the fold's router
-// took 3.2 us against ~1.9 for the plain router; the quantizing groups' tail is ~0.3 us of it by instruction count).
-// Predicted tg128 +0.5%. A/B: bench/ab.sh base=base qg="cflags:-DROUTER_FOLD_QGROUPS=1".
-#ifndef ROUTER_FOLD_QGROUPS
-#define ROUTER_FOLD_QGROUPS 0
-#endif
+// no shared memory, no barrier) and dots it with its router row; ne0 / 256 groups past the E logit groups quantize
+// one 256-element span each: no group waits for another, unlike k_router_norm's last block, and none does both (every
+// (E / spans)-th logit group quantizing a span after its dot instead: tg128 544.5 vs 550.1 tok/s, bench/ab.sh
+// 2026-12-04e).
 __global__ void __launch_bounds__(ROUTER_GROUPS * G32)
     k_router_fold(const float *__restrict__ W, int ne0, int E, const float *__restrict__ x,
-                  const float *__restrict__ nw, float eps, uint8_t *__restrict__ xq, int fmt, float *logits,
-                  int span_stride) {
+                  const float *__restrict__ nw, float eps, uint8_t *__restrict__ xq, int fmt, float *logits) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int task = blockIdx.x * ng + g, n4 = ne0 / 4;
     const bool have = task < E;
@@ -420,18 +414,12 @@ __global__ void __launch_bounds__(ROUTER_GROUPS * G32)
         sum = g32_sum_f(sum);
         if (lane == 0) logits[task] = sum;
     }
-#if ROUTER_FOLD_QGROUPS
-    (void)span_stride;
     if (task >= E && task - E < ne0 / 256) wn_quant_span(v, task - E, fmt, xq, ne0 / 32, lane);
-#else
-    if (task % span_stride == 0 && task / span_stride < ne0 / 256)
-        wn_quant_span(v, task / span_stride, fmt, xq, ne0 / 32, lane);
-#endif
 }
 
 extern "C" int st_cuda_router_fold_supported(int w_type, int64_t ne0, int n_expert, int act_format) {
     return w_type == ST_TYPE_F32 && ne0 > 0 && ne0 % 256 == 0 && ne0 <= 4 * G32 * WN_U &&
-           n_expert >= ne0 / 256 && n_expert <= 65536 && dec_fmt_ok(act_format);
+           n_expert >= 1 && n_expert <= 65536 && dec_fmt_ok(act_format);
 }
 
 extern "C" int st_cuda_router_fold(int w_type, const void *W, int64_t ne0, int n_expert, const float *x,
@@ -439,16 +427,16 @@ extern "C" int st_cuda_router_fold(int w_type, const void *W, int64_t ne0, int n
                                    cudaStream_t stream) {
     if (!st_cuda_router_fold_supported(w_type, ne0, n_expert, act_format))
         return st_err("st_cuda_router_fold: router %s, rows of %lld, %d experts, activation format %d (F32, a "
-                      "multiple of 256 up to %d, at least one expert per 256 elements)", st_type_name(w_type),
+                      "multiple of 256 up to %d, 1 to 65536 experts)", st_type_name(w_type),
                       (long long)ne0, n_expert, act_format, 4 * G32 * WN_U);
     if (!W || !x || !norm_w || !xq || !logits || ((uintptr_t)W & 15) || ((uintptr_t)x & 15) ||
         ((uintptr_t)norm_w & 15) || ((uintptr_t)xq & 15))
         return st_err("st_cuda_router_fold: W, x, norm_w and xq must be 16-byte aligned device pointers; logits "
                       "non-NULL");
-    const int groups = n_expert + (ROUTER_FOLD_QGROUPS ? (int)(ne0 / 256) : 0);
+    const int groups = n_expert + (int)(ne0 / 256);
     const unsigned grid = (unsigned)((groups + ROUTER_GROUPS - 1) / ROUTER_GROUPS);
     st_dec_launch(k_router_fold, dim3(grid), dim3(ROUTER_GROUPS * G32), 0, stream, (const float *)W, (int)ne0,
-                  n_expert, x, norm_w, eps, (uint8_t *)xq, act_format, logits, n_expert / (int)(ne0 / 256));
+                  n_expert, x, norm_w, eps, (uint8_t *)xq, act_format, logits);
     return launch_check("router_fold");
 }
 
@@ -611,13 +599,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     }
 #if ST_DOWN_ROWS4 && DOWN_GUESS
     __syncthreads();  // (before the wait: costs the chain nothing)
-    if (DEC_L1PF && !JOIN && pf && r0 < d) {  // the guessed rows into this SM's L1 too (DEC_L1PF)
-        const int lines = (int)(((size_t)min(DOWN_R, d - r0) * (size_t)row_bytes + 127) / 128);
-        for (int i = threadIdx.x; i < K * lines; i += blockDim.x) {
-            const uint8_t *base = s_gb[i / lines];
-            if (base) st_prefetch_line<true>(base + (size_t)r0 * (size_t)row_bytes + (size_t)(i % lines) * 128);
-        }
-    }
 #endif
     st_pdl_wait();
     st_pdl_trigger();

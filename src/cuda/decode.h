@@ -91,9 +91,9 @@ int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int n_expert, 
 // The FFN norm folded into the router launch, one token, no residual (the O launch adds it: st_cuda_dec_mat.add):
 // logits and xq exactly as st_cuda_rmsnorm_act(NULL, xq, act_format, x, NULL, norm_w, 1, ne0, eps) +
 // st_cuda_router_logits(.., xn, ..) give them (bit for bit, up to the double sum of squares' order: see
-// decode_rows.cuh wn_scale). Every router group normalises the row itself in registers, and one group per 256-element
-// span quantizes it: one launch fewer per MoE layer, no tail. Supported (st_cuda_router_fold_supported): F32 router,
-// ne0 a multiple of 256 up to 2048, n_expert >= ne0 / 256, act_format Q8_0 / Q8_1 / Q8_K.
+// decode_rows.cuh wn_scale). Every router group normalises the row itself in registers, and one more group per
+// 256-element span quantizes it: one launch fewer per MoE layer, no tail. Supported (st_cuda_router_fold_supported):
+// F32 router, ne0 a multiple of 256 up to 2048, 1 to 65536 experts, act_format Q8_0 / Q8_1 / Q8_K.
 int st_cuda_router_fold_supported(int w_type, int64_t ne0, int n_expert, int act_format);
 int st_cuda_router_fold(int w_type, const void *W, int64_t ne0, int n_expert, const float *x, const float *norm_w,
                         float eps, void *xq, int act_format, float *logits, cudaStream_t stream);
@@ -187,6 +187,22 @@ size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_dim, int n_
 int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
                      const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim,
                      float scale, int n_split, void *workspace, cudaStream_t stream);
+// Rope mode: st_cuda_qk_norm_rope_kv(q, k, v, q_norm, k_norm, k_cache, v_cache, 1, d_pos, 1, n_head, n_head_kv,
+// head_dim, n_rot, eps, rope_cs, neox) + st_cuda_attn_dec(.., q, ..) in one launch, bit for bit up to the double sum
+// of squares' order, where st_cuda_attn_dec_rope_supported (head_dim 128 rotated whole, f16 cache, the sm_90
+// tensor-core kernel): q is read unrotated and left so; the K/V row at the step's position is written.
+typedef struct st_cuda_attn_rope {
+    const float *k, *v;            // [n_head_kv][head_dim] the step's K and V rows (the Q/K/V projection's outputs)
+    const float *q_norm, *k_norm;  // [head_dim] QK-norm gains, or NULL
+    const float *rope_cs;          // [n_ctx][n_rot / 2] (cos, sin) float pairs, st_cuda_qk_norm_rope_kv's table
+    float eps;
+    int n_rot, neox;
+} st_cuda_attn_rope;
+int st_cuda_attn_dec_rope_supported(int head_dim, int n_rot, int kv_f16);
+int st_cuda_attn_dec_rope(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                          const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
+                          int head_dim, float scale, int n_split, void *workspace, const st_cuda_attn_rope *rope,
+                          cudaStream_t stream);
 // With an f16 cache on sm_80+ and the tensor-core kernel switched on, st_cuda_attn_dec runs a tensor-core kernel
 // (mma.sync m16n8k16; the query and the probabilities as f16 hi + lo pairs, so ~f32 accuracy) that merges more than 8
 // splits in two levels. On by default: STRATA_ATTN_TC=0 or st_cuda_attn_dec_set_tc(0) turns it off

@@ -413,6 +413,26 @@ struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on th
 // docs/experiments/2026-12-01j-attn-cluster-merge.patch).
 #define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
 
+// Rope mode of the tensor-core kernel (st_cuda_attn_dec_rope; k NULL: off): the kernel applies the step's QK-norm +
+// RoPE itself, st_cuda_qk_norm_rope_kv's arithmetic: each warp to its query fragments in registers (a head's dims
+// lie in the 4 lanes of its quad, and a RoPE pair in one lane), and the warp whose tile holds the step's position to
+// this KV head's K row, which it stores with the V row into the caches and patches into its staged tile. So every
+// tile can be staged before the dependency wait, and the separate launch's kernel boundary and L2 round trips go.
+struct atc_rope {
+    const float *k, *v;            // [n_head_kv][HD] the step's K and V (the Q/K/V outputs; q is not rotated)
+    const float *q_norm, *k_norm;  // [HD] QK-norm gains, or NULL
+    const float *cs;               // [n_ctx][HD / 2] (cos, sin) of each RoPE pair (st_cuda_qk_norm_rope_kv's table)
+    float eps;
+    int neox;                      // pairs (i, i + HD / 2), else (2 i, 2 i + 1); n_rot == HD
+};
+
+// One RoPE pair (a, b) rotated by (cos, sin) = cs: st_cuda_qk_norm_rope_kv's fma for fma.
+__device__ __forceinline__ void atc_rot(float &a, float &b, float2 cs) {
+    const float x0 = a, x1 = b;
+    a = fmaf(x0, cs.x, -__fmul_rn(x1, cs.y));
+    b = fmaf(x0, cs.y, __fmul_rn(x1, cs.x));
+}
+
 // The tensor-core kernel's split of L positions: one split per KV head up to single_max positions (a short context:
 // the cross-block merge's workspace round trip, fence and counter cost more than the split saves), else att_chunk.
 __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
@@ -706,7 +726,8 @@ __device__ __forceinline__ atc_tma_warp atc_tma_begin(uint8_t *smem, uint64_t (*
 template <int HD>
 __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_tmap *tk, const atc_tmap *tv,
                                               const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4], float &m,
-                                              float &lsum, int end, float scale) {
+                                              float &lsum, int end, float scale, int patch,
+                                              const uint32_t (&pkv)[4]) {
     constexpr int NB = HD / ATC_TMA_BOX_H, KS = HD / 16, DT = HD / 8;
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
 #pragma unroll
@@ -719,6 +740,12 @@ __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_t
         uint8_t *kst = atc_tma_stage<HD>(s, i), *vst = kst + NB * ATC_TMA_BOX;
         tc_mbar_wait(&s.bar[i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
         const int p0 = s.start + (w + ATC_NW * i) * ATC_TP;
+        if (patch >= p0 && patch < p0 + ATC_TP) {  // (warp-uniform; rope mode) the step's own K/V row, staged stale
+            const int r = patch - p0, c = lane >> 2, b = (lane & 3) * 4;
+            *(uint32_t *)(kst + at(r, c) + b) = pkv[0], *(uint32_t *)(kst + at(r, HD / 16 + c) + b) = pkv[1];
+            *(uint32_t *)(vst + at(r, c) + b) = pkv[2], *(uint32_t *)(vst + at(r, HD / 16 + c) + b) = pkv[3];
+            __syncwarp();
+        }
         if (p0 + ATC_TP > end) {  // (warp-uniform; the block's last tile) V rows past the end: no 0 * NaN into O
             const int r0 = end - p0;
             for (int idx = lane; idx < (ATC_TP - r0) * NB * 8; idx += 32)
@@ -755,7 +782,8 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
-                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters
+                  float *__restrict__ ws_o1, float *__restrict__ ws_ml1, int32_t *__restrict__ counters,
+                  const atc_rope rp
 #if ATC_TMA
                   , const __grid_constant__ atc_tmap tmk, const __grid_constant__ atc_tmap tmv
 #endif
@@ -796,8 +824,33 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
 #if ATC_TMA_ON
     __shared__ __align__(8) uint64_t s_tbar[ATC_NW][ATC_ST];
     atc_tma_warp tw;
-    // ATC_TMA 2: the first tiles now, where all their rows are below the step's own row L - 1
-    if (ATC_TMA >= 2) tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, L - 1);
+    // ATC_TMA 2: the first tiles now, where all their rows are below the step's own row L - 1 (rope mode: all, the
+    // own row is patched in)
+    if (ATC_TMA >= 2) tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, rp.k ? 0x7fffffff : L - 1);
+    // Rope mode: the gains and rotations of this lane's query dims (fragment order) and, in the warp whose tile
+    // holds row L - 1, of its K dims 2 lane, + 1 and HD / 2 + 2 lane, + 1: no kernel's outputs, loaded before the wait.
+    const bool rope = rp.k != nullptr;
+    const bool own_row = rope && HD == 128 && L - 1 >= start && L - 1 < end && w == ((L - 1 - start) / ATC_TP) % ATC_NW;
+    float2 gq[KS][2], cq[KS][2][2], gk[2], ck[2];
+    if (rope) {
+        const float2 *cs = (const float2 *)(rp.cs + (int64_t)(L - 1) * HD);
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int sub = 0; sub < 2; sub++) {
+                const int dim = 16 * kk + 8 * sub + 2 * t;
+                gq[kk][sub] = rp.q_norm ? *(const float2 *)(rp.q_norm + dim) : make_float2(1.0f, 1.0f);
+                if (rp.neox && kk < KS / 2) cq[kk][sub][0] = cs[dim], cq[kk][sub][1] = cs[dim + 1];
+                else if (!rp.neox) cq[kk][sub][0] = cs[dim / 2];
+            }
+        if (own_row) {
+            const int d0 = 2 * lane, d1 = HD / 2 + 2 * lane;
+            gk[0] = rp.k_norm ? *(const float2 *)(rp.k_norm + d0) : make_float2(1.0f, 1.0f);
+            gk[1] = rp.k_norm ? *(const float2 *)(rp.k_norm + d1) : make_float2(1.0f, 1.0f);
+            ck[0] = rp.neox ? cs[d0] : cs[lane];
+            ck[1] = rp.neox ? cs[d0 + 1] : cs[HD / 4 + lane];
+        }
+    }
 #endif
     st_pdl_wait();  // q and this step's K/V row come from earlier work
     st_pdl_trigger();
@@ -805,18 +858,79 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
 
     // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
     // applied to the f32 scores.
-    uint32_t qa[KS][4];
+    float2 qx[KS][2];
 #pragma unroll
     for (int kk = 0; kk < KS; kk++)
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
             const int wd = 2 * kk + sub;
             const int dim = ATC_TMA_ON ? 16 * kk + 8 * sub + 2 * t : 32 * (wd / 4) + 8 * t + 2 * (wd % 4);
-            float x0 = 0.0f, x1 = 0.0f;
-            if (g < G) {
-                const float2 v = *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim);
-                x0 = v.x, x1 = v.y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
+            qx[kk][sub] = g < G ? *(const float2 *)(q + ((int64_t)kvh * G + g) * HD + dim) : make_float2(0.0f, 0.0f);
+        }
+#if ATC_TMA_ON
+    // Rope mode, the K/V row first (its loads in flight with q's): normalised, rotated, stored, kept for the patch.
+    uint32_t pkv[4] = {0u, 0u, 0u, 0u};  // K dims 2 lane, + 1; HD / 2 + 2 lane, + 1; then V's, as half2
+    if constexpr (HD == 128) {
+        if (own_row) {
+            const int d0 = 2 * lane, d1 = HD / 2 + 2 * lane;
+            const float *kr = rp.k + (int64_t)kvh * HD, *vr = rp.v + (int64_t)kvh * HD;
+            float2 a = *(const float2 *)(kr + d0), b = *(const float2 *)(kr + d1);
+            const float2 va = *(const float2 *)(vr + d0), vb = *(const float2 *)(vr + d1);
+            if (rp.k_norm) {  // the CPU's rounding steps: float squares, summed in double
+                double ss = ((double)__fmul_rn(a.x, a.x) + (double)__fmul_rn(a.y, a.y)) +
+                            ((double)__fmul_rn(b.x, b.x) + (double)__fmul_rn(b.y, b.y));
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(ST_WARP_FULL_MASK, ss, o, 32);
+                const float sc = norm_rms_scale(ss, HD, rp.eps);
+                a.x = __fmul_rn(__fmul_rn(a.x, sc), gk[0].x), a.y = __fmul_rn(__fmul_rn(a.y, sc), gk[0].y);
+                b.x = __fmul_rn(__fmul_rn(b.x, sc), gk[1].x), b.y = __fmul_rn(__fmul_rn(b.y, sc), gk[1].y);
             }
+            if (rp.neox) atc_rot(a.x, b.x, ck[0]), atc_rot(a.y, b.y, ck[1]);
+            else atc_rot(a.x, a.y, ck[0]), atc_rot(b.x, b.y, ck[1]);
+            pkv[0] = atc_h2(__floats2half2_rn(a.x, a.y)), pkv[1] = atc_h2(__floats2half2_rn(b.x, b.y));
+            pkv[2] = atc_h2(__floats2half2_rn(va.x, va.y)), pkv[3] = atc_h2(__floats2half2_rn(vb.x, vb.y));
+            const int64_t at = (int64_t)(L - 1) * row + (int64_t)kvh * HD;
+            *(uint32_t *)(kc + at + d0) = pkv[0], *(uint32_t *)(kc + at + d1) = pkv[1];
+            *(uint32_t *)(vc + at + d0) = pkv[2], *(uint32_t *)(vc + at + d1) = pkv[3];
+        }
+    }
+    if (rope) {  // this warp's query fragments: head g's dims lie in the quad's 4 lanes, each RoPE pair in one lane
+        if (rp.q_norm) {
+            double ss = 0;
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+                for (int sub = 0; sub < 2; sub++)
+                    ss += (double)__fmul_rn(qx[kk][sub].x, qx[kk][sub].x) +
+                          (double)__fmul_rn(qx[kk][sub].y, qx[kk][sub].y);
+            ss += __shfl_xor_sync(ST_WARP_FULL_MASK, ss, 1, 32);
+            ss += __shfl_xor_sync(ST_WARP_FULL_MASK, ss, 2, 32);
+            const float sc = norm_rms_scale(ss, HD, rp.eps);
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+                for (int sub = 0; sub < 2; sub++) {
+                    qx[kk][sub].x = __fmul_rn(__fmul_rn(qx[kk][sub].x, sc), gq[kk][sub].x);
+                    qx[kk][sub].y = __fmul_rn(__fmul_rn(qx[kk][sub].y, sc), gq[kk][sub].y);
+                }
+        }
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int sub = 0; sub < 2; sub++)
+                if (!rp.neox) atc_rot(qx[kk][sub].x, qx[kk][sub].y, cq[kk][sub][0]);
+                else if (kk < KS / 2) {  // dims d and d + HD / 2: dim tile kk + KS / 2 of the same lane
+                    atc_rot(qx[kk][sub].x, qx[kk + KS / 2][sub].x, cq[kk][sub][0]);
+                    atc_rot(qx[kk][sub].y, qx[kk + KS / 2][sub].y, cq[kk][sub][1]);
+                }
+    }
+#endif
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int sub = 0; sub < 2; sub++) {
+            const float x0 = qx[kk][sub].x, x1 = qx[kk][sub].y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
             const __half2 hi = __floats2half2_rn(x0, x1);
             const float2 hf = __half22float2(hi);
             qa[kk][sub ? 2 : 0] = atc_h2(hi);
@@ -830,7 +944,7 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
 #if ATC_TMA_ON
     if (ATC_TMA < 2) tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, 0x7fffffff);
-    atc_tiles_tma<HD>(tw, &tmk, &tmv, qa, o, m, lsum, end, scale);
+    atc_tiles_tma<HD>(tw, &tmk, &tmv, qa, o, m, lsum, end, scale, own_row ? L - 1 : -1, pkv);
 #else
     const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
 #if ATC_BULK && ST_TC_BULK
@@ -1032,7 +1146,7 @@ static int atc_encode(atc_tmap *map, const void *base, int row_halves) {
 template <int HD>
 static int atc_launch(float *out, void *outq, int fmt, const float *q, const void *kc, const void *vc,
                       const int32_t *d_pos, int G, int n_head_kv, float scale, int n_split, uint8_t *ws,
-                      const att_ws_layout &lo, cudaStream_t stream) {
+                      const att_ws_layout &lo, const atc_rope &rp, cudaStream_t stream) {
     const size_t smem = atc_smem_bytes(HD);
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
@@ -1061,7 +1175,7 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
 #endif
     st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
                   q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
-                  ml, o1, ml1, (int32_t *)ws
+                  ml, o1, ml1, (int32_t *)ws, rp
 #if ATC_TMA
                   , tmk, tmv
 #endif
@@ -1077,9 +1191,40 @@ static void att_launch(float *out, void *outq, int fmt, const float *q, const vo
                   fmt, q, (const KT *)kc, (const KT *)vc, d_pos, G, n_head_kv, scale, n_split, ws_o, ws_ml, cnt);
 }
 
+extern "C" int st_cuda_attn_dec_rope_supported(int head_dim, int n_rot, int kv_f16) {
+    return ATC_TMA && head_dim == 128 && n_rot == head_dim && st_cuda_attn_dec_tc(kv_f16) && st_dec_device_major() >= 9;
+}
+
+static int attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache, const void *v_cache,
+                    int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
+                    int n_split, void *workspace, const st_cuda_attn_rope *rope, cudaStream_t stream);
+
 extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
                                 const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
                                 int head_dim, float scale, int n_split, void *workspace, cudaStream_t stream) {
+    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
+                    n_split, workspace, NULL, stream);
+}
+
+extern "C" int st_cuda_attn_dec_rope(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                                     const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
+                                     int head_dim, float scale, int n_split, void *workspace,
+                                     const st_cuda_attn_rope *rope, cudaStream_t stream) {
+    if (!rope || !rope->k || !rope->v || !rope->rope_cs || ((uintptr_t)rope->k & 7) || ((uintptr_t)rope->v & 7) ||
+        ((uintptr_t)rope->q_norm & 7) || ((uintptr_t)rope->k_norm & 7) || ((uintptr_t)rope->rope_cs & 7))
+        return st_err("st_cuda_attn_dec_rope: K, V and the rotation table must be 8-byte aligned device pointers "
+                      "(the norm gains too, or NULL)");
+    if (!st_cuda_attn_dec_rope_supported(head_dim, rope->n_rot, kv_f16))
+        return st_err("st_cuda_attn_dec_rope: head_dim %d with %d rotated dims, %s cache: needs head_dim 128 rotated "
+                      "whole, an f16 cache and the sm_90 tensor-core kernel", head_dim, rope->n_rot,
+                      kv_f16 ? "an f16" : "an f32");
+    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
+                    n_split, workspace, rope, stream);
+}
+
+static int attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache, const void *v_cache,
+                    int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
+                    int n_split, void *workspace, const st_cuda_attn_rope *rope, cudaStream_t stream) {
     if (!st_cuda_attn_dec_supported(head_dim, n_head, n_head_kv, outq ? act_format : -1))
         return st_err("st_cuda_attn_dec: unsupported shape: head_dim %d (64 or 128), %d heads over %d KV heads (at "
                       "most 8 per KV head), output format %d", head_dim, n_head, n_head_kv, outq ? act_format : -1);
@@ -1090,11 +1235,14 @@ extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const fl
         return st_err("st_cuda_attn_dec: NULL or misaligned (16 bytes) device pointer");
     const int G = n_head / n_head_kv;
     const att_ws_layout lo = att_ws(n_head, n_head_kv, head_dim, n_split);
+    atc_rope rp = {};
+    if (rope)
+        rp = {rope->k, rope->v, rope->q_norm, rope->k_norm, rope->rope_cs, rope->eps, rope->neox};
     if (st_cuda_attn_dec_tc(kv_f16)) {
         if ((head_dim == 128 ? atc_launch<128>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv,
-                                               scale, n_split, (uint8_t *)workspace, lo, stream)
+                                               scale, n_split, (uint8_t *)workspace, lo, rp, stream)
                              : atc_launch<64>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv, scale,
-                                              n_split, (uint8_t *)workspace, lo, stream)))
+                                              n_split, (uint8_t *)workspace, lo, rp, stream)))
             return -1;
         return launch_check("attn_dec (tensor cores)");
     }

@@ -58,15 +58,6 @@
 #ifndef DEC_MINB_DOWN
 #define DEC_MINB_DOWN 4
 #endif
-// DEC_L1PF (A/B build, default 0; written 2026-12-04d, unmeasured): the Q/K/V and O launches prefetch their rows into
-// L1 instead of L2 before the dependency wait, and the down kernel its guessed rows into L1 as well, so the first
-// weight loads after the wait hit the SM's own cache (one L2 round trip less on each launch's chain, ~0.2 us by
-// latency; the blocks' rows fit: Q/K/V 5 x 8 rows of 1.2 KB per SM, down 4 x 32 rows of 0.4-0.6 KB). Predicted tg128
-// +1%. A/B: bench/ab.sh base=base l1="cflags:-DDEC_L1PF=1". (2026-11-30's L1 prefetch inside the row dots, after
-// the wait, lost: more code on the chain; this one runs before the wait.)
-#ifndef DEC_L1PF
-#define DEC_L1PF 0
-#endif
 #ifndef ROUTER_GROUPS
 #define ROUTER_GROUPS 2                        // groups (logits) per router block (-D for an A/B build)
 #endif

@@ -97,6 +97,8 @@ struct st_gpu_session {
     int attn_v2;                // one-token attention by st_cuda_attn_dec (STRATA_ATTN_V1=1: the split+combine pair)
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
     int ffn_fold;               // one-token FFN norm folded into the router launch (default; STRATA_FFN_FOLD=0)
+    int rope_attn;              // one token: QK-norm + RoPE + K/V store inside the attention launch where supported
+                                // (decode.h st_cuda_attn_dec_rope; default, STRATA_ROPE_ATTN=0: the separate launch)
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
                                 // instead of in the router's last block
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
@@ -515,6 +517,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
     const char *fold = getenv("STRATA_FFN_FOLD");
     s->ffn_fold = !(fold && *fold == '0');
+    const char *ra = getenv("STRATA_ROPE_ATTN");
+    s->rope_attn = !(ra && *ra == '0');
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
@@ -830,10 +834,13 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 mv(s, &L->wv, s->xn, n, s->v, same_act(&L->wk, &L->wv)))
                 return -1;
         }
-        if (RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
+        const int attn_fused = fused_attn(s, L, n);
+        // One token: QK-norm + RoPE + the K/V store inside the attention launch (decode.h st_cuda_attn_dec_rope)
+        const int rope_in_attn = attn_fused && s->rope_attn && !skip && !dup &&
+                                 st_cuda_attn_dec_rope_supported(hd, (int)hp->n_rot, s->kv_f16);
+        if (!rope_in_attn && RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
         // One token all in VRAM: the FFN norm folded into the router launch (decode.h st_cuda_router_fold), the
         // residual add into the O launch; bit for bit the separate norm (STRATA_FFN_FOLD=0: the separate launch).
-        const int attn_fused = fused_attn(s, L, n);
         const int ffn_fold = n == 1 && s->ffn_fold && !skip && !dup && !g->hy && !s->fixed_ids && !s->router_norm &&
                              !s->moe_v2 && s->glu_route && hp->n_expert && fused_moe(s, L, n) && attn_fused &&
                              !((uintptr_t)L->ffn_norm & 15) &&
@@ -843,9 +850,16 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // Attention with the O projection's input quantization fused in, then O from that row (PDL launches).
             const st_cuda_dec_mat mo = {L->wo.type, L->wo.d, L->wo.ne[1], ffn_fold ? s->x : s->ffn_out,
                                         ffn_fold ? s->x : NULL};
-            if (RUN(DEC_SKIP_ATTN, st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q,
-                                                    s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head,
-                                                    (int)hp->n_head_kv, hd, scale, s->n_split2, s->attn_ws2, st)) ||
+            const st_cuda_attn_rope rope = {s->k, s->v, L->q_norm, L->k_norm, s->rope_cs, hp->rms_eps,
+                                            (int)hp->n_rot, hp->rope_type == ST_ROPE_NEOX};
+            if (RUN(DEC_SKIP_ATTN,
+                    rope_in_attn
+                        ? st_cuda_attn_dec_rope(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l],
+                                                s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head,
+                                                (int)hp->n_head_kv, hd, scale, s->n_split2, s->attn_ws2, &rope, st)
+                        : st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l],
+                                           s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head, (int)hp->n_head_kv,
+                                           hd, scale, s->n_split2, s->attn_ws2, st)) ||
                 RUN(DEC_SKIP_O, st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st)))
                 return -1;
         } else {

@@ -516,11 +516,12 @@ static void test_router_fold(void) {
     test_router_fold_case(ST_TYPE_Q8_K, 128, 2048);  // Qwen3-30B-A3B
     test_router_fold_case(ST_TYPE_Q8_0, 64, 1024);
     test_router_fold_case(ST_TYPE_Q8_1, 16, 2048);
-    test_router_fold_case(ST_TYPE_Q8_K, 9, 2048);  // an odd count: one span per group, a block half empty
+    test_router_fold_case(ST_TYPE_Q8_K, 9, 2048);  // an odd count: a block shared by logit and span groups
     test_router_fold_case(ST_TYPE_Q8_K, 60, 256);
+    test_router_fold_case(ST_TYPE_Q8_K, 3, 2048);  // fewer experts than spans
     if (st_cuda_router_fold_supported(ST_TYPE_F32, 4096, 128, ST_TYPE_Q8_K) ||
         st_cuda_router_fold_supported(ST_TYPE_F16, 2048, 128, ST_TYPE_Q8_K) ||
-        st_cuda_router_fold_supported(ST_TYPE_F32, 2048, 7, ST_TYPE_Q8_K)) {
+        st_cuda_router_fold_supported(ST_TYPE_F32, 2048, 0, ST_TYPE_Q8_K)) {
         printf("  router_fold: an unsupported shape reported supported\n");
         g_fail_cur++;
     }
@@ -937,6 +938,99 @@ static void test_attn_dec(void) {
     report("attn_dec (split-adaptive flash-decoding, last-block merge, fused CPU-format output quantization)");
 }
 
+// ---- attention in rope mode ----------------------------------------------------------------------------------
+
+// st_cuda_attn_dec_rope against st_cuda_qk_norm_rope_kv + st_cuda_attn_dec on the same inputs: the output, its
+// quantization and both caches bit for bit, q left unrotated. The step's own cache row starts as garbage (the rope
+// mode stages it before its wait and patches it in).
+static void test_attn_rope_case(int L, int n_split, int neox, int norm) {
+    const int n_head = 32, n_kv = 4, hd = 128, fmt = ST_TYPE_Q8_K;
+    const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)n_head * hd, n_ctx = L + 37;
+    if (n_split <= 0) n_split = st_cuda_attn_dec_splits(n_kv, g_ctx.sm_count);
+    const size_t cb = 2 * (size_t)(n_ctx * row), rb = (size_t)st_q8_1_row_bytes(nq);
+    void *kc = rand_cache(n_ctx, row, 1), *vc = rand_cache(n_ctx, row, 1);
+    memset((uint16_t *)kc + (L - 1) * row, 0xff, 2 * (size_t)row);  // NaN: the own row must be written, never read
+    memset((uint16_t *)vc + (L - 1) * row, 0xff, 2 * (size_t)row);
+    float *q = rand_f32(nq, 1.0f), *k = rand_f32(row, 1.0f), *v = rand_f32(row, 1.0f);
+    float *gain = rand_f32(hd, 0.1f);
+    for (int i = 0; i < hd; i++) gain[i] += 1.0f;
+    float *dqn = norm ? dup_h2d(gain, sizeof(float) * hd) : NULL, *dkn = norm ? dup_h2d(gain, sizeof(float) * hd) : NULL;
+    float *cs = rope_table_h2d(n_ctx, hd, 1e6f, 1.0f);
+    float *dk = dup_h2d(k, sizeof(float) * row), *dv = dup_h2d(v, sizeof(float) * row);
+    const int32_t pos = L - 1;
+    int32_t *dpos = dup_h2d(&pos, sizeof pos);
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *dq[2], *dout[2];
+    void *dkc[2], *dvc[2];
+    uint8_t *dyq[2];
+    for (int m = 0; m < 2; m++) {
+        dq[m] = dup_h2d(q, sizeof(float) * nq), dout[m] = dalloc(sizeof(float) * nq), dyq[m] = dalloc(rb);
+        dkc[m] = dup_h2d(kc, cb), dvc[m] = dup_h2d(vc, cb);
+    }
+    const st_cuda_attn_rope rp = {dk, dv, dqn, dkn, cs, 1e-6f, hd, neox};
+    for (int rep = 0; rep < 2; rep++) {  // twice: the last-block counters must have been reset
+        for (int m = 0; m < 2; m++) {
+            poison(dout[m], sizeof(float) * nq), poison(dyq[m], rb);
+            CK(cudaMemcpy(dq[m], q, sizeof(float) * nq, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dkc[m], kc, cb, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dvc[m], vc, cb, cudaMemcpyHostToDevice));
+        }
+        CKL(st_cuda_qk_norm_rope_kv(dq[0], dk, dv, dqn, dkn, dkc[0], dvc[0], 1, dpos, 1, n_head, n_kv, hd, hd, 1e-6f,
+                                    cs, neox, 0));
+        CKL(st_cuda_attn_dec(dout[0], dyq[0], fmt, dq[0], dkc[0], dvc[0], 1, dpos, n_head, n_kv, hd, scale, n_split,
+                             g_att_ws, 0));
+        CKL(st_cuda_attn_dec_rope(dout[1], dyq[1], fmt, dq[1], dkc[1], dvc[1], 1, dpos, n_head, n_kv, hd, scale,
+                                  n_split, g_att_ws, &rp, 0));
+    }
+    char what[160];
+    snprintf(what, sizeof what, "attn_dec_rope L %d, grid %d, %s, %s", L, n_split, neox ? "neox" : "normal",
+             norm ? "QK-norm" : "no norm");
+    uint8_t *a = xmalloc(cb), *b = xmalloc(cb);
+    struct {
+        const char *name;
+        void *x, *y;
+        size_t n;
+    } cmp[] = {{"output", dout[0], dout[1], sizeof(float) * nq},
+               {"output quantization", dyq[0], dyq[1], rb},
+               {"K cache", dkc[0], dkc[1], cb},
+               {"V cache", dvc[0], dvc[1], cb},
+               {"q (unrotated)", dq[1], NULL, sizeof(float) * nq}};
+    for (size_t c = 0; c < sizeof cmp / sizeof cmp[0]; c++) {
+        d2h(a, cmp[c].x, cmp[c].n);
+        if (cmp[c].y) d2h(b, cmp[c].y, cmp[c].n);
+        else memcpy(b, q, cmp[c].n);
+        int64_t bad = 0;
+        for (size_t i = 0; i < cmp[c].n; i++) bad += a[i] != b[i];
+        if (bad) printf("  %s: %s: %lld bytes differ from the separate launches\n", what, cmp[c].name, (long long)bad),
+            g_fail_cur++;
+    }
+    free(a), free(b), free(kc), free(vc), free(q), free(k), free(v), free(gain);
+    for (int m = 0; m < 2; m++) cudaFree(dq[m]), cudaFree(dout[m]), cudaFree(dyq[m]), cudaFree(dkc[m]), cudaFree(dvc[m]);
+    cudaFree(dk), cudaFree(dv), cudaFree(dpos), cudaFree(cs);
+    if (dqn) cudaFree(dqn), cudaFree(dkn);
+}
+
+static void test_attn_rope(void) {
+    if (!st_cuda_attn_dec_rope_supported(128, 128, 1)) {
+        printf("  attn_dec_rope: not supported on this device (needs the sm_90 tensor-core kernel): not tested\n");
+        report("attn_dec_rope (SKIPPED on this device)");
+        return;
+    }
+    g_att_ws_bytes = st_cuda_attn_dec_ws_bytes(64, 64, 128, 256);
+    g_att_ws = dalloc(g_att_ws_bytes);
+    CK(cudaMemset(g_att_ws, 0, g_att_ws_bytes));
+    st_cuda_attn_dec_set_tc(1);
+    static const int Ls[] = {1, 16, 17, 128, 129, 1000, 4097, 16385};
+    for (int i = 0; i < (g_quick ? 6 : 8); i++) test_attn_rope_case(Ls[i], 0, i % 2, 1);
+    test_attn_rope_case(200, 0, 1, 0);  // no QK-norm (llama-style)
+    test_attn_rope_case(77, 0, 0, 0);
+    test_attn_rope_case(777, 7, 1, 1);  // uneven chunks: the own row in the last split's middle tile
+    test_attn_rope_case(5000, 256, 1, 1);
+    st_cuda_attn_dec_set_tc(-1);
+    cudaFree(g_att_ws);
+    report("attn_dec_rope (QK-norm + RoPE + K/V store in the attention launch == the separate launches, bit for bit)");
+}
+
 // ---- PDL chain ---------------------------------------------------------------------------------------------------
 
 #define PC_NH 8
@@ -1113,6 +1207,7 @@ int main(int argc, char **argv) {
     test_route_glu();
     g_pool = st_pool_create(0);
     test_attn_dec();
+    test_attn_rope();
     test_pdl_chain();
     st_pool_destroy(g_pool);
     st_cuda_destroy(&g_ctx);
