@@ -187,7 +187,7 @@ size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_dim, int n_
 int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
                      const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim,
                      float scale, int n_split, void *workspace, cudaStream_t stream);
-// Rope mode: st_cuda_qk_norm_rope_kv(q, k, v, q_norm, k_norm, k_cache, v_cache, 1, d_pos, 1, n_head, n_head_kv,
+// Rope mode (st_cuda_attn_dec_ex with a rope): st_cuda_qk_norm_rope_kv(q, k, v, q_norm, k_norm, k_cache, v_cache, 1, d_pos, 1, n_head, n_head_kv,
 // head_dim, n_rot, eps, rope_cs, neox) + st_cuda_attn_dec(.., q, ..) in one launch, bit for bit up to the double sum
 // of squares' order, where st_cuda_attn_dec_rope_supported (head_dim 128 rotated whole, f16 cache, the sm_90
 // tensor-core kernel): q is read unrotated and left so; the K/V row at the step's position is written.
@@ -199,10 +199,13 @@ typedef struct st_cuda_attn_rope {
     int n_rot, neox;
 } st_cuda_attn_rope;
 int st_cuda_attn_dec_rope_supported(int head_dim, int n_rot, int kv_f16);
-int st_cuda_attn_dec_rope(float *out, void *outq, int act_format, const float *q, const void *k_cache,
-                          const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
-                          int head_dim, float scale, int n_split, void *workspace, const st_cuda_attn_rope *rope,
-                          cudaStream_t stream);
+// st_cuda_attn_dec with options: rope (NULL: q already normalised and rotated, this step's K/V row in the caches),
+// wide (nonzero: ATC_NW_WIDE = 8 warps per block instead of 4 where the sm_90 TMA kernel runs with head_dim 128;
+// faster at long contexts, slower at short ones: decode_attn.cu).
+int st_cuda_attn_dec_ex(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                        const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim,
+                        float scale, int n_split, void *workspace, const st_cuda_attn_rope *rope, int wide,
+                        cudaStream_t stream);
 // With an f16 cache on sm_80+ and the tensor-core kernel switched on, st_cuda_attn_dec runs a tensor-core kernel
 // (mma.sync m16n8k16; the query and the probabilities as f16 hi + lo pairs, so ~f32 accuracy) that merges more than 8
 // splits in two levels. On by default: STRATA_ATTN_TC=0 or st_cuda_attn_dec_set_tc(0) turns it off

@@ -328,10 +328,9 @@ __global__ void __launch_bounds__(ATT_NT)
 // active splits, the last block of each group of ATC_SG splits merges its group into a level-1 partial first, so
 // no single block reads more than max(ATC_SG, n_split / ATC_SG) partials (at depth 16K with 33 splits: 8 + 5 x 4
 // KiB instead of 33 x 4 KiB from L2 through one SM).
-#define ATC_NW 4                          // warps per block
-#define ATC_NT (ATC_NW * 32)
+#define ATC_NW 4                          // warps per block (the template's NW: this, or ATC_NW_WIDE at depth)
+#define ATC_NW_WIDE 8
 #define ATC_TP 16                         // positions per warp tile
-#define ATC_MINC (ATC_NW * ATC_TP)        // positions per block step (minimum chunk)
 #ifndef ATC_ST
 #define ATC_ST 3                          // staging depth (tiles; -D for an A/B build)
 #endif
@@ -413,7 +412,7 @@ struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on th
 // docs/experiments/2026-12-01j-attn-cluster-merge.patch).
 #define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
 
-// Rope mode of the tensor-core kernel (st_cuda_attn_dec_rope; k NULL: off): the kernel applies the step's QK-norm +
+// Rope mode of the tensor-core kernel (st_cuda_attn_dec_ex's rope; k NULL: off): the kernel applies the step's QK-norm +
 // RoPE itself, st_cuda_qk_norm_rope_kv's arithmetic: each warp to its query fragments in registers (a head's dims
 // lie in the 4 lanes of its quad, and a RoPE pair in one lane), and the warp whose tile holds the step's position to
 // this KV head's K row, which it stores with the V row into the caches and patches into its staged tile. So every
@@ -435,18 +434,18 @@ __device__ __forceinline__ void atc_rot(float &a, float &b, float2 cs) {
 
 // The tensor-core kernel's split of L positions: one split per KV head up to single_max positions (a short context:
 // the cross-block merge's workspace round trip, fence and counter cost more than the split saves), else att_chunk.
-__device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
+template <int NW> __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
     if (L <= single_max) {
-        chunk = (L + ATC_MINC - 1) / ATC_MINC * ATC_MINC;
+        chunk = (L + (NW * ATC_TP) - 1) / (NW * ATC_TP) * (NW * ATC_TP);
         n_act = 1;
     } else {
-        att_chunk(L, n_split, ATC_MINC, chunk, n_act);
+        att_chunk(L, n_split, (NW * ATC_TP), chunk, n_act);
     }
 }
 
-static size_t atc_smem_bytes(int hd) {  // the larger of the two stagings where both may run
-    const size_t cp = (size_t)ATC_ST * (hd / 8) * ATC_NT * 16, bulk = (size_t)ATC_ST * ATC_NW * ATC_WSB(hd);
-    if (ATC_TMA) return (size_t)ATC_ST * ATC_NW * ATC_TMA_WSB(hd) + 1024;  // (+ the 1024-byte alignment)
+template <int NW> static size_t atc_smem_bytes(int hd) {  // the larger of the two stagings where both may run
+    const size_t cp = (size_t)ATC_ST * (hd / 8) * (NW * 32) * 16, bulk = (size_t)ATC_ST * NW * ATC_WSB(hd);
+    if (ATC_TMA) return (size_t)ATC_ST * NW * ATC_TMA_WSB(hd) + 1024;  // (+ the 1024-byte alignment)
     return ATC_BULK && bulk > cp ? bulk : cp;
 }
 
@@ -474,7 +473,7 @@ template <int HD>
 __device__ void atc_merge(const float *o, const float *ml, int stride, int s0, int n, int G, int kvh, float *dst_o,
                           float *dst_ml, int dst_stride, int di, float *out, float *sout) {
     const int tid = threadIdx.x;
-    for (int idx = tid; idx < G * HD / 4; idx += ATC_NT) {
+    for (int idx = tid; idx < G * HD / 4; idx += (int)blockDim.x) {
         const int g = idx / (HD / 4), d4 = idx % (HD / 4);
         const int64_t h = (int64_t)kvh * G + g;
         const float4 *src = (const float4 *)(o + (h * stride + s0) * HD) + d4;
@@ -545,22 +544,22 @@ __device__ __forceinline__ void atc_softmax(const float (&sc)[2][4], int p0, int
 }
 
 // The block's tiles [start, end) into the warp's running (m, lsum, o): Q . K^T, online softmax, P . V, each warp on
-// tiles w, w + ATC_NW, ... ; staging by cp.async (BULK false) or bulk copies (BULK true, sm_90; see ATC_BULK).
-template <int HD, bool BULK>
+// tiles w, w + NW, ... ; staging by cp.async (BULK false) or bulk copies (BULK true, sm_90; see ATC_BULK).
+template <int HD, bool BULK, int NW>
 __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4],
                                           float &m, float &lsum, int start, int end, int n_tiles,
                                           const __half *kb, const __half *vb, int64_t row, float scale) {
     constexpr int NK = HD / 32, NV = HD / 64, NU = 2 * NK + 4 * NV, KS = HD / 16;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
-    // Bulk: [ATC_ST][ATC_NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes], one mbarrier per warp and stage.
-    // Otherwise: [ATC_ST][NU][ATC_NT] uint4, thread tid's slots at stride ATC_NT.
+    const int nbw = w < n_tiles ? (n_tiles - w + NW - 1) / NW : 0;
+    // Bulk: [ATC_ST][NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes], one mbarrier per warp and stage.
+    // Otherwise: [ATC_ST][NU][(NW * 32)] uint4, thread tid's slots at stride (NW * 32).
     constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = ATC_WSB(HD);
 #if ST_TC_BULK
-    __shared__ __align__(8) uint64_t s_bar[ATC_NW][ATC_ST];
+    __shared__ __align__(8) uint64_t s_bar[NW][ATC_ST];
 #endif
     uint4 *stg = (uint4 *)smem;
-    auto stage = [&](int i) { return smem + ((size_t)(i % ATC_ST) * ATC_NW + w) * WSB; };
+    auto stage = [&](int i) { return smem + ((size_t)(i % ATC_ST) * NW + w) * WSB; };
 #if ST_TC_BULK
     if constexpr (BULK) {
         if (lane == 0) {
@@ -578,27 +577,27 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
             uint8_t *base = stage(i);
             __syncwarp();  // every lane is done reading this stage's previous tile
             if (lane == 0) tc_mbar_expect_tx(&s_bar[w][i % ATC_ST], 32 * HD * 2);
-            const int rr = lane % 16, p = min(start + (w + ATC_NW * i) * ATC_TP + rr, end - 1);  // past the end: masked
+            const int rr = lane % 16, p = min(start + (w + NW * i) * ATC_TP + rr, end - 1);  // past the end: masked
             if (lane < 16) tc_bulk_g2s(base + rr * KSTR, kb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
             else tc_bulk_g2s(base + 16 * KSTR + rr * VSTR, vb + p * row, HD * 2, &s_bar[w][i % ATC_ST]);
 #endif
         } else {
             if (i < nbw) {
-                const int p0 = start + (w + ATC_NW * i) * ATC_TP;
-                uint4 *dst = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
+                const int p0 = start + (w + NW * i) * ATC_TP;
+                uint4 *dst = stg + (size_t)(i % ATC_ST) * NU * (NW * 32) + tid;
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
                     const int p = min(p0 + 8 * j + g, end - 1);  // past the end: a valid row, masked below
 #pragma unroll
                     for (int u = 0; u < NK; u++)
-                        tc_cp16(dst + (j * NK + u) * ATC_NT, kb + p * row + 32 * u + 8 * t, 16);
+                        tc_cp16(dst + (j * NK + u) * (NW * 32), kb + p * row + 32 * u + 8 * t, 16);
                 }
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     const int p = min(p0 + (r >> 1) * 8 + 2 * t + (r & 1), end - 1);
 #pragma unroll
                     for (int c = 0; c < NV; c++)
-                        tc_cp16(dst + (2 * NK + r * NV + c) * ATC_NT, vb + p * row + 64 * c + 8 * g, 16);
+                        tc_cp16(dst + (2 * NK + r * NV + c) * (NW * 32), vb + p * row + 64 * c + 8 * g, 16);
                 }
             }
             tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
@@ -609,7 +608,7 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
     for (int i = 0; i < nbw; i++) {
         issue(i + ATC_ST - 1);
         const uint8_t *kst = stage(i), *vst = kst + 16 * KSTR;
-        const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * ATC_NT + tid;
+        const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * (NW * 32) + tid;
         if constexpr (BULK) {
 #if ST_TC_BULK
             tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
@@ -620,11 +619,11 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
         // Bulk: K row 8 j + g, bytes 64 u + 16 t (halves 32 u + 8 t, as the slots hold); V row (r >> 1) 8 + 2 t +
         // (r & 1), bytes 128 c + 16 g.
 #define ATC_KW(j, u) \
-    (BULK ? *(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t) : src[((j) * NK + (u)) * ATC_NT])
+    (BULK ? *(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t) : src[((j) * NK + (u)) * (NW * 32)])
 #define ATC_VW(r, c)                                                                                      \
     (BULK ? *(const uint4 *)(vst + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * VSTR + 128 * (c) + 16 * g) \
-          : src[(2 * NK + (r) * NV + (c)) * ATC_NT])
-        const int p0 = start + (w + ATC_NW * i) * ATC_TP;
+          : src[(2 * NK + (r) * NV + (c)) * (NW * 32)])
+        const int p0 = start + (w + NW * i) * ATC_TP;
         float sc[2][4];
 #pragma unroll
         for (int j = 0; j < 2; j++) {
@@ -664,26 +663,26 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
 // hold dims 8 d + 2 t (+1). ATC_TMA 2: the first tiles are issued before the kernel's dependency wait where all
 // their rows were written by finished work (below the step's own row L - 1).
 struct atc_tma_warp {
-    uint8_t *base;       // the block's staging, 1024-byte aligned: [ATC_ST][ATC_NW][K boxes | V boxes]
+    uint8_t *base;       // the block's staging, 1024-byte aligned: [ATC_ST][NW][K boxes | V boxes]
     uint64_t *bar;       // [ATC_ST] this warp's mbarriers (shared memory)
     int nbw, start, x0;  // the warp's tile count, the block's first position, the KV head's first element of a row
     unsigned early;      // bit i: tile i is issued (atc_tma_begin)
 };
 
 // The warp's stage of its tile i: K's boxes, then V's.
-template <int HD> __device__ __forceinline__ uint8_t *atc_tma_stage(const atc_tma_warp &s, int i) {
-    return s.base + ((size_t)(i % ATC_ST) * ATC_NW + threadIdx.x / 32) * ATC_TMA_WSB(HD);
+template <int HD, int NW> __device__ __forceinline__ uint8_t *atc_tma_stage(const atc_tma_warp &s, int i) {
+    return s.base + ((size_t)(i % ATC_ST) * NW + threadIdx.x / 32) * ATC_TMA_WSB(HD);
 }
 
 // Tile i of the warp into its stage (one lane issues; no-op past the warp's tiles).
-template <int HD>
+template <int HD, int NW>
 __device__ __forceinline__ void atc_tma_issue(const atc_tma_warp &s, int i, const atc_tmap *tk, const atc_tmap *tv) {
     constexpr int NB = HD / ATC_TMA_BOX_H;
     if (i >= s.nbw) return;  // warp-uniform
-    uint8_t *dst = atc_tma_stage<HD>(s, i);
+    uint8_t *dst = atc_tma_stage<HD, NW>(s, i);
     __syncwarp();  // every lane is done reading this stage's previous tile
     if (threadIdx.x % 32 == 0) {
-        const int p0 = s.start + (threadIdx.x / 32 + ATC_NW * i) * ATC_TP;
+        const int p0 = s.start + (threadIdx.x / 32 + NW * i) * ATC_TP;
         tc_mbar_expect_tx(&s.bar[i % ATC_ST], ATC_TMA_WSB(HD));
 #pragma unroll
         for (int b = 0; b < NB; b++) {
@@ -696,7 +695,7 @@ __device__ __forceinline__ void atc_tma_issue(const atc_tma_warp &s, int i, cons
 
 // The warp's staging for positions [start, end) (none where end <= start), its mbarriers set up, and its first
 // ATC_ST - 1 tiles issued where every row lies below `complete` (rows written by finished work).
-template <int HD>
+template <int HD, int NW>
 __device__ __forceinline__ atc_tma_warp atc_tma_begin(uint8_t *smem, uint64_t (*bars)[ATC_ST], const atc_tmap *tk,
                                                       const atc_tmap *tv, int x0, int start, int end, int complete) {
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -704,7 +703,7 @@ __device__ __forceinline__ atc_tma_warp atc_tma_begin(uint8_t *smem, uint64_t (*
     atc_tma_warp s;
     s.base = (uint8_t *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
     s.bar = bars[w];
-    s.nbw = w < n_tiles ? (n_tiles - w + ATC_NW - 1) / ATC_NW : 0;
+    s.nbw = w < n_tiles ? (n_tiles - w + NW - 1) / NW : 0;
     s.start = start;
     s.x0 = x0;
     s.early = 0;
@@ -716,14 +715,14 @@ __device__ __forceinline__ atc_tma_warp atc_tma_begin(uint8_t *smem, uint64_t (*
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < ATC_ST - 1; i++)
-        if (i < s.nbw && start + (w + ATC_NW * i + 1) * ATC_TP <= complete) {
-            atc_tma_issue<HD>(s, i, tk, tv);
+        if (i < s.nbw && start + (w + NW * i + 1) * ATC_TP <= complete) {
+            atc_tma_issue<HD, NW>(s, i, tk, tv);
             s.early |= 1u << i;
         }
     return s;
 }
 
-template <int HD>
+template <int HD, int NW>
 __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_tmap *tk, const atc_tmap *tv,
                                               const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4], float &m,
                                               float &lsum, int end, float scale, int patch,
@@ -732,14 +731,14 @@ __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_t
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < ATC_ST - 1; i++)
-        if (!((s.early >> i) & 1u)) atc_tma_issue<HD>(s, i, tk, tv);
+        if (!((s.early >> i) & 1u)) atc_tma_issue<HD, NW>(s, i, tk, tv);
     // the byte offset of 16-byte chunk c (of the row's HD / 8) in row r of a K or V stage
     auto at = [](int r, int c) { return (c / 8) * ATC_TMA_BOX + r * 128 + (((c % 8) ^ (r % 8)) << 4); };
     for (int i = 0; i < s.nbw; i++) {
-        atc_tma_issue<HD>(s, i + ATC_ST - 1, tk, tv);
-        uint8_t *kst = atc_tma_stage<HD>(s, i), *vst = kst + NB * ATC_TMA_BOX;
+        atc_tma_issue<HD, NW>(s, i + ATC_ST - 1, tk, tv);
+        uint8_t *kst = atc_tma_stage<HD, NW>(s, i), *vst = kst + NB * ATC_TMA_BOX;
         tc_mbar_wait(&s.bar[i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
-        const int p0 = s.start + (w + ATC_NW * i) * ATC_TP;
+        const int p0 = s.start + (w + NW * i) * ATC_TP;
         if (patch >= p0 && patch < p0 + ATC_TP) {  // (warp-uniform; rope mode) the step's own K/V row, staged stale
             const int r = patch - p0, c = lane >> 2, b = (lane & 3) * 4;
             *(uint32_t *)(kst + at(r, c) + b) = pkv[0], *(uint32_t *)(kst + at(r, HD / 16 + c) + b) = pkv[1];
@@ -777,8 +776,8 @@ __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_t
 }
 #endif
 
-template <int HD>
-__global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
+template <int HD, int NW>
+__global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
@@ -795,9 +794,9 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     constexpr int DT = HD / 8;           // dim tiles of P . V
     static_assert(HD == 64 || HD == 128, "head_dim");
     constexpr int SOS = HD + 1;          // row stride of the block-merge buffer (HD: 16-way bank conflicts)
-    static_assert(sizeof(float) * (ATC_NW * 8 * (SOS + 2) + 8 * HD) <= ATC_ST * NU * ATC_NT * 16,
+    static_assert(sizeof(float) * (NW * 8 * (SOS + 2) + 8 * HD) <= ATC_ST * NU * (NW * 32) * 16,
                   "merge buffers fit in the staging");
-    static_assert((ATC_NW * 8 * (SOS + 2)) % 4 == 0, "sout 16-byte aligned");
+    static_assert((NW * 8 * (SOS + 2)) % 4 == 0, "sout 16-byte aligned");
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int s_last;
 
@@ -809,28 +808,28 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     // The step's split (see the top of the file for the position's read before the dependency wait).
     const int L = __ldcg(d_pos) + 1;
     int chunk, n_act;
-    atc_chunk(L, n_split, single_max, chunk, n_act);
+    atc_chunk<NW>(L, n_split, single_max, chunk, n_act);
     const int start = split * chunk, end = split < n_act ? min(L, start + chunk) : start;  // (empty: idle split)
     // Before the wait: L2 prefetch of this block's rows. Rows below the current position were written by earlier
     // steps; the current row may still be in flight, but a prefetch is only a hint to L2 (the point of coherence;
     // L1 untouched).
     if ((ATC_L2_PREFETCH == 2 || (ATC_L2_PREFETCH == 1 && n_act == 1)) && L >= 1) {
         constexpr int LN = HD * 2 / 128;  // 128-byte lines per row slice
-        for (int i = tid; i < (end - start) * 2 * LN; i += ATC_NT) {
+        for (int i = tid; i < (end - start) * 2 * LN; i += (NW * 32)) {
             const int p = start + i / (2 * LN), r = i % (2 * LN);
             st_prefetch_l2((const uint8_t *)((r < LN ? kb : vb) + (int64_t)p * row) + (r % LN) * 128);
         }
     }
 #if ATC_TMA_ON
-    __shared__ __align__(8) uint64_t s_tbar[ATC_NW][ATC_ST];
+    __shared__ __align__(8) uint64_t s_tbar[NW][ATC_ST];
     atc_tma_warp tw;
     // ATC_TMA 2: the first tiles now, where all their rows are below the step's own row L - 1 (rope mode: all, the
     // own row is patched in)
-    if (ATC_TMA >= 2) tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, rp.k ? 0x7fffffff : L - 1);
+    if (ATC_TMA >= 2) tw = atc_tma_begin<HD, NW>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, rp.k ? 0x7fffffff : L - 1);
     // Rope mode: the gains and rotations of this lane's query dims (fragment order) and, in the warp whose tile
     // holds row L - 1, of its K dims 2 lane, + 1 and HD / 2 + 2 lane, + 1: no kernel's outputs, loaded before the wait.
     const bool rope = rp.k != nullptr;
-    const bool own_row = rope && HD == 128 && L - 1 >= start && L - 1 < end && w == ((L - 1 - start) / ATC_TP) % ATC_NW;
+    const bool own_row = rope && HD == 128 && L - 1 >= start && L - 1 < end && w == ((L - 1 - start) / ATC_TP) % NW;
     float2 gq[KS][2], cq[KS][2][2], gk[2], ck[2];
     if (rope) {
         const float2 *cs = (const float2 *)(rp.cs + (int64_t)(L - 1) * HD);
@@ -941,27 +940,27 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m = -INFINITY, lsum = 0.0f;  // head g's running max and this lane's share of the sum
 
-    // Warp tiles: block tile b = w + ATC_NW i covers positions start + 16 b .. + 15.
+    // Warp tiles: block tile b = w + NW i covers positions start + 16 b .. + 15.
 #if ATC_TMA_ON
-    if (ATC_TMA < 2) tw = atc_tma_begin<HD>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, 0x7fffffff);
-    atc_tiles_tma<HD>(tw, &tmk, &tmv, qa, o, m, lsum, end, scale, own_row ? L - 1 : -1, pkv);
+    if (ATC_TMA < 2) tw = atc_tma_begin<HD, NW>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, 0x7fffffff);
+    atc_tiles_tma<HD, NW>(tw, &tmk, &tmv, qa, o, m, lsum, end, scale, own_row ? L - 1 : -1, pkv);
 #else
     const int n_tiles = (end - start + ATC_TP - 1) / ATC_TP;
 #if ATC_BULK && ST_TC_BULK
     if (ATC_BULK == 2 || n_tiles >= ATC_BULK_MIN_TILES)  // uniform per block
-        atc_tiles<HD, true>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
+        atc_tiles<HD, true, NW>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
     else
 #endif
-        atc_tiles<HD, false>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
+        atc_tiles<HD, false, NW>(smem, qa, o, m, lsum, start, end, n_tiles, kb, vb, row, scale);
 #endif
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
     __syncthreads();  // every warp is done with its staging: the merges reuse it
 
-    // Block merge of the ATC_NW warp partials into the split's partial.
-    float *so = (float *)smem;                             // [ATC_NW][8][SOS]
-    float *sm = so + ATC_NW * 8 * SOS, *sl = sm + ATC_NW * 8;  // [ATC_NW][8]
-    float *sout = sl + ATC_NW * 8;                         // [8][HD] (final merge)
+    // Block merge of the NW warp partials into the split's partial.
+    float *so = (float *)smem;                             // [NW][8][SOS]
+    float *sm = so + NW * 8 * SOS, *sl = sm + NW * 8;  // [NW][8]
+    float *sout = sl + NW * 8;                         // [8][HD] (final merge)
     if (g < G && ATC_TMA_ON) {  // (atc_tiles_tma: dim tile d holds dims 8 d + 2 t, + 1)
         float *dst = so + (w * 8 + g) * SOS;
 #pragma unroll
@@ -986,14 +985,14 @@ __global__ void __launch_bounds__(ATC_NT, ATC_BLOCKS_PER_SM)
     // One split (a short context): this block's merge is the result, written directly (no workspace round trip,
     // fence and counter); the same values as the last block's merge of one partial (weight exp(0) = 1, 1 / l).
     const bool direct = n_act == 1;
-    for (int idx = tid; idx < G * HD; idx += ATC_NT) {
+    for (int idx = tid; idx < G * HD; idx += (NW * 32)) {
         const int hg = idx / HD, d = idx % HD;
         float M = -INFINITY;
 #pragma unroll
-        for (int ww = 0; ww < ATC_NW; ww++) M = fmaxf(M, sm[ww * 8 + hg]);
+        for (int ww = 0; ww < NW; ww++) M = fmaxf(M, sm[ww * 8 + hg]);
         float acc = 0.0f, ls = 0.0f;
 #pragma unroll
-        for (int ww = 0; ww < ATC_NW; ww++) {
+        for (int ww = 0; ww < NW; ww++) {
             const float mt = sm[ww * 8 + hg], wt = mt == -INFINITY ? 0.0f : __expf(mt - M);
             acc += wt * so[(ww * 8 + hg) * SOS + d];
             ls += wt * sl[ww * 8 + hg];
@@ -1073,7 +1072,7 @@ extern "C" size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_
 // depth 16384: 269.0 vs 243.7 tok/s with the SIMT kernel); STRATA_ATTN_TC=0 (or st_cuda_attn_dec_set_tc(0)) turns
 // it off.
 static int g_att_tc_on = -1;  // -1: from the environment at the first use
-static int g_att_tc_smem[64][2];  // per device: max dynamic shared memory set for k_attn_dec_tc<64>, <128>
+static int g_att_tc_smem[64][2][2];  // per device: max dynamic shared memory set for k_attn_dec_tc<64 | 128, 4 | 8>
 extern "C" void st_cuda_attn_dec_set_tc(int on) { g_att_tc_on = on < 0 ? -1 : on != 0; }
 extern "C" int st_cuda_attn_dec_tc(int kv_f16) {
 #if ST_WARP_SIZE != 32
@@ -1143,26 +1142,35 @@ static int atc_encode(atc_tmap *map, const void *base, int row_halves) {
 }
 #endif
 
-template <int HD>
+// The dynamic shared memory (and the carveout) of k_attn_dec_tc<HD, NW>, set once per device.
+template <int HD, int NW> static int atc_set_smem(int dev) {
+    int *set = &g_att_tc_smem[dev][HD == 128][NW == ATC_NW_WIDE];
+    if (*set) return 0;
+    const size_t smem = atc_smem_bytes<NW>(HD);
+    cudaError_t e = cudaFuncSetAttribute(k_attn_dec_tc<HD, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    // All of the unified L1 / shared memory as shared: two blocks of the bulk staging per SM need 2 x 113.7 KB.
+    if (ATC_BULK && e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_attn_dec_tc<HD, NW>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess)
+        return st_err("st_cuda_attn_dec: cudaFuncSetAttribute(%zu bytes of shared memory): %s", smem,
+                      cudaGetErrorString(e));
+    *set = 1;
+    return 0;
+}
+
+template <int HD, int NW>
 static int atc_launch(float *out, void *outq, int fmt, const float *q, const void *kc, const void *vc,
                       const int32_t *d_pos, int G, int n_head_kv, float scale, int n_split, uint8_t *ws,
                       const att_ws_layout &lo, const atc_rope &rp, cudaStream_t stream) {
-    const size_t smem = atc_smem_bytes(HD);
+    const size_t smem = atc_smem_bytes<NW>(HD);
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
         return st_err("st_cuda_attn_dec: no current device");
-    int *set = &g_att_tc_smem[dev][HD == 128];
-    if (!*set) {  // once per device (the first, eager step: not inside a capture)
-        cudaError_t e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        // All of the unified L1 / shared memory as shared: two blocks of the bulk staging per SM need 2 x 113.7 KB.
-        if (ATC_BULK && e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_attn_dec_tc<HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     (int)cudaSharedmemCarveoutMaxShared);
-        if (e != cudaSuccess)
-            return st_err("st_cuda_attn_dec: cudaFuncSetAttribute(%zu bytes of shared memory): %s", smem,
-                          cudaGetErrorString(e));
-        *set = 1;
-    }
+    // Both block widths at the first (eager) use: the engine's first wide step may be inside a graph capture.
+    if (atc_set_smem<HD, ATC_NW>(dev)) return -1;
+    if constexpr (HD == 128)
+        if (atc_set_smem<HD, ATC_NW_WIDE>(dev)) return -1;
     float *o = (float *)(ws + lo.o), *ml = (float *)(ws + lo.ml), *o1 = (float *)(ws + lo.o1),
           *ml1 = (float *)(ws + lo.ml1);
 #if ATC_TMA
@@ -1173,7 +1181,7 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
         (atc_encode(&tmk, kc, n_head_kv * HD) || atc_encode(&tmv, vc, n_head_kv * HD)))
         return -1;
 #endif
-    st_dec_launch(k_attn_dec_tc<HD>, dim3(n_split, n_head_kv), dim3(ATC_NT), smem, stream, out, (uint8_t *)outq, fmt,
+    st_dec_launch(k_attn_dec_tc<HD, NW>, dim3(n_split, n_head_kv), dim3(NW * 32), smem, stream, out, (uint8_t *)outq, fmt,
                   q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
                   ml, o1, ml1, (int32_t *)ws, rp
 #if ATC_TMA
@@ -1197,34 +1205,36 @@ extern "C" int st_cuda_attn_dec_rope_supported(int head_dim, int n_rot, int kv_f
 
 static int attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache, const void *v_cache,
                     int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
-                    int n_split, void *workspace, const st_cuda_attn_rope *rope, cudaStream_t stream);
+                    int n_split, void *workspace, const st_cuda_attn_rope *rope, int wide, cudaStream_t stream);
 
 extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
                                 const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
                                 int head_dim, float scale, int n_split, void *workspace, cudaStream_t stream) {
     return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
-                    n_split, workspace, NULL, stream);
+                    n_split, workspace, NULL, 0, stream);
 }
 
-extern "C" int st_cuda_attn_dec_rope(float *out, void *outq, int act_format, const float *q, const void *k_cache,
-                                     const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
-                                     int head_dim, float scale, int n_split, void *workspace,
-                                     const st_cuda_attn_rope *rope, cudaStream_t stream) {
-    if (!rope || !rope->k || !rope->v || !rope->rope_cs || ((uintptr_t)rope->k & 7) || ((uintptr_t)rope->v & 7) ||
+extern "C" int st_cuda_attn_dec_ex(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                                   const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
+                                   int head_dim, float scale, int n_split, void *workspace,
+                                   const st_cuda_attn_rope *rope, int wide, cudaStream_t stream) {
+    if (!rope) return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim,
+                               scale, n_split, workspace, NULL, wide, stream);
+    if (!rope->k || !rope->v || !rope->rope_cs || ((uintptr_t)rope->k & 7) || ((uintptr_t)rope->v & 7) ||
         ((uintptr_t)rope->q_norm & 7) || ((uintptr_t)rope->k_norm & 7) || ((uintptr_t)rope->rope_cs & 7))
-        return st_err("st_cuda_attn_dec_rope: K, V and the rotation table must be 8-byte aligned device pointers "
+        return st_err("st_cuda_attn_dec_ex: K, V and the rotation table must be 8-byte aligned device pointers "
                       "(the norm gains too, or NULL)");
     if (!st_cuda_attn_dec_rope_supported(head_dim, rope->n_rot, kv_f16))
-        return st_err("st_cuda_attn_dec_rope: head_dim %d with %d rotated dims, %s cache: needs head_dim 128 rotated "
+        return st_err("st_cuda_attn_dec_ex: head_dim %d with %d rotated dims, %s cache: needs head_dim 128 rotated "
                       "whole, an f16 cache and the sm_90 tensor-core kernel", head_dim, rope->n_rot,
                       kv_f16 ? "an f16" : "an f32");
     return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
-                    n_split, workspace, rope, stream);
+                    n_split, workspace, rope, wide, stream);
 }
 
 static int attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache, const void *v_cache,
                     int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
-                    int n_split, void *workspace, const st_cuda_attn_rope *rope, cudaStream_t stream) {
+                    int n_split, void *workspace, const st_cuda_attn_rope *rope, int wide, cudaStream_t stream) {
     if (!st_cuda_attn_dec_supported(head_dim, n_head, n_head_kv, outq ? act_format : -1))
         return st_err("st_cuda_attn_dec: unsupported shape: head_dim %d (64 or 128), %d heads over %d KV heads (at "
                       "most 8 per KV head), output format %d", head_dim, n_head, n_head_kv, outq ? act_format : -1);
@@ -1239,10 +1249,13 @@ static int attn_dec(float *out, void *outq, int act_format, const float *q, cons
     if (rope)
         rp = {rope->k, rope->v, rope->q_norm, rope->k_norm, rope->rope_cs, rope->eps, rope->neox};
     if (st_cuda_attn_dec_tc(kv_f16)) {
-        if ((head_dim == 128 ? atc_launch<128>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv,
-                                               scale, n_split, (uint8_t *)workspace, lo, rp, stream)
-                             : atc_launch<64>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv, scale,
-                                              n_split, (uint8_t *)workspace, lo, rp, stream)))
+        // wide: ATC_NW_WIDE warps per block where the TMA staging runs (head_dim 128)
+        const bool w8 = wide && head_dim == 128 && ATC_TMA && st_dec_device_major() >= 9;
+        if ((head_dim == 128 ? (w8 ? atc_launch<128, ATC_NW_WIDE> : atc_launch<128, ATC_NW>)(
+                                   out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv, scale, n_split,
+                                   (uint8_t *)workspace, lo, rp, stream)
+                             : atc_launch<64, ATC_NW>(out, outq, act_format, q, k_cache, v_cache, d_pos, G, n_head_kv,
+                                                      scale, n_split, (uint8_t *)workspace, lo, rp, stream)))
             return -1;
         return launch_check("attn_dec (tensor cores)");
     }

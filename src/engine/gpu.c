@@ -98,7 +98,9 @@ struct st_gpu_session {
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
     int ffn_fold;               // one-token FFN norm folded into the router launch (default; STRATA_FFN_FOLD=0)
     int rope_attn;              // one token: QK-norm + RoPE + K/V store inside the attention launch where supported
-                                // (decode.h st_cuda_attn_dec_rope; default, STRATA_ROPE_ATTN=0: the separate launch)
+                                // (decode.h st_cuda_attn_dec_ex's rope; default, STRATA_ROPE_ATTN=0: a launch of its own)
+    int64_t attn_wide_from;     // one token: the attention in 8-warp blocks from this context length on (0: never;
+                                // STRATA_ATTN_WIDE_FROM); one decode graph per side
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
                                 // instead of in the router's last block
     int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
@@ -124,8 +126,8 @@ struct st_gpu_session {
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
     st_actdump *actdump;        // STRATA_DUMP_ACT (engine/actdump.h): per-layer activations; NULL: off
     float *h_dump;              // host [prefill_chunk][n_embd]: a dumped residual stream
-    cudaGraphExec_t graph[4];   // the one-token decode step; hybrid: [+1] the prefetch's branch gated off, [+2] the
-    int graph_ready[4];         // CPU-miss split gated off (gpu_hybrid.h)
+    cudaGraphExec_t graph[8];   // the one-token decode step; hybrid: [+1] the prefetch's branch gated off, [+2] the
+    int graph_ready[8];         // CPU-miss split gated off (gpu_hybrid.h); [+4] the wide attention (attn_wide_from)
     int graph_failed;
     int warm;                   // one eager one-token step has run (kernels loaded) before capture
     st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
@@ -462,6 +464,12 @@ static int rope_table_upload(st_gpu_session *s) {
     return rc;
 }
 
+// The context length from which one-token steps take the attention in 8-warp blocks (STRATA_ATTN_WIDE_FROM): at long
+// contexts each warp then has half the tiles of a 4-warp block and two warps per scheduler hide each other's
+// latencies; at short ones the wider block's merge costs more than that saves. H200, Qwen3-30B-A3B shape (bench/ab.sh,
+// 2026-12-04e, 8 warps always against 4): tg128 534.9 vs 543.3 tok/s at depth 0, 411.2 vs 395.7 at depth 16384.
+#define ATTN_WIDE_FROM 4096
+
 st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     const st_hparams *hp = &g->m->hp;
     if (n_ctx <= 0) n_ctx = hp->n_ctx_train ? hp->n_ctx_train : 4096;
@@ -519,6 +527,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->ffn_fold = !(fold && *fold == '0');
     const char *ra = getenv("STRATA_ROPE_ATTN");
     s->rope_attn = !(ra && *ra == '0');
+    const char *wf = getenv("STRATA_ATTN_WIDE_FROM");
+    s->attn_wide_from = wf ? strtoll(wf, NULL, 10) : ATTN_WIDE_FROM;
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
@@ -622,7 +632,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
 // The captured decode graphs hold the buffers' addresses at capture: a buffer reallocated later (the logits' on
 // growth) makes them write freed memory, so they go and the next one-token steps capture again.
 static void drop_decode_graphs(st_gpu_session *s) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 8; i++) {
         if (s->graph_ready[i]) cudaGraphExecDestroy(s->graph[i]);
         s->graph_ready[i] = 0;
     }
@@ -793,6 +803,11 @@ static int dump_act(st_gpu_session *s, uint32_t l, char point, int n) {
     return 0;
 }
 
+// Whether this one-token step (at position n_past) takes the attention in 8-warp blocks (ATTN_WIDE_FROM).
+static int attn_wide(const st_gpu_session *s) {
+    return s->attn_wide_from > 0 && s->n_past + 1 >= s->attn_wide_from;
+}
+
 // STRATA_DEC_SKIP bits (timing experiment): the one-token fused step leaves these launches out.
 enum {
     DEC_SKIP_ATTN_NORM = 1, DEC_SKIP_QKV = 2, DEC_SKIP_ROPE = 4, DEC_SKIP_ATTN = 8, DEC_SKIP_O = 16,
@@ -835,7 +850,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 return -1;
         }
         const int attn_fused = fused_attn(s, L, n);
-        // One token: QK-norm + RoPE + the K/V store inside the attention launch (decode.h st_cuda_attn_dec_rope)
+        // One token: QK-norm + RoPE + the K/V store inside the attention launch (decode.h st_cuda_attn_dec_ex's rope)
         const int rope_in_attn = attn_fused && s->rope_attn && !skip && !dup &&
                                  st_cuda_attn_dec_rope_supported(hd, (int)hp->n_rot, s->kv_f16);
         if (!rope_in_attn && RUN(DEC_SKIP_ROPE, qk_rope_kv(s, L, l, n))) return -1;
@@ -852,14 +867,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                                         ffn_fold ? s->x : NULL};
             const st_cuda_attn_rope rope = {s->k, s->v, L->q_norm, L->k_norm, s->rope_cs, hp->rms_eps,
                                             (int)hp->n_rot, hp->rope_type == ST_ROPE_NEOX};
-            if (RUN(DEC_SKIP_ATTN,
-                    rope_in_attn
-                        ? st_cuda_attn_dec_rope(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l],
-                                                s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head,
-                                                (int)hp->n_head_kv, hd, scale, s->n_split2, s->attn_ws2, &rope, st)
-                        : st_cuda_attn_dec(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q, s->k_cache[l],
-                                           s->v_cache[l], s->kv_f16, s->d_pos, (int)hp->n_head, (int)hp->n_head_kv,
-                                           hd, scale, s->n_split2, s->attn_ws2, st)) ||
+            if (RUN(DEC_SKIP_ATTN, st_cuda_attn_dec_ex(s->attn, s->xq, st_cuda_act_format(L->wo.type), s->q,
+                                                       s->k_cache[l], s->v_cache[l], s->kv_f16, s->d_pos,
+                                                       (int)hp->n_head, (int)hp->n_head_kv, hd, scale, s->n_split2,
+                                                       s->attn_ws2, rope_in_attn ? &rope : NULL, attn_wide(s), st)) ||
                 RUN(DEC_SKIP_O, st_cuda_mmvq_multi(&mo, 1, L->wo.ne[0], s->xq, st)))
                 return -1;
         } else {
@@ -1109,7 +1120,8 @@ static int step_one(st_gpu_session *s) {
         s->warm = 1;
         return step(s, 1, 0, 1);
     }
-    const int gi = st_hybrid_prefetch_gated(s->g->hy) + 2 * st_hybrid_split_gated(s->g->hy);  // (NULL: 0 both)
+    const int gi = st_hybrid_prefetch_gated(s->g->hy) + 2 * st_hybrid_split_gated(s->g->hy)  // (NULL: 0 both)
+                   + 4 * attn_wide(s);
     if (!s->graph_ready[gi] && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL && !s->actdump) {
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {

@@ -842,7 +842,7 @@ static void *rand_cache(int64_t n_pos, int64_t row, int kv_f16) {
     return c;
 }
 
-static void test_attn_case(int L, int n_head, int n_kv, int hd, int kv_f16, int n_split, int fmt) {
+static void test_attn_case(int L, int n_head, int n_kv, int hd, int kv_f16, int n_split, int fmt, int wide) {
     const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)n_head * hd;
     const size_t el = kv_f16 ? 2 : 4;
     if (n_split <= 0) n_split = st_cuda_attn_dec_splits(n_kv, g_ctx.sm_count);
@@ -875,13 +875,14 @@ static void test_attn_case(int L, int n_head, int n_kv, int hd, int kv_f16, int 
     for (int rep = 0; rep < 2; rep++) {  // twice: the last-block counters must have been reset
         poison(dout, sizeof(float) * nq);
         if (dyq) poison(dyq, rb);
-        CKL(st_cuda_attn_dec(dout, dyq, fmt, dq, dkc, dvc, kv_f16, dpos, n_head, n_kv, hd, scale, n_split, g_att_ws, 0));
+        CKL(st_cuda_attn_dec_ex(dout, dyq, fmt, dq, dkc, dvc, kv_f16, dpos, n_head, n_kv, hd, scale, n_split, g_att_ws,
+                                NULL, wide, 0));
     }
     d2h(got, dout, sizeof(float) * nq);
     st_attention(g_pool, ref, q, kc, vc, kv_f16, 1, L - 1, n_head, n_kv, hd, scale);
     char what[128];
-    snprintf(what, sizeof what, "attn_dec L %d, %d/%d heads, hd %d, %s, grid %d, out format %s", L, n_head, n_kv, hd,
-             kv_f16 ? "f16" : "f32", n_split, fmt >= 0 ? st_type_name(fmt) : "-");
+    snprintf(what, sizeof what, "attn_dec L %d, %d/%d heads, hd %d, %s, grid %d, out format %s%s", L, n_head, n_kv, hd,
+             kv_f16 ? "f16" : "f32", n_split, fmt >= 0 ? st_type_name(fmt) : "-", wide ? ", wide" : "");
     check_close(what, got, ref, nq, 2e-5f, 1e-3f);
     if (dyq) {
         d2h(yq, dyq, rb);
@@ -908,30 +909,36 @@ static void test_attn_dec(void) {
                 if (s >= 2 && Ls[i] > 4097) continue;
                 const int G = shapes[s][0] / shapes[s][1], gh = G * shapes[s][2];
                 const int fmt = gh % 256 == 0 ? ST_TYPE_Q8_K : (i % 2 ? ST_TYPE_Q8_0 : ST_TYPE_Q8_1);
-                test_attn_case(Ls[i], shapes[s][0], shapes[s][1], shapes[s][2], f16, 0, i == 2 ? -1 : fmt);
+                test_attn_case(Ls[i], shapes[s][0], shapes[s][1], shapes[s][2], f16, 0, i == 2 ? -1 : fmt, 0);
             }
-    test_attn_case(1000, 32, 4, 128, 1, 1, ST_TYPE_Q8_K);    // one split: the whole sequence in one block
-    test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0);     // uneven chunks
-    test_attn_case(5000, 32, 4, 128, 1, 256, ST_TYPE_Q8_1);  // the largest grid
-    test_attn_case(300, 32, 4, 128, 0, 3, ST_TYPE_Q8_K);
+    test_attn_case(1000, 32, 4, 128, 1, 1, ST_TYPE_Q8_K, 0);    // one split: the whole sequence in one block
+    test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0, 0);     // uneven chunks
+    test_attn_case(5000, 32, 4, 128, 1, 256, ST_TYPE_Q8_1, 0);  // the largest grid
+    test_attn_case(300, 32, 4, 128, 0, 3, ST_TYPE_Q8_K, 0);
     // Tensor-core kernel's two-level merge (groups of 8 splits of >= 64 positions): 8 + 1 and 8 + 2 splits, a
     // single group of exactly 8, and 8 x 8 + 7 at hd 64 with G 3.
-    test_attn_case(576, 32, 4, 128, 1, 9, ST_TYPE_Q8_K);
-    test_attn_case(577, 32, 4, 128, 1, 256, ST_TYPE_Q8_K);
-    test_attn_case(512, 32, 4, 128, 1, 8, ST_TYPE_Q8_0);
-    test_attn_case(4500, 9, 3, 64, 1, 71, ST_TYPE_Q8_1);
+    test_attn_case(576, 32, 4, 128, 1, 9, ST_TYPE_Q8_K, 0);
+    test_attn_case(577, 32, 4, 128, 1, 256, ST_TYPE_Q8_K, 0);
+    test_attn_case(512, 32, 4, 128, 1, 8, ST_TYPE_Q8_0, 0);
+    test_attn_case(4500, 9, 3, 64, 1, 71, ST_TYPE_Q8_1, 0);
     // Blocks of >= 16 tiles stage by bulk copies on sm_90 (decode_attn.cu ATC_BULK), at hd 64 here, with a ragged
     // last tile; the blocks of the 16385 case above mix both stagings in one launch.
-    test_attn_case(2001, 9, 3, 64, 1, 2, ST_TYPE_Q8_0);
-    test_attn_case(3003, 32, 4, 128, 1, 3, ST_TYPE_Q8_K);
+    test_attn_case(2001, 9, 3, 64, 1, 2, ST_TYPE_Q8_0, 0);
+    test_attn_case(3003, 32, 4, 128, 1, 3, ST_TYPE_Q8_K, 0);
+    // 8-warp blocks (the engine's choice at long contexts; sm_90 TMA kernel at head_dim 128, else the 4-warp one)
+    for (int i = 0; i < nL; i++) test_attn_case(Ls[i], 32, 4, 128, 1, 0, i % 2 ? ST_TYPE_Q8_K : ST_TYPE_Q8_0, 1);
+    test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0, 1);
+    test_attn_case(5000, 32, 4, 128, 1, 256, ST_TYPE_Q8_1, 1);
+    test_attn_case(1100, 32, 4, 128, 1, 9, ST_TYPE_Q8_K, 1);
+    test_attn_case(300, 16, 16, 128, 1, 0, -1, 1);
     // The SIMT kernel on f16 caches too (the engine's default for now), then back to the environment's choice.
     printf("  attn_dec: f16 caches took the %s kernel above\n", st_cuda_attn_dec_tc(1) ? "tensor-core" : "SIMT");
     if (st_cuda_attn_dec_tc(1)) {
         st_cuda_attn_dec_set_tc(0);
-        for (int i = 0; i < nL; i++) test_attn_case(Ls[i], 32, 4, 128, 1, 0, ST_TYPE_Q8_K);
-        test_attn_case(257, 32, 4, 64, 1, 0, ST_TYPE_Q8_K);
-        test_attn_case(33, 9, 3, 64, 1, 0, ST_TYPE_Q8_0);
-        test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0);
+        for (int i = 0; i < nL; i++) test_attn_case(Ls[i], 32, 4, 128, 1, 0, ST_TYPE_Q8_K, 0);
+        test_attn_case(257, 32, 4, 64, 1, 0, ST_TYPE_Q8_K, 0);
+        test_attn_case(33, 9, 3, 64, 1, 0, ST_TYPE_Q8_0, 0);
+        test_attn_case(777, 32, 4, 128, 1, 7, ST_TYPE_Q8_0, 0);
     }
     st_cuda_attn_dec_set_tc(-1);
     cudaFree(g_att_ws);
@@ -940,10 +947,10 @@ static void test_attn_dec(void) {
 
 // ---- attention in rope mode ----------------------------------------------------------------------------------
 
-// st_cuda_attn_dec_rope against st_cuda_qk_norm_rope_kv + st_cuda_attn_dec on the same inputs: the output, its
+// st_cuda_attn_dec_ex's rope mode against st_cuda_qk_norm_rope_kv + st_cuda_attn_dec_ex on the same inputs: the output, its
 // quantization and both caches bit for bit, q left unrotated. The step's own cache row starts as garbage (the rope
 // mode stages it before its wait and patches it in).
-static void test_attn_rope_case(int L, int n_split, int neox, int norm) {
+static void test_attn_rope_case(int L, int n_split, int neox, int norm, int wide) {
     const int n_head = 32, n_kv = 4, hd = 128, fmt = ST_TYPE_Q8_K;
     const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)n_head * hd, n_ctx = L + 37;
     if (n_split <= 0) n_split = st_cuda_attn_dec_splits(n_kv, g_ctx.sm_count);
@@ -977,14 +984,14 @@ static void test_attn_rope_case(int L, int n_split, int neox, int norm) {
         }
         CKL(st_cuda_qk_norm_rope_kv(dq[0], dk, dv, dqn, dkn, dkc[0], dvc[0], 1, dpos, 1, n_head, n_kv, hd, hd, 1e-6f,
                                     cs, neox, 0));
-        CKL(st_cuda_attn_dec(dout[0], dyq[0], fmt, dq[0], dkc[0], dvc[0], 1, dpos, n_head, n_kv, hd, scale, n_split,
-                             g_att_ws, 0));
-        CKL(st_cuda_attn_dec_rope(dout[1], dyq[1], fmt, dq[1], dkc[1], dvc[1], 1, dpos, n_head, n_kv, hd, scale,
-                                  n_split, g_att_ws, &rp, 0));
+        CKL(st_cuda_attn_dec_ex(dout[0], dyq[0], fmt, dq[0], dkc[0], dvc[0], 1, dpos, n_head, n_kv, hd, scale, n_split,
+                                g_att_ws, NULL, wide, 0));
+        CKL(st_cuda_attn_dec_ex(dout[1], dyq[1], fmt, dq[1], dkc[1], dvc[1], 1, dpos, n_head, n_kv, hd, scale,
+                                n_split, g_att_ws, &rp, wide, 0));
     }
     char what[160];
-    snprintf(what, sizeof what, "attn_dec_rope L %d, grid %d, %s, %s", L, n_split, neox ? "neox" : "normal",
-             norm ? "QK-norm" : "no norm");
+    snprintf(what, sizeof what, "attn_dec rope mode L %d, grid %d, %s, %s%s", L, n_split, neox ? "neox" : "normal",
+             norm ? "QK-norm" : "no norm", wide ? ", wide" : "");
     uint8_t *a = xmalloc(cb), *b = xmalloc(cb);
     struct {
         const char *name;
@@ -1012,8 +1019,8 @@ static void test_attn_rope_case(int L, int n_split, int neox, int norm) {
 
 static void test_attn_rope(void) {
     if (!st_cuda_attn_dec_rope_supported(128, 128, 1)) {
-        printf("  attn_dec_rope: not supported on this device (needs the sm_90 tensor-core kernel): not tested\n");
-        report("attn_dec_rope (SKIPPED on this device)");
+        printf("  attn_dec rope mode: not supported on this device (needs the sm_90 tensor-core kernel): not tested\n");
+        report("attn_dec rope mode (SKIPPED on this device)");
         return;
     }
     g_att_ws_bytes = st_cuda_attn_dec_ws_bytes(64, 64, 128, 256);
@@ -1021,14 +1028,16 @@ static void test_attn_rope(void) {
     CK(cudaMemset(g_att_ws, 0, g_att_ws_bytes));
     st_cuda_attn_dec_set_tc(1);
     static const int Ls[] = {1, 16, 17, 128, 129, 1000, 4097, 16385};
-    for (int i = 0; i < (g_quick ? 6 : 8); i++) test_attn_rope_case(Ls[i], 0, i % 2, 1);
-    test_attn_rope_case(200, 0, 1, 0);  // no QK-norm (llama-style)
-    test_attn_rope_case(77, 0, 0, 0);
-    test_attn_rope_case(777, 7, 1, 1);  // uneven chunks: the own row in the last split's middle tile
-    test_attn_rope_case(5000, 256, 1, 1);
+    for (int wide = 0; wide < 2; wide++) {  // 4-warp and 8-warp blocks
+        for (int i = 0; i < (g_quick ? 6 : 8); i++) test_attn_rope_case(Ls[i], 0, i % 2, 1, wide);
+        test_attn_rope_case(200, 0, 1, 0, wide);  // no QK-norm (llama-style)
+        test_attn_rope_case(77, 0, 0, 0, wide);
+        test_attn_rope_case(777, 7, 1, 1, wide);  // uneven chunks: the own row in the last split's middle tile
+        test_attn_rope_case(5000, 256, 1, 1, wide);
+    }
     st_cuda_attn_dec_set_tc(-1);
     cudaFree(g_att_ws);
-    report("attn_dec_rope (QK-norm + RoPE + K/V store in the attention launch == the separate launches, bit for bit)");
+    report("attn_dec rope mode (QK-norm + RoPE + K/V store in the attention launch == the separate launches, bit for bit; 4 and 8 warps)");
 }
 
 // ---- PDL chain ---------------------------------------------------------------------------------------------------
