@@ -187,10 +187,11 @@ size_t st_cuda_attn_dec_ws_bytes(int n_head, int n_head_kv, int head_dim, int n_
 int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
                      const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim,
                      float scale, int n_split, void *workspace, cudaStream_t stream);
-// Rope mode (st_cuda_attn_dec_ex with a rope): st_cuda_qk_norm_rope_kv(q, k, v, q_norm, k_norm, k_cache, v_cache, 1, d_pos, 1, n_head, n_head_kv,
-// head_dim, n_rot, eps, rope_cs, neox) + st_cuda_attn_dec(.., q, ..) in one launch, bit for bit up to the double sum
-// of squares' order, where st_cuda_attn_dec_rope_supported (head_dim 128 rotated whole, f16 cache, the sm_90
-// tensor-core kernel): q is read unrotated and left so; the K/V row at the step's position is written.
+// Rope mode (st_cuda_attn_dec_ex with a rope): st_cuda_qk_norm_rope_kv(q, k, v, q_norm, k_norm, k_cache, v_cache,
+// 1, d_pos, 1, n_head, n_head_kv, head_dim, n_rot, eps, rope_cs, neox) + st_cuda_attn_dec(.., q, ..) in one launch,
+// bit for bit up to the double sum of squares' order, where st_cuda_attn_dec_rope_supported (head_dim 128 rotated
+// whole, f16 cache, the sm_90 tensor-core kernel): q is read unrotated and left so; the K/V row at the step's
+// position is written.
 typedef struct st_cuda_attn_rope {
     const float *k, *v;            // [n_head_kv][head_dim] the step's K and V rows (the Q/K/V projection's outputs)
     const float *q_norm, *k_norm;  // [head_dim] QK-norm gains, or NULL

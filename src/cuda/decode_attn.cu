@@ -328,7 +328,11 @@ __global__ void __launch_bounds__(ATT_NT)
 // active splits, the last block of each group of ATC_SG splits merges its group into a level-1 partial first, so
 // no single block reads more than max(ATC_SG, n_split / ATC_SG) partials (at depth 16K with 33 splits: 8 + 5 x 4
 // KiB instead of 33 x 4 KiB from L2 through one SM).
-#define ATC_NW 4                          // warps per block (the template's NW: this, or ATC_NW_WIDE at depth)
+// Warps per block: the kernel's NW template parameter, ATC_NW or (st_cuda_attn_dec_ex's wide) ATC_NW_WIDE. With 4 at
+// depth 16K each warp walks ~8 tiles in sequence, one warp per scheduler, whose per-tile chains (ldmatrix, MMA,
+// softmax shuffles) nothing hides; 8 halve the walk and the splits' partials: tg128 @ d16384 412.0 vs 395.8 tok/s,
+// but 534.9 vs 543.3 at depth 0 (H200, 2026-12-04e; the engine takes 8 from 2048 positions on, engine/gpu.c).
+#define ATC_NW 4
 #define ATC_NW_WIDE 8
 #define ATC_TP 16                         // positions per warp tile
 #ifndef ATC_ST
@@ -412,11 +416,12 @@ struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on th
 // docs/experiments/2026-12-01j-attn-cluster-merge.patch).
 #define ATC_PS 1024.0f                    // P scale before the f16 split (a power of two: exact)
 
-// Rope mode of the tensor-core kernel (st_cuda_attn_dec_ex's rope; k NULL: off): the kernel applies the step's QK-norm +
-// RoPE itself, st_cuda_qk_norm_rope_kv's arithmetic: each warp to its query fragments in registers (a head's dims
-// lie in the 4 lanes of its quad, and a RoPE pair in one lane), and the warp whose tile holds the step's position to
-// this KV head's K row, which it stores with the V row into the caches and patches into its staged tile. So every
-// tile can be staged before the dependency wait, and the separate launch's kernel boundary and L2 round trips go.
+// Rope mode of the tensor-core kernel (st_cuda_attn_dec_ex's rope; k NULL: off): the kernel applies the step's
+// QK-norm + RoPE itself, st_cuda_qk_norm_rope_kv's arithmetic: each warp to its query fragments in registers (a
+// head's dims lie in the 4 lanes of its quad, and a RoPE pair in one lane), and the warp whose tile holds the step's
+// position to this KV head's K row, which it stores with the V row into the caches and patches into its staged
+// tile. So every tile can be staged before the dependency wait, and the separate launch's kernel boundary and L2
+// round trips go (tg128 +2.1%, tg128 @ d16384 +3.5%, bench/results/2026-12-04e-h200.md).
 struct atc_rope {
     const float *k, *v;            // [n_head_kv][HD] the step's K and V (the Q/K/V outputs; q is not rotated)
     const float *q_norm, *k_norm;  // [HD] QK-norm gains, or NULL
@@ -434,7 +439,8 @@ __device__ __forceinline__ void atc_rot(float &a, float &b, float2 cs) {
 
 // The tensor-core kernel's split of L positions: one split per KV head up to single_max positions (a short context:
 // the cross-block merge's workspace round trip, fence and counter cost more than the split saves), else att_chunk.
-template <int NW> __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
+template <int NW>
+__device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
     if (L <= single_max) {
         chunk = (L + (NW * ATC_TP) - 1) / (NW * ATC_TP) * (NW * ATC_TP);
         n_act = 1;
@@ -825,7 +831,8 @@ __global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
     atc_tma_warp tw;
     // ATC_TMA 2: the first tiles now, where all their rows are below the step's own row L - 1 (rope mode: all, the
     // own row is patched in)
-    if (ATC_TMA >= 2) tw = atc_tma_begin<HD, NW>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, rp.k ? 0x7fffffff : L - 1);
+    if (ATC_TMA >= 2)
+        tw = atc_tma_begin<HD, NW>(smem, s_tbar, &tmk, &tmv, kvh * HD, start, end, rp.k ? 0x7fffffff : L - 1);
     // Rope mode: the gains and rotations of this lane's query dims (fragment order) and, in the warp whose tile
     // holds row L - 1, of its K dims 2 lane, + 1 and HD / 2 + 2 lane, + 1: no kernel's outputs, loaded before the wait.
     const bool rope = rp.k != nullptr;
@@ -929,7 +936,8 @@ __global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
     for (int kk = 0; kk < KS; kk++)
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
-            const float x0 = qx[kk][sub].x, x1 = qx[kk][sub].y;  // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
+            // unscaled (|q| ~ 1 keeps the lo part out of the f16 subnormals)
+            const float x0 = qx[kk][sub].x, x1 = qx[kk][sub].y;
             const __half2 hi = __floats2half2_rn(x0, x1);
             const float2 hf = __half22float2(hi);
             qa[kk][sub ? 2 : 0] = atc_h2(hi);
@@ -1181,9 +1189,9 @@ static int atc_launch(float *out, void *outq, int fmt, const float *q, const voi
         (atc_encode(&tmk, kc, n_head_kv * HD) || atc_encode(&tmv, vc, n_head_kv * HD)))
         return -1;
 #endif
-    st_dec_launch(k_attn_dec_tc<HD, NW>, dim3(n_split, n_head_kv), dim3(NW * 32), smem, stream, out, (uint8_t *)outq, fmt,
-                  q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split, atc_single_max(), o,
-                  ml, o1, ml1, (int32_t *)ws, rp
+    st_dec_launch(k_attn_dec_tc<HD, NW>, dim3(n_split, n_head_kv), dim3(NW * 32), smem, stream, out, (uint8_t *)outq,
+                  fmt, q, (const __half *)kc, (const __half *)vc, d_pos, G, n_head_kv, scale, n_split,
+                  atc_single_max(), o, ml, o1, ml1, (int32_t *)ws, rp
 #if ATC_TMA
                   , tmk, tmv
 #endif

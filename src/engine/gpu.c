@@ -98,7 +98,7 @@ struct st_gpu_session {
     int router_norm;            // one-token FFN norm + router + top-k in one launch (STRATA_ROUTER_NORM=1, A/B)
     int ffn_fold;               // one-token FFN norm folded into the router launch (default; STRATA_FFN_FOLD=0)
     int rope_attn;              // one token: QK-norm + RoPE + K/V store inside the attention launch where supported
-                                // (decode.h st_cuda_attn_dec_ex's rope; default, STRATA_ROPE_ATTN=0: a launch of its own)
+                                // (decode.h st_cuda_attn_dec_ex's rope; default; STRATA_ROPE_ATTN=0: its own launch)
     int64_t attn_wide_from;     // one token: the attention in 8-warp blocks from this context length on (0: never;
                                 // STRATA_ATTN_WIDE_FROM); one decode graph per side
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
@@ -465,10 +465,12 @@ static int rope_table_upload(st_gpu_session *s) {
 }
 
 // The context length from which one-token steps take the attention in 8-warp blocks (STRATA_ATTN_WIDE_FROM): at long
-// contexts each warp then has half the tiles of a 4-warp block and two warps per scheduler hide each other's
-// latencies; at short ones the wider block's merge costs more than that saves. H200, Qwen3-30B-A3B shape (bench/ab.sh,
-// 2026-12-04e, 8 warps always against 4): tg128 534.9 vs 543.3 tok/s at depth 0, 411.2 vs 395.7 at depth 16384.
-#define ATTN_WIDE_FROM 4096
+// contexts each warp then has half the tiles of a 4-warp block (two warps per scheduler hide each other's
+// latencies) and a split covers twice the positions (half the partials to merge); at short ones the wider block's
+// merge and setup cost more than that saves. H200, Qwen3-30B-A3B shape (bench/ab.sh, 2026-12-04e), 8 warps against
+// 4: tg128 534.9 vs 543.3 tok/s at depth 0 (an A/B build), 484.7 vs 475.5 at depth 2048, 470.2 vs 458.7 at 4096,
+// 412.0 vs 395.8 at 16384. Between 128 and 2048 unmeasured: 2048, the smallest measured gain.
+#define ATTN_WIDE_FROM 2048
 
 st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     const st_hparams *hp = &g->m->hp;
