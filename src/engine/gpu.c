@@ -530,7 +530,9 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     const char *ra = getenv("STRATA_ROPE_ATTN");
     s->rope_attn = !(ra && *ra == '0');
     const char *wf = getenv("STRATA_ATTN_WIDE_FROM");
-    s->attn_wide_from = wf ? strtoll(wf, NULL, 10) : ATTN_WIDE_FROM;
+    // (not measured with experts in host RAM, where the 8-warp blocks' shared memory would also crowd the side
+    // branches' kernels off the SMs: off there unless asked for)
+    s->attn_wide_from = wf ? strtoll(wf, NULL, 10) : g->hy ? 0 : ATTN_WIDE_FROM;
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
