@@ -430,22 +430,16 @@ struct atc_rope {
     int neox;                      // pairs (i, i + HD / 2), else (2 i, 2 i + 1); n_rot == HD
 };
 
-// One RoPE pair (a, b) rotated by (cos, sin) = cs: st_cuda_qk_norm_rope_kv's fma for fma.
-__device__ __forceinline__ void atc_rot(float &a, float &b, float2 cs) {
-    const float x0 = a, x1 = b;
-    a = fmaf(x0, cs.x, -__fmul_rn(x1, cs.y));
-    b = fmaf(x0, cs.y, __fmul_rn(x1, cs.x));
-}
-
 // The tensor-core kernel's split of L positions: one split per KV head up to single_max positions (a short context:
 // the cross-block merge's workspace round trip, fence and counter cost more than the split saves), else att_chunk.
 template <int NW>
 __device__ __forceinline__ void atc_chunk(int L, int n_split, int single_max, int &chunk, int &n_act) {
+    constexpr int MINC = NW * ATC_TP;  // positions per block step (the minimum chunk)
     if (L <= single_max) {
-        chunk = (L + (NW * ATC_TP) - 1) / (NW * ATC_TP) * (NW * ATC_TP);
+        chunk = (L + MINC - 1) / MINC * MINC;
         n_act = 1;
     } else {
-        att_chunk(L, n_split, (NW * ATC_TP), chunk, n_act);
+        att_chunk(L, n_split, MINC, chunk, n_act);
     }
 }
 
@@ -555,11 +549,11 @@ template <int HD, bool BULK, int NW>
 __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD / 16][4], float (&o)[HD / 8][4],
                                           float &m, float &lsum, int start, int end, int n_tiles,
                                           const __half *kb, const __half *vb, int64_t row, float scale) {
-    constexpr int NK = HD / 32, NV = HD / 64, NU = 2 * NK + 4 * NV, KS = HD / 16;
+    constexpr int NK = HD / 32, NV = HD / 64, NU = 2 * NK + 4 * NV, KS = HD / 16, NT = NW * 32;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int nbw = w < n_tiles ? (n_tiles - w + NW - 1) / NW : 0;
     // Bulk: [ATC_ST][NW][16 K rows at KSTR bytes | 16 V rows at VSTR bytes], one mbarrier per warp and stage.
-    // Otherwise: [ATC_ST][NU][(NW * 32)] uint4, thread tid's slots at stride (NW * 32).
+    // Otherwise: [ATC_ST][NU][NT] uint4, thread tid's slots at stride NT.
     constexpr int KSTR = ATC_KSTR(HD), VSTR = ATC_VSTR(HD), WSB = ATC_WSB(HD);
 #if ST_TC_BULK
     __shared__ __align__(8) uint64_t s_bar[NW][ATC_ST];
@@ -590,20 +584,20 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
         } else {
             if (i < nbw) {
                 const int p0 = start + (w + NW * i) * ATC_TP;
-                uint4 *dst = stg + (size_t)(i % ATC_ST) * NU * (NW * 32) + tid;
+                uint4 *dst = stg + (size_t)(i % ATC_ST) * NU * NT + tid;
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
                     const int p = min(p0 + 8 * j + g, end - 1);  // past the end: a valid row, masked below
 #pragma unroll
                     for (int u = 0; u < NK; u++)
-                        tc_cp16(dst + (j * NK + u) * (NW * 32), kb + p * row + 32 * u + 8 * t, 16);
+                        tc_cp16(dst + (j * NK + u) * NT, kb + p * row + 32 * u + 8 * t, 16);
                 }
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     const int p = min(p0 + (r >> 1) * 8 + 2 * t + (r & 1), end - 1);
 #pragma unroll
                     for (int c = 0; c < NV; c++)
-                        tc_cp16(dst + (2 * NK + r * NV + c) * (NW * 32), vb + p * row + 64 * c + 8 * g, 16);
+                        tc_cp16(dst + (2 * NK + r * NV + c) * NT, vb + p * row + 64 * c + 8 * g, 16);
                 }
             }
             tc_cp_commit();  // an empty group past the end keeps the wait counts uniform
@@ -614,7 +608,7 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
     for (int i = 0; i < nbw; i++) {
         issue(i + ATC_ST - 1);
         const uint8_t *kst = stage(i), *vst = kst + 16 * KSTR;
-        const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * (NW * 32) + tid;
+        const uint4 *src = stg + (size_t)(i % ATC_ST) * NU * NT + tid;
         if constexpr (BULK) {
 #if ST_TC_BULK
             tc_mbar_wait(&s_bar[w][i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
@@ -625,10 +619,10 @@ __device__ __forceinline__ void atc_tiles(uint8_t *smem, const uint32_t (&qa)[HD
         // Bulk: K row 8 j + g, bytes 64 u + 16 t (halves 32 u + 8 t, as the slots hold); V row (r >> 1) 8 + 2 t +
         // (r & 1), bytes 128 c + 16 g.
 #define ATC_KW(j, u) \
-    (BULK ? *(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t) : src[((j) * NK + (u)) * (NW * 32)])
+    (BULK ? *(const uint4 *)(kst + (8 * (j) + g) * KSTR + 64 * (u) + 16 * t) : src[((j) * NK + (u)) * NT])
 #define ATC_VW(r, c)                                                                                      \
     (BULK ? *(const uint4 *)(vst + (((r) >> 1) * 8 + 2 * t + ((r) & 1)) * VSTR + 128 * (c) + 16 * g) \
-          : src[(2 * NK + (r) * NV + (c)) * (NW * 32)])
+          : src[(2 * NK + (r) * NV + (c)) * NT])
         const int p0 = start + (w + NW * i) * ATC_TP;
         float sc[2][4];
 #pragma unroll
@@ -783,7 +777,7 @@ __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_t
 #endif
 
 template <int HD, int NW>
-__global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
@@ -798,9 +792,10 @@ __global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
     constexpr int NU = 2 * NK + 4 * NV;  // staging slots per lane and tile
     constexpr int KS = HD / 16;          // k steps of Q . K^T
     constexpr int DT = HD / 8;           // dim tiles of P . V
+    constexpr int NT = NW * 32;          // threads per block
     static_assert(HD == 64 || HD == 128, "head_dim");
     constexpr int SOS = HD + 1;          // row stride of the block-merge buffer (HD: 16-way bank conflicts)
-    static_assert(sizeof(float) * (NW * 8 * (SOS + 2) + 8 * HD) <= ATC_ST * NU * (NW * 32) * 16,
+    static_assert(sizeof(float) * (NW * 8 * (SOS + 2) + 8 * HD) <= ATC_ST * NU * NT * 16,
                   "merge buffers fit in the staging");
     static_assert((NW * 8 * (SOS + 2)) % 4 == 0, "sout 16-byte aligned");
     extern __shared__ __align__(16) uint8_t smem[];
@@ -821,7 +816,7 @@ __global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
     // L1 untouched).
     if ((ATC_L2_PREFETCH == 2 || (ATC_L2_PREFETCH == 1 && n_act == 1)) && L >= 1) {
         constexpr int LN = HD * 2 / 128;  // 128-byte lines per row slice
-        for (int i = tid; i < (end - start) * 2 * LN; i += (NW * 32)) {
+        for (int i = tid; i < (end - start) * 2 * LN; i += NT) {
             const int p = start + i / (2 * LN), r = i % (2 * LN);
             st_prefetch_l2((const uint8_t *)((r < LN ? kb : vb) + (int64_t)p * row) + (r % LN) * 128);
         }
@@ -891,8 +886,8 @@ __global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
                 a.x = __fmul_rn(__fmul_rn(a.x, sc), gk[0].x), a.y = __fmul_rn(__fmul_rn(a.y, sc), gk[0].y);
                 b.x = __fmul_rn(__fmul_rn(b.x, sc), gk[1].x), b.y = __fmul_rn(__fmul_rn(b.y, sc), gk[1].y);
             }
-            if (rp.neox) atc_rot(a.x, b.x, ck[0]), atc_rot(a.y, b.y, ck[1]);
-            else atc_rot(a.x, a.y, ck[0]), atc_rot(b.x, b.y, ck[1]);
+            if (rp.neox) rope_rot(a.x, b.x, ck[0]), rope_rot(a.y, b.y, ck[1]);
+            else rope_rot(a.x, a.y, ck[0]), rope_rot(b.x, b.y, ck[1]);
             pkv[0] = atc_h2(__floats2half2_rn(a.x, a.y)), pkv[1] = atc_h2(__floats2half2_rn(b.x, b.y));
             pkv[2] = atc_h2(__floats2half2_rn(va.x, va.y)), pkv[3] = atc_h2(__floats2half2_rn(vb.x, vb.y));
             const int64_t at = (int64_t)(L - 1) * row + (int64_t)kvh * HD;
@@ -924,10 +919,10 @@ __global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
         for (int kk = 0; kk < KS; kk++)
 #pragma unroll
             for (int sub = 0; sub < 2; sub++)
-                if (!rp.neox) atc_rot(qx[kk][sub].x, qx[kk][sub].y, cq[kk][sub][0]);
+                if (!rp.neox) rope_rot(qx[kk][sub].x, qx[kk][sub].y, cq[kk][sub][0]);
                 else if (kk < KS / 2) {  // dims d and d + HD / 2: dim tile kk + KS / 2 of the same lane
-                    atc_rot(qx[kk][sub].x, qx[kk + KS / 2][sub].x, cq[kk][sub][0]);
-                    atc_rot(qx[kk][sub].y, qx[kk + KS / 2][sub].y, cq[kk][sub][1]);
+                    rope_rot(qx[kk][sub].x, qx[kk + KS / 2][sub].x, cq[kk][sub][0]);
+                    rope_rot(qx[kk][sub].y, qx[kk + KS / 2][sub].y, cq[kk][sub][1]);
                 }
     }
 #endif
@@ -993,7 +988,7 @@ __global__ void __launch_bounds__((NW * 32), ATC_BLOCKS_PER_SM)
     // One split (a short context): this block's merge is the result, written directly (no workspace round trip,
     // fence and counter); the same values as the last block's merge of one partial (weight exp(0) = 1, 1 / l).
     const bool direct = n_act == 1;
-    for (int idx = tid; idx < G * HD; idx += (NW * 32)) {
+    for (int idx = tid; idx < G * HD; idx += NT) {
         const int hg = idx / HD, d = idx % HD;
         float M = -INFINITY;
 #pragma unroll
@@ -1226,13 +1221,11 @@ extern "C" int st_cuda_attn_dec_ex(float *out, void *outq, int act_format, const
                                    const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
                                    int head_dim, float scale, int n_split, void *workspace,
                                    const st_cuda_attn_rope *rope, int wide, cudaStream_t stream) {
-    if (!rope) return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim,
-                               scale, n_split, workspace, NULL, wide, stream);
-    if (!rope->k || !rope->v || !rope->rope_cs || ((uintptr_t)rope->k & 7) || ((uintptr_t)rope->v & 7) ||
-        ((uintptr_t)rope->q_norm & 7) || ((uintptr_t)rope->k_norm & 7) || ((uintptr_t)rope->rope_cs & 7))
+    if (rope && (!rope->k || !rope->v || !rope->rope_cs || ((uintptr_t)rope->k & 7) || ((uintptr_t)rope->v & 7) ||
+        ((uintptr_t)rope->q_norm & 7) || ((uintptr_t)rope->k_norm & 7) || ((uintptr_t)rope->rope_cs & 7)))
         return st_err("st_cuda_attn_dec_ex: K, V and the rotation table must be 8-byte aligned device pointers "
                       "(the norm gains too, or NULL)");
-    if (!st_cuda_attn_dec_rope_supported(head_dim, rope->n_rot, kv_f16))
+    if (rope && !st_cuda_attn_dec_rope_supported(head_dim, rope->n_rot, kv_f16))
         return st_err("st_cuda_attn_dec_ex: head_dim %d with %d rotated dims, %s cache: needs head_dim 128 rotated "
                       "whole, an f16 cache and the sm_90 tensor-core kernel", head_dim, rope->n_rot,
                       kv_f16 ? "an f16" : "an f32");

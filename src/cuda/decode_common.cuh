@@ -47,17 +47,14 @@ __device__ __forceinline__ void st_pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
-// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes); L1: into this
-// SM's L1 as well, for its own loads right after the dependency wait.
-template <bool L1 = false> __device__ __forceinline__ void st_prefetch_line(const void *p) {
+// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes).
+__device__ __forceinline__ void st_prefetch_l2(const void *p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if (L1) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-    else asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #else
     (void)p;
 #endif
 }
-__device__ __forceinline__ void st_prefetch_l2(const void *p) { st_prefetch_line<false>(p); }
 
 // Brings bytes [p, p + n) into L2 ahead of use: one bulk prefetch by the copy engine on sm_90 (the range widened to
 // 16-byte bounds, as cp.async.bulk.prefetch requires), else one prefetch per 128-byte line by the calling thread.
@@ -188,6 +185,13 @@ static __device__ double norm_load_sumsq(float *sv, float *x, const float *res, 
 static __device__ __forceinline__ float norm_rms_scale(double ss, int n, float eps) {
     const float mean = (float)(ss / (double)n);
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// One RoPE pair (a, b) rotated by cs = (cos, sin): the CPU's st_rope_apply, fma for fma (not the compiler's choice).
+static __device__ __forceinline__ void rope_rot(float &a, float &b, float2 cs) {
+    const float x0 = a, x1 = b;
+    a = fmaf(x0, cs.x, -__fmul_rn(x1, cs.y));
+    b = fmaf(x0, cs.y, __fmul_rn(x1, cs.x));
 }
 
 // The thread's first batch of norm weights (w[threadIdx.x + u blockDim.x], 1 past n) into registers: weights are no

@@ -239,11 +239,11 @@ __global__ void k_qk_norm_rope_kv(float *__restrict__ q, const float *__restrict
     __syncwarp(ST_WARP_MASK);  // every lane has read its elements
     int m = 0;
     for (int i = lane; i < half && m < 8; i += ST_WARP_SIZE, m++) {
-        const float c = rc[m], s = rs[m];
         const int ea = neox ? i : 2 * i, eb = neox ? i + half : 2 * i + 1;
-        const float x0 = a_[m], x1 = b_[m];
-        put(ea, fmaf(x0, c, -__fmul_rn(x1, s)));  // the CPU's st_rope_apply, fma for fma (not the compiler's choice)
-        put(eb, fmaf(x0, s, __fmul_rn(x1, c)));
+        float x0 = a_[m], x1 = b_[m];
+        rope_rot(x0, x1, make_float2(rc[m], rs[m]));
+        put(ea, x0);
+        put(eb, x1);
     }
     m = 0;
     for (int e = n_rot + lane; e < hd && m < 8; e += ST_WARP_SIZE, m++) put(e, c_[m]);
