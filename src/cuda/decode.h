@@ -62,6 +62,15 @@ typedef struct st_cuda_dec_mat {
     const float *add;  // [n_out] f32 added to the dot (NULL: none)
 } st_cuda_dec_mat;
 int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, cudaStream_t stream);
+// The attention norm folded into the Q/K/V launch (decode_qkv_norm.cu), one token: the outputs exactly as
+// st_cuda_rmsnorm_act(NULL, xq, fmt, x, NULL, norm_w, 1, ne0, eps) + st_cuda_mmvq_multi(mats, .., xq) give them
+// (bit for bit up to the double sum of squares' order, which rows of <= 2048 share with the span kernel), with fmt
+// st_cuda_act_format(mats[0].type); every block normalises and quantizes x itself, so no quantized row goes through
+// memory. Supported (st_cuda_mmvq_multi_norm_supported): ne0 a multiple of 256 up to 4096, every matrix of the same
+// activation format (Q8_0, Q8_1 or Q8_K), no addends. x, norm_w: [ne0] f32, 16-byte aligned.
+int st_cuda_mmvq_multi_norm_supported(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0);
+int st_cuda_mmvq_multi_norm(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const float *x, const float *norm_w,
+                            float eps, cudaStream_t stream);
 
 // MoE router of n_tok tokens in one launch: logits = W . x (float weights, float activations), then per token the
 // CPU's route (engine/session.c): softmax (double sum), the top n_used by probability (ties to the lower id),

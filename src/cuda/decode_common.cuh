@@ -47,14 +47,18 @@ __device__ __forceinline__ void st_pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
-// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes).
-__device__ __forceinline__ void st_prefetch_l2(const void *p) {
+// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes); L1: into this
+// SM's L1 as well, for its own loads after a kernel's head (the Q/K/V launch's norm mode, whose row dots start after
+// the block has normalised and quantized its input).
+template <bool L1> __device__ __forceinline__ void st_prefetch_line(const void *p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    if (L1) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    else asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #else
     (void)p;
 #endif
 }
+__device__ __forceinline__ void st_prefetch_l2(const void *p) { st_prefetch_line<false>(p); }
 
 // Brings bytes [p, p + n) into L2 ahead of use: one bulk prefetch by the copy engine on sm_90 (the range widened to
 // 16-byte bounds, as cp.async.bulk.prefetch requires), else one prefetch per 128-byte line by the calling thread.
@@ -410,6 +414,45 @@ __device__ void block_quant(int fmt, const float *src, uint8_t *row, int nb, int
         for (int b = g; b < n32; b += ng)
             quant32(row, nb, b0 + b, lane, ldv<CG>(src + (size_t)b * 32 + lane), fmt == ST_TYPE_Q8_1);
     }
+}
+
+// ---- the span RMSNorm: one row normalised by a block's groups, one barrier ---------------------------------------
+//
+// Group g of the block's ng owns the 256-element spans kb = g + ng s (s < NS) of a row of n = 256 k elements, lane l
+// holding v[s][j] = element 256 kb + 32 j + l. The squares (rounded to float, summed in double as the CPU does) meet
+// in part[kb] across one barrier and are summed in span order, so any ng and NS give the same scale (bit for bit
+// k_rmsnorm_act up to the double sum's order). On return v holds the normalised values, v * scale * w.
+template <int NS>
+__device__ __forceinline__ void span_norm(float (&v)[NS][8], const float (&w)[NS][8], int n, float eps,
+                                          double *part) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32, nsp = n / 256;
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        const int kb = g + ng * s;
+        if (kb >= nsp) continue;  // (uniform per group)
+        double ss = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss += (double)__fmul_rn(v[s][j], v[s][j]);
+        ss = g32_sum_d(ss);
+        if (lane == 0) part[kb] = ss;
+    }
+    __syncthreads();
+    double ss = 0;
+    for (int k = 0; k < nsp; k++) ss += part[k];
+    const float scale = norm_rms_scale(ss, n, eps);
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[s][j] = __fmul_rn(__fmul_rn(v[s][j], scale), w[s][j]);
+}
+
+// Span kb of a planar row of nb 32-blocks in format fmt (Q8_K: one 256-element block; Q8_0 / Q8_1: eight), the group's
+// lane l holding v[j] = element 256 kb + 32 j + l (span_norm's layout); row in global or shared memory.
+__device__ __forceinline__ void span_quant(uint8_t *row, int nb, int kb, int lane, const float (&v)[8], int fmt) {
+    if (fmt == ST_TYPE_Q8_K) quant256(row, nb, kb, lane, v);
+    else
+#pragma unroll
+        for (int j = 0; j < 8; j++) quant32(row, nb, 8 * kb + j, lane, v[j], fmt == ST_TYPE_Q8_1);
 }
 
 static inline bool dec_fmt_ok(int fmt) { return fmt == ST_TYPE_Q8_0 || fmt == ST_TYPE_Q8_1 || fmt == ST_TYPE_Q8_K; }

@@ -99,6 +99,8 @@ struct st_gpu_session {
     int ffn_fold;               // one-token FFN norm folded into the router launch (default; STRATA_FFN_FOLD=0)
     int rope_attn;              // one token: QK-norm + RoPE + K/V store inside the attention launch where supported
                                 // (decode.h st_cuda_attn_dec_ex's rope; default; STRATA_ROPE_ATTN=0: its own launch)
+    int qkv_norm;               // one token: the attention norm folded into the Q/K/V launch where supported
+                                // (decode.h st_cuda_mmvq_multi_norm; STRATA_QKV_NORM=1: opt-in until measured)
     int64_t attn_wide_from;     // one token: the attention in 8-warp blocks from this context length on (0: never;
                                 // STRATA_ATTN_WIDE_FROM); one decode graph per side
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
@@ -529,6 +531,8 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->ffn_fold = !(fold && *fold == '0');
     const char *ra = getenv("STRATA_ROPE_ATTN");
     s->rope_attn = !(ra && *ra == '0');
+    const char *qn = getenv("STRATA_QKV_NORM");
+    s->qkv_norm = qn && *qn && *qn != '0';
     const char *wf = getenv("STRATA_ATTN_WIDE_FROM");
     // (not measured with experts in host RAM, where the 8-warp blocks' shared memory would also crowd the side
     // branches' kernels off the SMs: off there unless asked for)
@@ -843,10 +847,16 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q, NULL},
                                           {L->wk.type, L->wk.d, L->wk.ne[1], s->k, NULL},
                                           {L->wv.type, L->wv.d, L->wv.ne[1], s->v, NULL}};
-            if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL,
-                                                            L->attn_norm, n, d, hp->rms_eps, st)) ||
-                RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
+            // One token: the attention norm inside the Q/K/V launch (every block normalises x itself; bit for bit
+            // the two launches for rows of <= 2048), where supported and asked for.
+            if (s->qkv_norm && !skip && !dup && !g->hy && !((uintptr_t)L->attn_norm & 15) &&
+                st_cuda_mmvq_multi_norm_supported(m, 3, d)) {
+                if (st_cuda_mmvq_multi_norm(m, 3, d, s->x, L->attn_norm, hp->rms_eps, st)) return -1;
+            } else if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x,
+                                                                   NULL, L->attn_norm, n, d, hp->rms_eps, st)) ||
+                       RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st))) {
                 return -1;
+            }
         } else {
             if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
             if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||

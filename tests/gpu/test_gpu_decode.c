@@ -6,6 +6,7 @@
 //                  st_cpu_quantize_act of the kernel's own y (Q8_0, Q8_1, Q8_K), and the same with y == NULL
 //   mmvq_multi:    each matrix against st_cuda_mmvq on the same quantized input (same item dots: 1e-5 of the
 //                  magnitude) and against st_cpu_matmul (independent path, 3.5% relative L2)
+//   mmvq_multi_norm: the attention norm inside the Q/K/V launch against rmsnorm_act + mmvq_multi, bit for bit
 //   router_topk:   logits against a double-precision CPU dot; ids/weights against the CPU route on those logits
 //   moe_glu_q:     through a permuted expert table: act against st_cuda_mmvq_ids_glu on the stack (1e-5), the
 //                  quantized down input byte-exact against the CPU quantizer of act; an invalid id gives NaN
@@ -334,6 +335,102 @@ static void test_mmvq_multi(void) {
         test_mmvq_multi_case(t, r, 1, 4096);
     }
     report("mmvq_multi (Q/K/V in one launch, mixed types)");
+}
+
+// ---- the attention norm folded into the Q/K/V launch ----------------------------------------------------------------
+
+// st_cuda_mmvq_multi_norm against st_cuda_rmsnorm_act + st_cuda_mmvq_multi (each checked above), bit for bit;
+// launched twice with the outputs poisoned in between. zero_span: one 256-element span of x all zero (a zero block).
+static void test_mmvq_norm_case(const int *types, const int *rows, int n_mat, int ne0, int zero_span) {
+    const int fmt = st_cuda_act_format(types[0]);
+    float *x = rand_f32(ne0, 1.0f), *nw = rand_f32(ne0, 0.1f);
+    for (int i = 0; i < ne0; i++) nw[i] += 1.0f;
+    if (zero_span) memset(x + ne0 - 256, 0, sizeof(float) * 256);
+    float *dx = dup_h2d(x, sizeof(float) * ne0), *dnw = dup_h2d(nw, sizeof(float) * ne0);
+    uint8_t *dxq = dalloc((size_t)st_q8_1_row_bytes(ne0));
+    CKL(st_cuda_rmsnorm_act(NULL, dxq, fmt, dx, NULL, dnw, 1, ne0, 1e-6f, 0));
+    st_cuda_dec_mat m[ST_DEC_MAX_MATS];
+    float *ref[ST_DEC_MAX_MATS], *got[ST_DEC_MAX_MATS];
+    for (int i = 0; i < n_mat; i++) {
+        uint8_t *hw = rand_weights(types[i], rows[i], ne0);
+        m[i].type = types[i];
+        m[i].W = dup_h2d(hw, st_row_size(types[i], ne0) * rows[i]);
+        m[i].n_out = rows[i];
+        m[i].y = dalloc(sizeof(float) * rows[i]);
+        m[i].add = NULL;
+        free(hw);
+    }
+    CKL(st_cuda_mmvq_multi(m, n_mat, ne0, dxq, 0));
+    for (int i = 0; i < n_mat; i++) {
+        ref[i] = xmalloc(sizeof(float) * rows[i]), got[i] = xmalloc(sizeof(float) * rows[i]);
+        d2h(ref[i], m[i].y, sizeof(float) * rows[i]);
+    }
+    if (!st_cuda_mmvq_multi_norm_supported(m, n_mat, ne0)) {
+        printf("  mmvq_multi_norm %s x %d: reported unsupported\n", st_type_name(types[0]), ne0);
+        g_fail_cur++;
+    }
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < n_mat; i++) poison(m[i].y, sizeof(float) * rows[i]);
+        CKL(st_cuda_mmvq_multi_norm(m, n_mat, ne0, dx, dnw, 1e-6f, 0));
+        for (int i = 0; i < n_mat; i++) {
+            d2h(got[i], m[i].y, sizeof(float) * rows[i]);
+            int64_t bad = 0;
+            for (int r = 0; r < rows[i]; r++) bad += memcmp(&got[i][r], &ref[i][r], sizeof(float)) != 0;
+            if (bad) {
+                printf("  mmvq_multi_norm matrix %d (%s, %d x %d) rep %d: %lld of %d outputs differ from the two "
+                       "launches\n", i, st_type_name(types[i]), rows[i], ne0, rep, (long long)bad, rows[i]);
+                g_fail_cur++;
+            }
+        }
+    }
+    for (int i = 0; i < n_mat; i++) free(ref[i]), free(got[i]), cudaFree((void *)m[i].W), cudaFree(m[i].y);
+    free(x), free(nw);
+    cudaFree(dx), cudaFree(dnw), cudaFree(dxq);
+}
+
+static void test_mmvq_norm(void) {
+    const int big = g_quick ? 512 : 4096;
+    {
+        const int t[3] = {ST_TYPE_Q4_K, ST_TYPE_Q4_K, ST_TYPE_Q6_K}, r[3] = {big, 512, 512};
+        test_mmvq_norm_case(t, r, 3, 2048, 0);  // Qwen3-30B-A3B Q4_K_M attention (V in Q6_K): the two-type instance
+        test_mmvq_norm_case(t, r, 3, 4096, 1);  // two spans per group (Qwen3-235B-A22B's width)
+    }
+    {
+        const int t[3] = {ST_TYPE_Q4_K, ST_TYPE_Q4_K, ST_TYPE_Q4_K}, r[3] = {1000, 128, 129};
+        test_mmvq_norm_case(t, r, 3, 2048, 1);  // the per-type instance; rows not a multiple of the block's groups
+    }
+    {  // instance 0 (three types), Q8_K activations; 4 of the block's 8 groups without a span
+        const int t[3] = {ST_TYPE_IQ2_XS, ST_TYPE_IQ3_S, ST_TYPE_IQ4_XS}, r[3] = {96, 65, 31};
+        test_mmvq_norm_case(t, r, 3, 1024, 0);
+    }
+    {
+        const int t[3] = {ST_TYPE_Q8_0, ST_TYPE_Q4_0, ST_TYPE_Q5_0}, r[3] = {96, 65, 31};  // Q8_0 activations
+        test_mmvq_norm_case(t, r, 3, 512, 1);
+    }
+    {
+        const int t[2] = {ST_TYPE_Q4_1, ST_TYPE_Q5_1}, r[2] = {768, 256};  // Q8_1 activations
+        test_mmvq_norm_case(t, r, 2, 768, 0);
+    }
+    {
+        const int t[1] = {ST_TYPE_Q6_K}, r[1] = {1};  // one row: one block, seven groups only in the norm
+        test_mmvq_norm_case(t, r, 1, 256, 0);
+    }
+    {  // what it does not take
+        st_cuda_dec_mat m[2] = {{ST_TYPE_Q4_K, (void *)16, 8, (float *)16, NULL},
+                                {ST_TYPE_Q8_0, (void *)16, 8, (float *)16, NULL}};  // (never dereferenced)
+        const int mixed_fmt = st_cuda_mmvq_multi_norm_supported(m, 2, 2048);
+        m[1].type = ST_TYPE_Q4_K;
+        const int odd = st_cuda_mmvq_multi_norm_supported(m, 2, 576);
+        const int wide = st_cuda_mmvq_multi_norm_supported(m, 2, 8192);
+        m[1].add = (const float *)16;
+        const int add = st_cuda_mmvq_multi_norm_supported(m, 2, 2048);
+        if (mixed_fmt || odd || wide || add) {
+            printf("  mmvq_multi_norm: an unsupported case reported supported (%d %d %d %d)\n", mixed_fmt, odd, wide,
+                   add);
+            g_fail_cur++;
+        }
+    }
+    report("mmvq_multi_norm (attention norm + Q/K/V in one launch == the two launches, bit for bit)");
 }
 
 // ---- router ------------------------------------------------------------------------------------------------------
@@ -1057,6 +1154,7 @@ typedef struct {
     uint8_t *xq, *wq, *wk, *wv, *wo, *gate, *up, *down;
     void *kc, *vc, *ws, *tbl, *aq;
     int n_split;
+    int qkv_norm;  // the attention norm inside the Q/K/V launch (st_cuda_mmvq_multi_norm)
 } pchain;
 
 static void pc_layer(pchain *c, cudaStream_t st, int sync) {
@@ -1070,8 +1168,12 @@ static void pc_layer(pchain *c, cudaStream_t st, int sync) {
         CKE(call);                                                                                                 \
         if (sync) CK(cudaStreamSynchronize(st));                                                                   \
     } while (0)
-    PCK(st_cuda_rmsnorm_act(NULL, c->xq, f, c->x, NULL, c->an, 1, D, 1e-6f, st));
-    PCK(st_cuda_mmvq_multi(m, 3, D, c->xq, st));
+    if (c->qkv_norm) {
+        PCK(st_cuda_mmvq_multi_norm(m, 3, D, c->x, c->an, 1e-6f, st));
+    } else {
+        PCK(st_cuda_rmsnorm_act(NULL, c->xq, f, c->x, NULL, c->an, 1, D, 1e-6f, st));
+        PCK(st_cuda_mmvq_multi(m, 3, D, c->xq, st));
+    }
     PCK(st_cuda_qk_norm_rope_kv(c->q, c->k, c->v, c->qn, c->kn, c->kc, c->vc, 1, c->dpos, 1, PC_NH, PC_NKV, PC_HD,
                                 PC_HD, 1e-6f, c->rope_cs, 1, st));
     PCK(st_cuda_attn_dec(c->attn, c->xq, f, c->q, c->kc, c->vc, 1, c->dpos, PC_NH, PC_NKV, PC_HD, 0.0883883f,
@@ -1151,8 +1253,8 @@ static void test_pdl_chain(void) {
     // PDL launches in a captured graph, replayed three times from the same start.
     st_cuda_dec_set_pdl(1);
     printf("  pdl chain: PDL %s on this device\n", st_cuda_dec_pdl() ? "used" : "NOT used (below sm_90)");
-    {
-        const char *how = "four-launch FFN";
+    for (c.qkv_norm = 0; c.qkv_norm < 2; c.qkv_norm++) {  // (the norm inside Q/K/V: the same bits for D <= 2048)
+        const char *how = c.qkv_norm ? "four-launch FFN, norm inside Q/K/V" : "four-launch FFN";
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -1190,7 +1292,8 @@ static void test_pdl_chain(void) {
                     c.router, c.ids, c.cnt, c.dpos, c.xq, c.wq, c.wk, c.wv, c.wo, c.gate, c.up, c.down, c.kc, c.vc,
                     c.ws, c.tbl, c.aq, c.rope_cs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
-    report("pdl chain (fused layer x3 in a CUDA graph with PDL launches == synchronised eager run, bit for bit)");
+    report("pdl chain (fused layer x3 in a CUDA graph with PDL launches == synchronised eager run, bit for bit; with "
+           "and without the norm inside Q/K/V)");
 }
 
 int main(int argc, char **argv) {
@@ -1209,6 +1312,7 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs\n", g_ctx.name, g_ctx.sm_count);
     test_rmsnorm_act();
     test_mmvq_multi();
+    test_mmvq_norm();
     test_router();
     test_router_norm();
     test_router_fold();
