@@ -485,16 +485,58 @@ extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, 
 
 // ---- MoE down projection + weighted sum + residual -----------------------------------------------------------
 
+// down_quant_rows: Q8_K blocks per group in flight (24 blocks over 8 groups for Qwen3-30B-A3B: all at once). ptxas
+// (sm_90): k_moe_down_q's Q6_K / Q4_K instances spill 68 / 20 bytes with 3, 12 / 20 with 2, 4 / 0 with 1 (A/B: -D).
+#ifndef DQ_T
+#define DQ_T 3
+#endif
+
+// One token's K activation rows of n_ff (f32 at act, the GLU's output: plain loads, so a SM's blocks share the
+// lines) quantized in the CPU format fmt into shared rows aq of stride aq_stride, by all the block's groups; ends
+// with a barrier. Q8_K: DQ_T 256-element blocks per group at once (their loads and reductions interleave).
+__device__ __forceinline__ void down_quant_rows(const float *act, int K, int n_ff, int fmt, uint8_t *aq,
+                                                long long aq_stride) {
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32, nb = n_ff / 32;
+    if (fmt == ST_TYPE_Q8_K) {
+        const int nkb = n_ff / 256, ntask = K * nkb;
+        for (int t0 = g; t0 < ntask; t0 += ng * DQ_T) {
+            float v[DQ_T][8];
+#pragma unroll
+            for (int q = 0; q < DQ_T; q++) {
+                const int task = t0 + q * ng, k = task / nkb, kb = task % nkb;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    v[q][j] = task < ntask ? act[(size_t)k * n_ff + kb * 256 + 32 * j + lane] : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < DQ_T; q++) {
+                const int task = t0 + q * ng;
+                if (task < ntask) quant256(aq + (size_t)(task / nkb) * aq_stride, nb, task % nkb, lane, v[q]);
+            }
+        }
+    } else {
+        for (int task = g; task < K * nb; task += ng) {
+            const int k = task / nb, b = task % nb;
+            quant32(aq + (size_t)k * aq_stride, nb, b, lane, act[(size_t)k * n_ff + b * 32 + lane],
+                    fmt == ST_TYPE_Q8_1);
+        }
+    }
+    __syncthreads();
+}
+
 // grid (ceil(n_embd / DOWN_R), n_tok): the block computes rows r0 .. r0 + DOWN_R - 1 of every selected expert of
 // token t (group tasks (k, row)), then combines them in rank order. JOIN (one token, the hybrid split fused,
 // hybrid.h): where a rank is the CPU's (id -1), the block waits for the host's answer and takes that rank's row from
 // the CPU's output, as st_cuda_hy_combine would after a down_split.
-template <int TYPE, bool JOIN>
+// SELFQ (st_cuda_moe_down_q): the input is the GLU's f32 output act, which every block quantizes itself
+// (down_quant_rows) into shared rows of stride aq_stride, so the GLU launch ends without its chunk tail.
+template <int TYPE, bool JOIN, bool SELFQ = false>
 __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems,
                                               long long row_bytes, int d, const uint8_t *__restrict__ actq,
                                               long long aq_stride, const int32_t *__restrict__ ids,
                                               const float *__restrict__ wts, int K, float *out, const float *add,
-                                              float *yk, const st_hy_join_args *join, int pf) {
+                                              float *yk, const st_hy_join_args *join, int pf,
+                                              const float *act = nullptr, int n_ff = 0, int fmt = 0) {
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
@@ -525,6 +567,13 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
 #endif
     st_pdl_wait();
     st_pdl_trigger();
+    int pbase = 0;  // the first rank row of actq
+    if constexpr (SELFQ) {
+        extern __shared__ __align__(16) uint8_t dq_rows[];  // [K][aq_stride]: token t's K rows, quantized here
+        down_quant_rows(act + (size_t)t * K * n_ff, K, n_ff, fmt, dq_rows, aq_stride);
+        actq = dq_rows;
+        pbase = t * K;
+    }
 #if ST_DOWN_ROWS4
     if constexpr (TYPE != 0) {
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
@@ -544,7 +593,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                     const uint8_t *base = e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2) : NULL;
 #endif
                     if (base) rows[n] = base + (size_t)r * (size_t)row_bytes;
-                    xqs[n] = actq + (size_t)p * (size_t)aq_stride;
+                    xqs[n] = actq + (size_t)(p - pbase) * (size_t)aq_stride;
                 }
             }
             float v[DOWN_N];
@@ -564,7 +613,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         float v = f_nan();
         if (r < d && e >= 0 && e < E) {
             const uint8_t *row = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
-            const uint8_t *xr = actq + (size_t)p * (size_t)aq_stride;
+            const uint8_t *xr = actq + (size_t)(p - pbase) * (size_t)aq_stride;
             if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_DOWN)>(type, row, xr, nitems, lane);
             else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(row, xr, nitems, lane);
         }
@@ -681,71 +730,21 @@ extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int
 
 // ---- MoE down projection with the input quantization in its prologue ------------------------------------------
 //
-// Version 2 of the down kernel (st_cuda_moe_down_q): the GLU writes f32 only (no cross-block last-block phase),
-// and every block quantizes the K activation rows of its token into shared memory itself (K * n_ff / 256 Q8_K
-// blocks: 24 for the Qwen3-30B-A3B shape, 3 per group; the rows come from L2). Each group then runs its DOWN_R * K
-// / 8 row dots together (row_dotN: their weight loads in flight at once, not one row after the other).
-
-// grid (ceil(n_embd / DOWN_R), n_tok); dynamic shared memory: K planar rows of n_ff (stride aq_stride).
-__global__ void __launch_bounds__(DEC_THREADS)
+// st_cuda_moe_down_q: the GLU writes f32 only (no chunk tail: no fence, counter or last block between the GLU's rows
+// and the down launch), and every down block quantizes the K activation rows of its token into shared memory itself
+// (moe_down_body's SELFQ prologue: K * n_ff / 256 Q8_K blocks, 24 for the Qwen3-30B-A3B shape, 3 per group) before
+// the row dots of k_moe_down. grid (ceil(n_embd / DOWN_R), n_tok); dynamic shared memory: K planar rows of n_ff.
+template <int TYPE>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     k_moe_down_q(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
-                 const float *__restrict__ act, int n_ff, int fmt, int aq_stride, const int32_t *__restrict__ ids,
-                 const float *__restrict__ wts, int K, float *out, const float *add) {
-    extern __shared__ __align__(16) uint8_t aq[];  // [K][aq_stride]
-    __shared__ float ys[DOWN_MAX_USED][DOWN_R];
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
-    const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
-    st_pdl_wait();  // act, ids, wts: earlier kernels; out/add: read by earlier kernels
-    st_pdl_trigger();
-    // Prologue: the token's K activation rows in the CPU format (written by the GLU kernel: loads from L2).
-    const float *at = act + (size_t)t * K * n_ff;
-    const int nb = n_ff / 32;
-    if (fmt == ST_TYPE_Q8_K) {
-        const int nkb = n_ff / 256;
-        for (int task = g; task < K * nkb; task += ng) {
-            const int k = task / nkb, kb = task % nkb;
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = __ldcg(at + (size_t)k * n_ff + kb * 256 + 32 * j + lane);
-            quant256(aq + (size_t)k * aq_stride, nb, kb, lane, v);
-        }
-    } else {
-        for (int task = g; task < K * nb; task += ng) {
-            const int k = task / nb, b = task % nb;
-            quant32(aq + (size_t)k * aq_stride, nb, b, lane, __ldcg(at + (size_t)k * n_ff + b * 32 + lane),
-                    fmt == ST_TYPE_Q8_1);
-        }
-    }
-    __syncthreads();
-    for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
-        const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
-#pragma unroll
-        for (int n = 0; n < DOWN_N; n++) {
-            const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R;
-            rows[n] = NULL;
-            xqs[n] = aq;
-            if (task < K * DOWN_R && r < d) {
-                const int e = ids[t * K + k];
-                if (e >= 0 && e < E) rows[n] = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
-                xqs[n] = aq + (size_t)k * aq_stride;
-            }
-        }
-        float v[DOWN_N];
-        row_dot4_any(type, rows, xqs, nitems, lane, v);
-#pragma unroll
-        for (int n = 0; n < DOWN_N; n++) {
-            const int task = t0 + n * ng;
-            if (task < K * DOWN_R && lane == 0) ys[task / DOWN_R][task % DOWN_R] = v[n];
-        }
-    }
-    __syncthreads();
-    const int rr = threadIdx.x, r = r0 + rr;
-    if (rr < DOWN_R && r < d) {
-        const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
-        const size_t ix = (size_t)t * d + r;
-        out[ix] = add ? __fadd_rn(add[ix], o) : o;
-    }
+                 const float *__restrict__ act, int n_ff, int fmt, long long aq_stride,
+                 const int32_t *__restrict__ ids, const float *__restrict__ wts, int K, float *out, const float *add,
+                 int pf) {
+    moe_down_body<TYPE, false, true>(type, tbl, E, nitems, row_bytes, d, nullptr, aq_stride, ids, wts, K, out, add,
+                                     nullptr, nullptr, pf, act, n_ff, fmt);
 }
+#define DEC_PICK_CASE_k_moe_down_q(T) \
+    case T: fn = k_moe_down_q<T>; break;
 
 extern "C" size_t st_cuda_moe_down_q_smem(int64_t n_ff, int n_used) {
     return (size_t)st_q8_1_row_bytes(n_ff) * (size_t)(n_used > 0 ? n_used : 1);
@@ -772,8 +771,10 @@ extern "C" int st_cuda_moe_down_q(int down_type, const void *const *table, int n
     if (!table || !act || !ids || !weights || !out || ((uintptr_t)act & 15))
         return st_err("st_cuda_moe_down_q: NULL or misaligned device pointer");
     const dim3 grid((unsigned)((n_embd + DOWN_R - 1) / DOWN_R), (unsigned)n_tok);
-    st_dec_launch(k_moe_down_q, grid, dim3(DEC_THREADS), smem, stream, down_type, (const uint8_t *const *)table,
-                  n_expert, (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, act, (int)n_ff,
-                  act_format, (int)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add);
+    decltype(&k_moe_down_q<0>) fn;
+    DEC_PICK(fn, k_moe_down_q, down_type);
+    st_dec_launch(fn, grid, dim3(DEC_THREADS), smem, stream, down_type, (const uint8_t *const *)table, n_expert,
+                  (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, act, (int)n_ff, act_format,
+                  (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, down_prefetch_env());
     return launch_check("moe_down_q");
 }

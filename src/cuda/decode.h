@@ -232,6 +232,11 @@ int st_cuda_attn_dec_tc(int kv_f16);
 #define ST_DEC_DOWN_Q_MAX_SMEM 40960
 int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                     const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, cudaStream_t stream);
+// One token: st_cuda_moe_glu with the route taken in the launch (as st_cuda_moe_route_glu_q: ids and weights
+// written for the down kernel), act only, for st_cuda_moe_down_q.
+int st_cuda_moe_route_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
+                          const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
+                          float *act, cudaStream_t stream);
 size_t st_cuda_moe_down_q_smem(int64_t n_ff, int n_used);
 int st_cuda_moe_down_q(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                        const float *act, int act_format, const int32_t *ids, const float *weights, int n_tok,

@@ -43,11 +43,13 @@ __device__ __forceinline__ void mmvq_norm_body(const multi_args &a, const multi_
     }
     st_pdl_wait();  // x (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
+    // Plain loads, through L1 (as the separate launches read their quantized row): the SM's blocks share x's lines,
+    // where .cg loads would take 8 KiB per block from L2 (~5 MiB for the launch, ~0.7 us of L2 bandwidth).
 #pragma unroll
     for (int s = 0; s < NS; s++) {
         const int kb = g + DEC_GROUPS * s;
 #pragma unroll
-        for (int j = 0; j < 8; j++) v[s][j] = kb < nsp ? __ldcg(nm.x + 256 * kb + 32 * j + lane) : 0.0f;
+        for (int j = 0; j < 8; j++) v[s][j] = kb < nsp ? nm.x[256 * kb + 32 * j + lane] : 0.0f;
     }
     span_norm<NS>(v, w, n, nm.eps, qn_part);
 #pragma unroll

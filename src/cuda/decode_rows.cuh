@@ -480,14 +480,7 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
     for (int n = 0; n < N; n++)
         if (rows[n]) out[n] = g32_sum_f(acc[n]);
 }
-#define DOWN_N 4  // row dots per group pass
-static __device__ __noinline__ void row_dot4_any(int type, const uint8_t *const *rows, const uint8_t *const *xqs,
-                                                 int nitems, int lane, float *out) {
-#define RD4(T) \
-    case T: row_dotN<T, DOWN_N>(rows, xqs, nitems, lane, out); return;
-    DEC_TYPE_SWITCH(type, RD4, for (int n = 0; n < DOWN_N; n++) out[n] = f_nan())
-#undef RD4
-}
+#define DOWN_N 4  // row dots per group pass (the down kernel)
 
 
 // N rows against one activation row (the MoE GLU's gate and up rows of several outputs): the activation block is

@@ -105,8 +105,10 @@ struct st_gpu_session {
                                 // STRATA_ATTN_WIDE_FROM); one decode graph per side
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
                                 // instead of in the router's last block
-    int moe_v2;                 // fused MoE by moe_glu + moe_down_q (STRATA_MOE_V2=1); default moe_glu_q +
-                                // moe_down_sum (faster since the norm/router rework: 327 vs 303 tok/s, 2026-11-30)
+    int moe_v2;                 // fused MoE by (route_)glu + moe_down_q (STRATA_MOE_V2=1, opt-in: the down kernel
+                                // quantizes the GLU's f32 output itself, no chunk tail); default (route_)glu_q +
+                                // moe_down_sum (faster with 2026-11-30's runtime-type down_q: 327 vs 303 tok/s;
+                                // down_q is the per-type down kernel since 2026-12-04f, unmeasured)
     unsigned dec_dup;           // timing experiment only (STRATA_DEC_DUP, same bits): kernel classes launched twice
     int32_t *fixed_ids;         // timing experiment only (STRATA_DEC_FIXED_ROUTE): device [n_layer][K] expert ids
                                 // copied over the router's after it, or NULL
@@ -871,7 +873,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
         // One token all in VRAM: the FFN norm folded into the router launch (decode.h st_cuda_router_fold), the
         // residual add into the O launch; bit for bit the separate norm (STRATA_FFN_FOLD=0: the separate launch).
         const int ffn_fold = n == 1 && s->ffn_fold && !skip && !dup && !g->hy && !s->fixed_ids && !s->router_norm &&
-                             !s->moe_v2 && s->glu_route && hp->n_expert && fused_moe(s, L, n) && attn_fused &&
+                             s->glu_route && hp->n_expert && fused_moe(s, L, n) && attn_fused &&
                              !((uintptr_t)L->ffn_norm & 15) &&
                              st_cuda_router_fold_supported(L->router.type, d, (int)hp->n_expert,
                                                            st_cuda_act_format(L->gate_exps.type));
@@ -902,8 +904,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int afmt = st_cuda_act_format(L->gate_exps.type);
             // One token all in VRAM (no experiment on): the router launch ends with the logits and the GLU launch
             // takes the route (no fence / counter tail between them), bit for bit the router_topk + moe_glu_q pair.
-            const int route_in_glu =
-                n == 1 && s->glu_route && !s->fixed_ids && !skip && !dup && !s->router_norm && !s->moe_v2;
+            const int route_in_glu = n == 1 && s->glu_route && !s->fixed_ids && !skip && !dup && !s->router_norm &&
+                                     !(s->moe_v2 && g->hy);
             const int glu_routes = route_in_glu && !g->hy;
             // Hybrid without the prefetch's branch (gpu_hybrid.h st_hybrid_glu_side): the same, a side block of the
             // GLU launch counting (classifying and ringing with CPU misses) in place of the router's tail.
@@ -966,9 +968,12 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             if (s->moe_v2 && st_cuda_moe_down_q_smem(F, K) <= ST_DEC_DOWN_Q_MAX_SMEM) {
-                // The down kernel quantizes the GLU output itself (no last-block phase in the GLU).
-                if (st_cuda_moe_glu(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq, s->d_ids, n, K,
-                                    s->ffn_a, st) ||
+                // The down kernel quantizes the GLU output itself (no chunk tail in the GLU launch).
+                if ((glu_routes ? st_cuda_moe_route_glu(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
+                                                        s->xq, s->router, hp->expert_weights_norm, K, s->d_ids,
+                                                        s->d_wts, s->ffn_a, st)
+                                : st_cuda_moe_glu(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
+                                                  s->d_ids, n, K, s->ffn_a, st)) ||
                     st_cuda_moe_down_q(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->ffn_a,
                                        st_cuda_act_format(L->down_exps.type), s->d_ids, s->d_wts, n, K, s->x, s->x,
                                        st))

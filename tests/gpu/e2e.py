@@ -18,9 +18,10 @@ top-1 agreement between its fused decode kernels and its operator-by-operator pa
 teacher-forced positions: two GPU implementations that differ only in summation order and rounding points. And
 ("wide") how many of the CUDA engine's greedy continuations stay the same with the 8-warp decode attention from
 position 0 (STRATA_ATTN_WIDE_FROM=1; by default it starts at 2048 positions, beyond these prompts). Required
-("qkvn"): the CUDA engine's greedy continuations with the attention norm inside the Q/K/V launch (STRATA_QKV_NORM=1,
+("opt-in"): the CUDA engine's greedy continuations with the attention norm inside the Q/K/V launch (STRATA_QKV_NORM=1,
 bit for bit the separate norm launch where the model's width is a multiple of 256; elsewhere the same path) must
-equal the default run's. For a model that fails, act_diff.py
+equal the default run's, and so with the down kernel quantizing the GLU's output itself (STRATA_MOE_V2=1, set in
+the same run: bit for bit the GLU launch's own quantization). For a model that fails, act_diff.py
 (STRATA_DUMP_ACT) then names the first layer and sublayer where the CUDA engine leaves the CPU engine on the failing
 tokens. Models: the demo model (if given) and tiny make-model
 presets (made here, deterministic). Prints a table and exits non-zero on failure. Needs only the Python standard
@@ -119,7 +120,7 @@ def main():
         models.append((name, path, need))
     failed = 0
     print(f"{'model':24} {'positions':>9} {'top-1 agree':>11} {'cpu/cpu':>8} {'greedy equal':>12} {'cpu/cpu':>8} "
-          f"{'gemm top-1':>10} {'gpu/gpu':>8} {'wide':>6} {'qkvn':>6}  result")
+          f"{'gemm top-1':>10} {'gpu/gpu':>8} {'wide':>6} {'opt-in':>6}  result")
     for name, path, need in models:
         pos = agree = g_ok = g_n = hard = gg = w_ok = qn_ok = 0
         cc = {isa: 0 for isa in CPU_ALTERNATES}  # control: the CPU's top-1 agreement with its other SIMD paths
@@ -138,8 +139,8 @@ def main():
                 # informational: the one-token steps with the 8-warp attention from position 0 ("wide")
                 gw = logits(args.strata, path, p, "cuda", None, {"STRATA_ATTN_WIDE_FROM": "1"})
                 w_ok += gw["greedy"] == g["greedy"]
-                # required: the attention norm inside the Q/K/V launch gives the same continuation ("qkvn")
-                gq = logits(args.strata, path, p, "cuda", None, {"STRATA_QKV_NORM": "1"})
+                # required: the bit-exact opt-ins give the same continuation ("opt-in")
+                gq = logits(args.strata, path, p, "cuda", None, {"STRATA_QKV_NORM": "1", "STRATA_MOE_V2": "1"})
                 qn_ok += gq["greedy"] == g["greedy"]
                 seq = c["tokens"] + c["greedy"]
                 ct, gt = logits(args.strata, path, None, "cpu", seq), logits(args.strata, path, None, "cuda", seq)
@@ -194,7 +195,7 @@ def main():
         ok = pos > 0 and (absolute or relative) and lrate >= 0.97
         if qn_ok != g_n:
             ok = False
-            err = f"(STRATA_QKV_NORM=1 changed {g_n - qn_ok} greedy continuations) " + err
+            err = f"(STRATA_QKV_NORM=1 STRATA_MOE_V2=1 changed {g_n - qn_ok} greedy continuations) " + err
         if hard and ok:
             err = f"(as the CPU's {isa} path: worst margin {worst:.4f} <= {cm[isa]:.4f}) " + err
         if not ok:  # what the relative rule compared

@@ -14,7 +14,8 @@
 //   moe v2:        st_cuda_moe_glu (act only) against the same reference; st_cuda_moe_down_q from that f32 act
 //                  (its own prologue quantization) against the same down reference, in place and not
 //   route_glu:     the route inside the GLU launch (router_logits + moe_route_glu_q) against router_topk +
-//                  moe_glu_q, bit for bit (x after moe_down_sum, ids, weights), twice (counters back to zero)
+//                  moe_glu_q, bit for bit (x after moe_down_sum, ids, weights), twice (counters back to zero); and
+//                  router_logits + moe_route_glu (no chunk tail) + moe_down_q (the down kernel quantizes)
 //   attn_dec:      split-adaptive decode attention against the CPU's st_attention (f16/f32 caches, head_dim 64/128,
 //                  1..8 query heads per KV head, L from 1 to 16385, several grids, one workspace shared by all
 //                  cases so the counters must come back to zero), and its fused output row byte-exact against the
@@ -871,11 +872,12 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
     if (moved < d / 2) printf("  route_glu: the reference barely moved x (%lld of %d)\n", (long long)moved, d), g_fail_cur++;
     // The route taken inside the GLU launch (st_cuda_router_logits + st_cuda_moe_route_glu_q, the default for one
     // token) against st_cuda_router_topk + st_cuda_moe_glu_q, then st_cuda_moe_down_sum for both: bit for bit,
-    // twice (the chunk counters must come back to zero).
+    // twice (the chunk counters must come back to zero); run 3: the route inside the GLU launch without its chunk
+    // tail (st_cuda_moe_route_glu) and the down kernel quantizing its input itself (st_cuda_moe_down_q).
     {
         float *r1 = xmalloc(sizeof(float) * d), *g1 = xmalloc(sizeof(float) * d), rw1[32], gw1[32];
         int32_t rid1[32], gid1[32];
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < 4; v++) {
             CK(cudaMemcpy(dx, x0, sizeof(float) * d, cudaMemcpyHostToDevice));
             poison(dlog, sizeof(float) * E), poison(dact, sizeof(float) * K * F), poison(daq, aqb);
             poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
@@ -884,12 +886,20 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
                 CKL(st_cuda_router_topk(rt, drouter, d, E, dxn, 1, K, norm, dlog, dids, dw, dcnt, 0));
                 CKL(st_cuda_moe_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dids, 1, K, dact, daq, dfmt,
                                       dcnt, 0));
-            } else {
+            } else if (v < 3) {
                 CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, NULL, 0));
                 CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dlog, norm, K, dids, dw,
                                             dact, daq, dfmt, dcnt, 0));
+            } else {
+                CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, NULL, 0));
+                CKL(st_cuda_moe_route_glu(gu_type, (const void *const *)dtbl, E, d, F, dxq, dlog, norm, K, dids, dw,
+                                          dact, 0));
+                CKL(st_cuda_moe_down_q(down_type, (const void *const *)dtbl, E, d, F, dact, dfmt, dids, dw, 1, K, dx,
+                                       dx, 0));
             }
-            CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx, 0));
+            if (v < 3)
+                CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx,
+                                         0));
             d2h(v ? g1 : r1, dx, sizeof(float) * d), d2h(v ? gid1 : rid1, dids, sizeof(int32_t) * K);
             d2h(v ? gw1 : rw1, dw, sizeof(float) * K);
             if (v == 0) continue;
@@ -919,7 +929,8 @@ static void test_route_glu(void) {
     test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_1, ST_TYPE_Q5_1, 8, 8, 256, 512, 1);   // Q8_1 inputs, all experts
     test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q6_K, ST_TYPE_Q6_K, 16, 4, 512, 256, 1);  // Q6_K gate/up
     if (!g_quick) test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q2_K, ST_TYPE_Q8_0, 64, 6, 4096, 1536, 1);
-    report("route_glu (the route inside the GLU launch == router_topk + moe_glu_q, bit for bit)");
+    report("route_glu (the route inside the GLU launch == router_topk + moe_glu_q, bit for bit; and with the down "
+           "kernel quantizing its input)");
 }
 
 // ---- attention v2 ------------------------------------------------------------------------------------------------
