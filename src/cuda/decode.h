@@ -69,6 +69,9 @@ int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, cons
 // memory. Supported (st_cuda_mmvq_multi_norm_supported): ne0 a multiple of 256 up to 4096, every matrix of the same
 // activation format (Q8_0, Q8_1 or Q8_K), no addends. x, norm_w: [ne0] f32, 16-byte aligned.
 int st_cuda_mmvq_multi_norm_supported(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0);
+// 1 when st_cuda_mmvq_multi_norm gives the two launches' bits (0 in a -DQN_DEFER=1 build: the RMS scale applied to
+// the dots, equal up to float rounding).
+int st_cuda_mmvq_multi_norm_exact(void);
 int st_cuda_mmvq_multi_norm(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const float *x, const float *norm_w,
                             float eps, cudaStream_t stream);
 

@@ -421,10 +421,9 @@ __device__ void block_quant(int fmt, const float *src, uint8_t *row, int nb, int
 // Group g of the block's ng owns the 256-element spans kb = g + ng s (s < NS) of a row of n = 256 k elements, lane l
 // holding v[s][j] = element 256 kb + 32 j + l. The squares (rounded to float, summed in double as the CPU does) meet
 // in part[kb] across one barrier and are summed in span order, so any ng and NS give the same scale (bit for bit
-// k_rmsnorm_act up to the double sum's order). On return v holds the normalised values, v * scale * w.
-template <int NS>
-__device__ __forceinline__ void span_norm(float (&v)[NS][8], const float (&w)[NS][8], int n, float eps,
-                                          double *part) {
+// k_rmsnorm_act up to the double sum's order). span_norm: on return v holds the normalised values, v * scale * w;
+// its parts: span_sumsq (each span's sum of squares into part[kb]), a barrier, span_rms_scale.
+template <int NS> __device__ __forceinline__ void span_sumsq(const float (&v)[NS][8], int n, double *part) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32, nsp = n / 256;
 #pragma unroll
     for (int s = 0; s < NS; s++) {
@@ -436,10 +435,19 @@ __device__ __forceinline__ void span_norm(float (&v)[NS][8], const float (&w)[NS
         ss = g32_sum_d(ss);
         if (lane == 0) part[kb] = ss;
     }
-    __syncthreads();
+}
+// The RMS scale from span_sumsq's part[] (after a barrier), summed in span order.
+__device__ __forceinline__ float span_rms_scale(const double *part, int n, float eps) {
     double ss = 0;
-    for (int k = 0; k < nsp; k++) ss += part[k];
-    const float scale = norm_rms_scale(ss, n, eps);
+    for (int k = 0; k < n / 256; k++) ss += part[k];
+    return norm_rms_scale(ss, n, eps);
+}
+template <int NS>
+__device__ __forceinline__ void span_norm(float (&v)[NS][8], const float (&w)[NS][8], int n, float eps,
+                                          double *part) {
+    span_sumsq<NS>(v, n, part);
+    __syncthreads();
+    const float scale = span_rms_scale(part, n, eps);
 #pragma unroll
     for (int s = 0; s < NS; s++)
 #pragma unroll

@@ -13,6 +13,16 @@
 #include "cuda/decode_multi.cuh"
 #include "cuda/quantize_act.h"  // st_cuda_act_format
 
+// QN_DEFER (A/B build, default 0; not bit for bit): the block quantizes x * w without waiting for the RMS scale and
+// multiplies each dot by it at the end (the scale is a per-row factor of every output), so the head is the load and
+// the quantization only; the sum of squares meets across the same barrier as the quantized row. The outputs then
+// differ from the two launches' by float rounding (a quant moves by one where x * w / max lies within ~1e-5 of a
+// rounding boundary; the scale applies after the dot instead of before the quantization).
+#ifndef QN_DEFER
+#define QN_DEFER 0
+#endif
+extern "C" int st_cuda_mmvq_multi_norm_exact(void) { return !QN_DEFER; }
+
 struct multi_norm {
     const float *x;  // [ne0] the residual row (f32; an earlier kernel's output)
     const float *w;  // [ne0] the RMSNorm gains
@@ -51,7 +61,15 @@ __device__ __forceinline__ void mmvq_norm_body(const multi_args &a, const multi_
 #pragma unroll
         for (int j = 0; j < 8; j++) v[s][j] = kb < nsp ? nm.x[256 * kb + 32 * j + lane] : 0.0f;
     }
+#if QN_DEFER
+    span_sumsq<NS>(v, n, qn_part);
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[s][j] = __fmul_rn(v[s][j], w[s][j]);
+#else
     span_norm<NS>(v, w, n, nm.eps, qn_part);
+#endif
 #pragma unroll
     for (int s = 0; s < NS; s++)
         if (g + DEC_GROUPS * s < nsp) span_quant(qn_row, a.nitems, g + DEC_GROUPS * s, lane, v[s], nm.fmt);
@@ -63,6 +81,9 @@ __device__ __forceinline__ void mmvq_norm_body(const multi_args &a, const multi_
         d = m.type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, qn_row, a.nitems, lane)
                            : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, qn_row, a.nitems, lane);
     else d = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, qn_row, a.nitems, lane);
+#if QN_DEFER
+    d = __fmul_rn(d, span_rms_scale(qn_part, n, nm.eps));
+#endif
     if (lane == 0) m.y[m.r] = d;
 }
 

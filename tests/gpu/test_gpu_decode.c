@@ -366,6 +366,7 @@ static void test_mmvq_norm_case(const int *types, const int *rows, int n_mat, in
         ref[i] = xmalloc(sizeof(float) * rows[i]), got[i] = xmalloc(sizeof(float) * rows[i]);
         d2h(ref[i], m[i].y, sizeof(float) * rows[i]);
     }
+    const int exact = st_cuda_mmvq_multi_norm_exact();
     if (!st_cuda_mmvq_multi_norm_supported(m, n_mat, ne0)) {
         printf("  mmvq_multi_norm %s x %d: reported unsupported\n", st_type_name(types[0]), ne0);
         g_fail_cur++;
@@ -376,10 +377,18 @@ static void test_mmvq_norm_case(const int *types, const int *rows, int n_mat, in
         for (int i = 0; i < n_mat; i++) {
             d2h(got[i], m[i].y, sizeof(float) * rows[i]);
             int64_t bad = 0;
-            for (int r = 0; r < rows[i]; r++) bad += memcmp(&got[i][r], &ref[i][r], sizeof(float)) != 0;
+            if (exact) {
+                for (int r = 0; r < rows[i]; r++) bad += memcmp(&got[i][r], &ref[i][r], sizeof(float)) != 0;
+            } else {  // (a -DQN_DEFER=1 build) a quant moved by one: ~5e-4 of the outputs' RMS
+                double l2 = 0;
+                for (int r = 0; r < rows[i]; r++) l2 += (double)ref[i][r] * ref[i][r];
+                l2 = sqrt(l2 / rows[i]);
+                for (int r = 0; r < rows[i]; r++) bad += !(fabs(got[i][r] - ref[i][r]) <= 4e-3 * l2);
+            }
             if (bad) {
                 printf("  mmvq_multi_norm matrix %d (%s, %d x %d) rep %d: %lld of %d outputs differ from the two "
-                       "launches\n", i, st_type_name(types[i]), rows[i], ne0, rep, (long long)bad, rows[i]);
+                       "launches%s\n", i, st_type_name(types[i]), rows[i], ne0, rep, (long long)bad, rows[i],
+                       exact ? "" : " beyond the QN_DEFER bound");
                 g_fail_cur++;
             }
         }
@@ -431,7 +440,10 @@ static void test_mmvq_norm(void) {
             g_fail_cur++;
         }
     }
-    report("mmvq_multi_norm (attention norm + Q/K/V in one launch == the two launches, bit for bit)");
+    report(st_cuda_mmvq_multi_norm_exact()
+               ? "mmvq_multi_norm (attention norm + Q/K/V in one launch == the two launches, bit for bit)"
+               : "mmvq_multi_norm (QN_DEFER build: attention norm + Q/K/V in one launch == the two launches within "
+                 "4e-3 of the RMS)");
 }
 
 // ---- router ------------------------------------------------------------------------------------------------------
@@ -1256,16 +1268,23 @@ static void test_pdl_chain(void) {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
-    // Reference: no PDL, synchronised after every launch.
-    st_cuda_dec_set_pdl(0);
-    for (int l = 0; l < layers; l++) pc_layer(&c, st, 1);
-    float *ref = xmalloc(sizeof(float) * D), *got = xmalloc(sizeof(float) * D);
-    d2h(ref, c.x, sizeof(float) * D);
-    // PDL launches in a captured graph, replayed three times from the same start.
-    st_cuda_dec_set_pdl(1);
-    printf("  pdl chain: PDL %s on this device\n", st_cuda_dec_pdl() ? "used" : "NOT used (below sm_90)");
-    for (c.qkv_norm = 0; c.qkv_norm < 2; c.qkv_norm++) {  // (the norm inside Q/K/V: the same bits for D <= 2048)
+    float *ref = xmalloc(sizeof(float) * D), *ref0 = xmalloc(sizeof(float) * D), *got = xmalloc(sizeof(float) * D);
+    for (c.qkv_norm = 0; c.qkv_norm < 2; c.qkv_norm++) {
         const char *how = c.qkv_norm ? "four-launch FFN, norm inside Q/K/V" : "four-launch FFN";
+        // Reference: no PDL, synchronised after every launch.
+        st_cuda_dec_set_pdl(0);
+        CK(cudaMemcpy(c.x, x0, sizeof(float) * D, cudaMemcpyHostToDevice));
+        for (int l = 0; l < layers; l++) pc_layer(&c, st, 1);
+        d2h(ref, c.x, sizeof(float) * D);
+        if (!c.qkv_norm) memcpy(ref0, ref, sizeof(float) * D);
+        else if (st_cuda_mmvq_multi_norm_exact() && memcmp(ref, ref0, sizeof(float) * D)) {
+            printf("  pdl chain: the norm inside Q/K/V changed the synchronised run's residual stream\n");
+            g_fail_cur++;
+        }
+        // PDL launches in a captured graph, replayed three times from the same start.
+        st_cuda_dec_set_pdl(1);
+        if (!c.qkv_norm)
+            printf("  pdl chain: PDL %s on this device\n", st_cuda_dec_pdl() ? "used" : "NOT used (below sm_90)");
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -1298,7 +1317,7 @@ static void test_pdl_chain(void) {
         CK(cudaGraphDestroy(graph));
     }
     CK(cudaStreamDestroy(st));
-    free(x0), free(kc0), free(vc0), free(ref), free(got);
+    free(x0), free(kc0), free(vc0), free(ref), free(ref0), free(got);
     void *bufs[] = {c.x, c.xn, c.q, c.k, c.v, c.attn, c.ffn_out, c.act, c.logits, c.wts, c.an, c.fn, c.qn, c.kn,
                     c.router, c.ids, c.cnt, c.dpos, c.xq, c.wq, c.wk, c.wv, c.wo, c.gate, c.up, c.down, c.kc, c.vc,
                     c.ws, c.tbl, c.aq, c.rope_cs};
