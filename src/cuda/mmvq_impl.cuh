@@ -17,6 +17,7 @@
 #include "cuda/qblock.h"
 #include "cuda/runtime.h"
 #include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
+#include "cuda/decode_common.cuh"  // PDL: st_pdl_wait / st_pdl_trigger, st_dec_launch (the staged kernel)
 
 #define MMVQ_WARPS 4
 
@@ -213,6 +214,10 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
         }
     }
     __syncwarp();
+    // The rows are weights (no kernel's output): staged before the dependency wait, so a PDL launch (the LM head
+    // after the final norm) has its first wave's rows in flight while the previous kernel finishes.
+    st_pdl_wait();
+    st_pdl_trigger();
     const uint8_t *rows = (const uint8_t *)sw;
     const uint8_t *xds = a.xq + (size_t)a.nitems * 32;
     float acc[RW];
@@ -258,11 +263,22 @@ static inline size_t st_mmvq_staged_smem(int type, const st_mmvq_args &a, int n_
     const size_t smem = (size_t)MMVQ_WARPS * ST_MMVQ_STAGE_ROWS * (size_t)a.row_bytes;
     return st_mmvq_staging && smem <= ST_MMVQ_STAGE_MAX_SMEM ? smem : 0;
 }
+// The staged kernel as a PDL launch (default; STRATA_MMVQ_PDL=0: a plain launch, A/B). Predicted 2026-12-04f: the LM
+// head's launch gap and its first wave's DRAM latency behind the final norm, ~2-4 us per token (unmeasured).
+static inline bool st_mmvq_pdl(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("STRATA_MMVQ_PDL");
+        v = !(e && *e == '0');
+    }
+    return v != 0;
+}
 #define ST_MMVQ_STAGED_CASE(T)                                                                              \
     case T:                                                                                                 \
-        st_k_mmvq_staged<T><<<dim3((unsigned)((a.n_out + MMVQ_WARPS * ST_MMVQ_STAGE_ROWS - 1) /              \
-                                              (MMVQ_WARPS * ST_MMVQ_STAGE_ROWS))),                          \
-                               dim3(ST_WARP_SIZE, MMVQ_WARPS), staged, s>>>(a);                             \
+        st_dec_launch_if(st_mmvq_pdl(), st_k_mmvq_staged<T>,                                                \
+                      dim3((unsigned)((a.n_out + MMVQ_WARPS * ST_MMVQ_STAGE_ROWS - 1) /                     \
+                                      (MMVQ_WARPS * ST_MMVQ_STAGE_ROWS))),                                  \
+                      dim3(ST_WARP_SIZE, MMVQ_WARPS), staged, s, a);                                        \
         return 1;
 
 // Launches the kernel variant for (TYPE, token count class, glu).
