@@ -581,6 +581,10 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
                 "wrong)", fr);
     }
     s->n_split2 = st_cuda_attn_dec_splits((int)hp->n_head_kv, g->ctx.sm_count);
+    // STRATA_ATTN_SPLITS=N (A/B): at most N splits per KV head at long contexts (fewer blocks, fewer merge levels;
+    // with -DATC_SG=N one level)
+    const char *asp = getenv("STRATA_ATTN_SPLITS");
+    if (asp && atoi(asp) >= 1 && atoi(asp) < s->n_split2) s->n_split2 = atoi(asp);
     const size_t ws2 = st_cuda_attn_dec_ws_bytes((int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_k, s->n_split2);
     s->attn_ws2 = dalloc(s, ws2, "attention workspace", &fail);
     if (!fail && st_cuda_memset(&g->ctx, s->attn_ws2, 0, ws2, NULL)) fail = 1;
