@@ -7,9 +7,9 @@
 //
 // Why it could lose (2026-11-30g: the norm of that day, three barriers and two shared-memory passes, in every block
 // of the launch cost more than the launch it saved): the head is now the span norm's chain only, and each group's
-// weight rows go into L1 before the dependency wait, so the row dots after the head find them there instead of
-// paying the L2 round trip the head would otherwise put in series. Its own translation unit: its instances compile
-// beside decode.cu's.
+// weight rows go into L1 while the head runs (into L2 before the dependency wait, into L1 right after it), so the row
+// dots after the head find them there instead of paying the L2 round trip the head would otherwise put in series.
+// Its own translation unit: its instances compile beside decode.cu's.
 #include "cuda/decode_multi.cuh"
 #include "cuda/quantize_act.h"  // st_cuda_act_format
 
@@ -42,7 +42,7 @@ __device__ __forceinline__ void mmvq_norm_body(const multi_args &a, const multi_
     const multi_row m = multi_select<false>(a, active ? grow : 0);
     const uint8_t *wr = m.W + (size_t)m.r * (size_t)m.rb;
     if (active)
-        for (long long off = (long long)lane * 128; off < m.rb; off += 32 * 128) st_prefetch_line<true>(wr + off);
+        for (long long off = (long long)lane * 128; off < m.rb; off += 32 * 128) st_prefetch_l2(wr + off);
     const int n = a.nitems * 32, nsp = n / 256;
     float w[NS][8], v[NS][8];
 #pragma unroll
@@ -53,6 +53,10 @@ __device__ __forceinline__ void mmvq_norm_body(const multi_args &a, const multi_
     }
     st_pdl_wait();  // x (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
+    // The rows from L2 into L1 while the head runs (after the wait: its visibility rule may drop L1 lines taken
+    // before it), so the row dots after the head read L1.
+    if (active)
+        for (long long off = (long long)lane * 128; off < m.rb; off += 32 * 128) st_prefetch_line<true>(wr + off);
     // Plain loads, through L1 (as the separate launches read their quantized row): the SM's blocks share x's lines,
     // where .cg loads would take 8 KiB per block from L2 (~5 MiB for the launch, ~0.7 us of L2 bandwidth).
 #pragma unroll
