@@ -112,16 +112,46 @@ static inline void st_dec_launch_if(bool pdl, void (*k)(KArgs...), dim3 grid, di
 }
 
 // ---- 32-lane group reductions (xor offsets < 32 never leave the group) ---------------------------------------
+//
+// G32_REDUX (sm_80+ where a group is a whole 32-lane warp; -DG32_REDUX=0 for an A/B build): the integer reductions
+// of the quantizers by redux.sync, one instruction each instead of a five-shuffle butterfly, with the butterflies'
+// results exactly (integer sums and maxima do not depend on the order). A warp shuffle issues at 32 lanes per clock
+// per SM, so the quantizers' butterflies (55 shuffles per 256-element Q8_K block) were throughput, not only latency,
+// where every block of a launch quantizes a row (the Q/K/V norm mode: 8 Q8_K blocks per block, ~2,100 shuffle
+// cycles per SM for the Qwen3-30B-A3B shape).
+#ifndef G32_REDUX
+#define G32_REDUX 1
+#endif
+#if G32_REDUX && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
+#define G32_REDUX_ON 1
+#else
+#define G32_REDUX_ON 0
+#endif
+
+__device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
 
 __device__ __forceinline__ float g32_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_WARP_MASK, v, o));
     return v;
 }
+// g32_max of a >= 0 or NaN (an absolute value): the same result (fmaxf's: NaN only where every lane's is NaN).
+__device__ __forceinline__ float g32_max_abs(float a) {
+#if G32_REDUX_ON
+    const unsigned k = __reduce_max_sync(ST_WARP_MASK, a == a ? __float_as_uint(a) : 0u);  // (a >= 0: bits order)
+    return k == 0u && __all_sync(ST_WARP_MASK, a != a) ? f_nan() : __uint_as_float(k);
+#else
+    return g32_max(a);
+#endif
+}
 __device__ __forceinline__ int g32_sum_i(int v) {
+#if G32_REDUX_ON
+    return __reduce_add_sync(ST_WARP_MASK, v);
+#else
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
     return v;
+#endif
 }
 __device__ __forceinline__ float g32_sum_f(float v) {
 #pragma unroll
@@ -134,7 +164,6 @@ __device__ __forceinline__ double g32_sum_d(double v) {
     return v;
 }
 
-__device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
 
 // Deterministic block sum of doubles (fixed order over the groups); every thread gets the result.
 static __device__ double block_sum_d(double v) {
@@ -321,7 +350,7 @@ __device__ __forceinline__ unsigned long long st_elapsed_ns(unsigned long long *
 // The CPU's Q8_0 / Q8_1 rules for one 32-element block, lane j holding element j (value v): returns its quant; d
 // receives the block scale (f32, before the CPU's rounding to half).
 __device__ __forceinline__ int q8_32(float v, float &d) {
-    const float amax = g32_max(fabsf(v));
+    const float amax = g32_max_abs(fabsf(v));
     d = __fdiv_rn(amax, 127.0f);
     const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
     return __float2int_rn(__fmul_rn(v, id));  // ties to even, as the CPU's nearbyintf
@@ -350,6 +379,18 @@ __device__ __forceinline__ float q8k_block_idx(const float v[8], const int idx[8
         const float a = fabsf(v[j]);
         if (a > best_abs) best_abs = a, best_val = v[j], best_idx = idx[j];
     }
+#if G32_REDUX_ON
+    // The largest magnitude (its float bits order like the values; +1 keeps 0.0 above a lane with none, -1), then the
+    // lowest index holding it, then that element's sign: two reductions and a vote instead of 15 shuffles.
+    const unsigned key = best_abs >= 0.0f ? __float_as_uint(best_abs) + 1u : 0u;
+    const unsigned mk = __reduce_max_sync(ST_WARP_MASK, key);
+    if (mk != 0u) {  // (0: every element NaN, which the butterfly also leaves at -1 / 0)
+        const unsigned mi = __reduce_min_sync(ST_WARP_MASK, key == mk ? (unsigned)best_idx : 0xffffffffu);
+        const bool neg = __any_sync(ST_WARP_MASK, key == mk && (unsigned)best_idx == mi && best_val < 0.0f);
+        best_abs = __uint_as_float(mk - 1u);
+        best_val = neg ? -best_abs : best_abs;
+    }
+#else
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float oa = __shfl_xor_sync(ST_WARP_MASK, best_abs, o);
@@ -357,6 +398,7 @@ __device__ __forceinline__ float q8k_block_idx(const float v[8], const int idx[8
         const int oi = __shfl_xor_sync(ST_WARP_MASK, best_idx, o);
         if (oa > best_abs || (oa == best_abs && oi < best_idx)) best_abs = oa, best_val = ov, best_idx = oi;
     }
+#endif
     if (best_abs == 0.0f) {
 #pragma unroll
         for (int j = 0; j < 8; j++) q[j] = 0;
