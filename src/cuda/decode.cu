@@ -30,6 +30,48 @@ int st_dec_device_major(void) {
 
 int st_dec_pdl_enabled(void) { return g_pdl_on && st_dec_device_major() >= 9; }
 
+// ---- self-test of the group reductions -------------------------------------------------------------------------
+
+// Per warp: four values per lane from a hash of (seed, warp, lane, n), signs and exponents spread over 2^-20..2^20
+// (so the order of the additions shows in the bits); counts the lanes whose g32_sum4 / g32_sum4_t results differ in
+// any bit from g32_sum_f's.
+__global__ void k_selftest_sum4(unsigned long long seed, int *bad) {
+    const int lane = threadIdx.x % G32, w = (int)(blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32);
+    float a[4];
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        const unsigned long long i = (unsigned long long)(((long long)w * 32 + lane) * 4 + n + 1);
+        unsigned long long h = seed ^ (0x9e3779b97f4a7c15ull * i);
+        h ^= h >> 31, h *= 0xbf58476d1ce4e5b9ull, h ^= h >> 29, h *= 0x94d049bb133111ebull, h ^= h >> 32;
+        const float m = 1.0f + (float)(h & 0xffffff) / 16777216.0f;
+        a[n] = ldexpf((h >> 24) & 1 ? -m : m, (int)((h >> 25) % 41) - 20);
+    }
+    float s[4];
+    g32_sum4(a, lane, s);
+    const float t = g32_sum4_t(a, lane);
+    int nb = 0;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        const float r = g32_sum_f(a[n]);
+        nb += __float_as_uint(s[n]) != __float_as_uint(r);
+        if (((lane >> 3) & 3) == n) nb += __float_as_uint(t) != __float_as_uint(r);
+    }
+    if (nb) atomicAdd(bad, nb);
+}
+
+extern "C" int st_cuda_dec_selftest_sum4(unsigned long long seed, int n_warps, int *mismatches) {
+    int *d = NULL;
+    if (n_warps <= 0 || !mismatches) return st_err("st_cuda_dec_selftest_sum4: %d warps", n_warps);
+    if (cudaMalloc((void **)&d, sizeof(int)) != cudaSuccess || cudaMemset(d, 0, sizeof(int)) != cudaSuccess)
+        return st_err("st_cuda_dec_selftest_sum4: device memory");
+    k_selftest_sum4<<<(unsigned)((n_warps + DEC_GROUPS - 1) / DEC_GROUPS), DEC_THREADS>>>(seed, d);
+    const int rc = launch_check("selftest_sum4");
+    const cudaError_t e = cudaMemcpy(mismatches, d, sizeof(int), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (rc) return rc;
+    return e == cudaSuccess ? 0 : st_err("st_cuda_dec_selftest_sum4: %s", cudaGetErrorString(e));
+}
+
 // ---- RMSNorm + residual + quantization ---------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(DEC_THREADS)
@@ -597,12 +639,12 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                 }
             }
             float v[DOWN_N];
-            // (NaN for a skipped row, as below)
-            row_dotN<TYPE, DOWN_N, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(rows, xqs, nitems, lane, v);
+            // (NaN for a skipped row, as below; row n's sum in lane 8 n: g32_sum_rows' LANE8)
+            row_dotN<TYPE, DOWN_N, DEC_TAB | DEC_PROBE(DEC_PK_DOWN), true>(rows, xqs, nitems, lane, v);
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng;
-                if (task < K * DOWN_R && lane == 0) ys[task / DOWN_R][task % DOWN_R] = v[n];
+                if (task < K * DOWN_R && lane == 8 * n) ys[task / DOWN_R][task % DOWN_R] = v[n];
             }
         }
     } else

@@ -180,6 +180,9 @@ int st_cuda_moe_down_join(int down_type, const void *const *table, int n_expert,
 // st_cuda_dec_pdl() says whether launches on the current device use it now.
 void st_cuda_dec_set_pdl(int on);
 int st_cuda_dec_pdl(void);
+// Self-test (tests/gpu): the decode kernels' four-at-once group sums (g32_sum4, g32_sum4_t) against the
+// one-value butterfly on n_warps warps of hashed inputs; *mismatches: lanes whose bits differ (0 when they agree).
+int st_cuda_dec_selftest_sum4(unsigned long long seed, int n_warps, int *mismatches);
 
 // Decode attention v2 (decode_attn.cu) of one token at position *d_pos over cache positions 0 .. *d_pos, the same
 // contract as st_cuda_attn_decode (attention.h: cache layout, q already normalised and rotated, f32 arithmetic)

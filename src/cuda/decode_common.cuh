@@ -158,6 +158,25 @@ __device__ __forceinline__ float g32_sum_f(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
     return v;
 }
+// The group sums of four per-lane values at once (a transposing butterfly: 6 shuffles instead of 4 x 5): returns in
+// lane l the sum of a[(l >> 3) & 3], so lane 8 n holds value n's. Bit for bit g32_sum_f(a[n]): every level adds the
+// same two partials as its butterfly does (own + the xor partner's; float addition is commutative), only the lanes
+// that would carry the other three values' partials carry nothing for value n.
+__device__ __forceinline__ float g32_sum4_t(const float (&a)[4], int lane) {
+    const bool h16 = (lane & 16) != 0, h8 = (lane & 8) != 0;
+    const float b0 = (h16 ? a[2] : a[0]) + __shfl_xor_sync(ST_WARP_MASK, h16 ? a[0] : a[2], 16);
+    const float b1 = (h16 ? a[3] : a[1]) + __shfl_xor_sync(ST_WARP_MASK, h16 ? a[1] : a[3], 16);
+    float c = (h8 ? b1 : b0) + __shfl_xor_sync(ST_WARP_MASK, h8 ? b0 : b1, 8);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) c += __shfl_xor_sync(ST_WARP_MASK, c, o);
+    return c;
+}
+// g32_sum_f of a[0..3], each in every lane of the group (g32_sum4_t and four broadcasts: 10 shuffles, not 20).
+__device__ __forceinline__ void g32_sum4(const float (&a)[4], int lane, float (&out)[4]) {
+    const float t = g32_sum4_t(a, lane);
+#pragma unroll
+    for (int n = 0; n < 4; n++) out[n] = __shfl_sync(ST_WARP_MASK, t, 8 * n, 32);
+}
 __device__ __forceinline__ double g32_sum_d(double v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);

@@ -6,6 +6,7 @@
 //                  st_cpu_quantize_act of the kernel's own y (Q8_0, Q8_1, Q8_K), and the same with y == NULL
 //   mmvq_multi:    each matrix against st_cuda_mmvq on the same quantized input (same item dots: 1e-5 of the
 //                  magnitude) and against st_cpu_matmul (independent path, 3.5% relative L2)
+//   g32_sum4:      the four-at-once group sums against four butterflies (hashed inputs), bit for bit
 //   mmvq_multi_norm: the attention norm inside the Q/K/V launch against rmsnorm_act + mmvq_multi, bit for bit
 //   router_topk:   logits against a double-precision CPU dot; ids/weights against the CPU route on those logits
 //   moe_glu_q:     through a permuted expert table: act against st_cuda_mmvq_ids_glu on the stack (1e-5), the
@@ -396,6 +397,17 @@ static void test_mmvq_norm_case(const int *types, const int *rows, int n_mat, in
     for (int i = 0; i < n_mat; i++) free(ref[i]), free(got[i]), cudaFree((void *)m[i].W), cudaFree(m[i].y);
     free(x), free(nw);
     cudaFree(dx), cudaFree(dnw), cudaFree(dxq);
+}
+
+// g32_sum4 / g32_sum4_t (the down and GLU kernels' four-row sums) against the one-value butterfly, bit for bit.
+static void test_sum4(void) {
+    int bad = -1;
+    CKE(st_cuda_dec_selftest_sum4((unsigned long long)g_seed, g_quick ? 256 : 65536, &bad));
+    if (bad != 0) {
+        printf("  g32_sum4: %d lanes differ from g32_sum_f\n", bad);
+        g_fail_cur++;
+    }
+    report("g32_sum4 (four group sums at once == four butterflies, bit for bit)");
 }
 
 static void test_mmvq_norm(void) {
@@ -1341,6 +1353,7 @@ int main(int argc, char **argv) {
     }
     printf("device: %s, %d SMs\n", g_ctx.name, g_ctx.sm_count);
     test_rmsnorm_act();
+    test_sum4();
     test_mmvq_multi();
     test_mmvq_norm();
     test_router();
