@@ -187,19 +187,11 @@ __global__ void __launch_bounds__(MMVQ_WARPS * ST_WARP_SIZE) st_k_mmvq(const st_
 #define ST_MMVQ_STAGE_MAX_SMEM 49152  // dynamic shared bytes per block (MMVQ_WARPS x rows x row bytes)
 #define ST_MMVQ_STAGE_U 8             // 16-byte loads per lane in flight per pass
 
-template <int TYPE>
-__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(const st_mmvq_args a) {
-    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE), RW = ST_MMVQ_STAGE_ROWS;
-    constexpr int AMODE = ST_QB_AMODE(TYPE), BMODE = ST_QB_BMODE(TYPE);
-    extern __shared__ __align__(16) uint4 st_stage[];  // [MMVQ_WARPS][RW][row_bytes / 16]
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    const int n16 = (int)(a.row_bytes / 16);
-    const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + warp) * RW;
-    const int nrows = (int)min((long long)RW, (long long)a.n_out - row0);  // rows of this warp (<= 0: none)
-    if (nrows <= 0) return;  // whole warps; no block barrier below
-    uint4 *sw = st_stage + (size_t)warp * RW * n16;
-    const uint4 *src = (const uint4 *)(a.W + (size_t)row0 * (size_t)a.row_bytes);  // the warp's rows, contiguous
-    const int total = nrows * n16;
+// The warp's nrows rows from row0 on (contiguous) into its shared staging sw with 16-byte streaming loads,
+// ST_MMVQ_STAGE_U per lane in flight per pass; ends with __syncwarp.
+__device__ __forceinline__ void st_mmvq_stage_rows(const st_mmvq_args &a, long long row0, int nrows, uint4 *sw) {
+    const int lane = threadIdx.x, total = nrows * (int)(a.row_bytes / 16);
+    const uint4 *src = (const uint4 *)(a.W + (size_t)row0 * (size_t)a.row_bytes);
     for (int c0 = 0; c0 < total; c0 += ST_WARP_SIZE * ST_MMVQ_STAGE_U) {
         uint4 v[ST_MMVQ_STAGE_U];
 #pragma unroll
@@ -214,39 +206,122 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
         }
     }
     __syncwarp();
-    // The rows are weights (no kernel's output): staged before the dependency wait, so a PDL launch (the LM head
-    // after the final norm) has its first wave's rows in flight while the previous kernel finishes.
+}
+
+// The staged kernels' prologue: the warp's RW rows from row0 = (block MMVQ_WARPS + warp) RW on into its staging
+// ([MMVQ_WARPS][RW][row_bytes / 16] uint4), then the dependency wait: the rows are weights (no kernel's output), staged
+// before it, so a PDL launch (the LM head after the final norm) has its first wave's rows in flight while the previous
+// kernel finishes. Returns the warp's row count; <= 0: none (nothing staged or waited for: the warp leaves, and no
+// block barrier follows in these kernels).
+struct st_mmvq_warp_rows {
+    long long row0;      // the warp's first output row
+    const uint8_t *p;    // its rows in shared memory ([n][row_bytes])
+    int n;               // its row count
+};
+template <int RW> __device__ __forceinline__ st_mmvq_warp_rows st_mmvq_stage_warp(const st_mmvq_args &a) {
+    extern __shared__ __align__(16) uint4 st_stage[];
+    const int warp = threadIdx.y;
+    st_mmvq_warp_rows w;
+    w.row0 = ((long long)blockIdx.x * MMVQ_WARPS + warp) * RW;
+    w.n = (int)min((long long)RW, (long long)a.n_out - w.row0);
+    w.p = NULL;
+    if (w.n <= 0) return w;
+    uint4 *sw = st_stage + (size_t)warp * RW * (size_t)(a.row_bytes / 16);
+    st_mmvq_stage_rows(a, w.row0, w.n, sw);
     st_pdl_wait();
     st_pdl_trigger();
-    const uint8_t *rows = (const uint8_t *)sw;
-    const uint8_t *xds = a.xq + (size_t)a.nitems * 32;
+    w.p = (const uint8_t *)sw;
+    return w;
+}
+
+// Activation item it of the one-token planar row xq (nitems items): quants as 8 ints and the (d, s) pair.
+__device__ __forceinline__ float2 st_mmvq_act_item(const st_mmvq_args &a, int it, int32_t (&q)[8]) {
+    const uint4 *qp = (const uint4 *)(a.xq + (size_t)it * 32);
+    const uint4 v0 = qp[0], v1 = qp[1];
+    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
+    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
+    return ((const float2 *)(a.xq + (size_t)a.nitems * 32))[it];
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(const st_mmvq_args a) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE), RW = ST_MMVQ_STAGE_ROWS;
+    constexpr int AMODE = ST_QB_AMODE(TYPE), BMODE = ST_QB_BMODE(TYPE);
+    const int lane = threadIdx.x;
+    const st_mmvq_warp_rows wr = st_mmvq_stage_warp<RW>(a);
+    if (wr.n <= 0) return;
     float acc[RW];
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0.0f;
     for (int it = lane; it < a.nitems; it += ST_WARP_SIZE) {
         int32_t q[8];
-        const uint4 *qp = (const uint4 *)(a.xq + (size_t)it * 32);
-        const uint4 v0 = qp[0], v1 = qp[1];
-        q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
-        q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
-        const float2 ds = ((const float2 *)xds)[it];
+        const float2 ds = st_mmvq_act_item(a, it, q);
         const int blk = it / IPB, j = it % IPB;
 #pragma unroll
         for (int r = 0; r < RW; r++) {
             st_qb_w w;
-            st_qb_unpack(TYPE, rows + (size_t)r * a.row_bytes + (size_t)blk * TS, j, &w);
+            st_qb_unpack(TYPE, wr.p + (size_t)r * a.row_bytes + (size_t)blk * TS, j, &w);
             acc[r] += st_qb_dot_w(&w, q, ds.x, ds.y, AMODE, BMODE);
         }
     }
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = st_warp_sum(acc[r]);
-    if (lane < nrows) {
+    if (lane < wr.n) {
         float o = acc[0];
 #pragma unroll
         for (int r = 1; r < RW; r++)
             if (lane == r) o = acc[r];
-        a.y[row0 + lane] = o;
+        a.y[wr.row0 + lane] = o;
     }
+}
+
+// Q6_K rows staged as above, a half block per lane (STRATA_MMVQ_HB=1, opt-in until measured): lane l takes half block
+// l % H (H = ne0 / 128 half blocks per row, 16 or 32) of row l / H, i.e. the four 32-weight items that share their
+// 64 ql bytes and 32 qh bytes, which it loads from shared memory once (26 32-bit loads for 4 items, against 22 per
+// item where each lane unpacks one item of a block from its 64 bytes); then a butterfly over the row's H lanes.
+// Why: the staged Q6_K LM head (151,936 rows, 84 us per token at 69% of bandwidth) spends ~25 us of its SMs' shared
+// memory issue on those loads, beside the staging's stores and the activations' loads (~47 us of the MIO pipe in
+// all). Same per-item arithmetic (st_qb_q6_K_item); the items' order per row differs from st_k_mmvq's (outputs equal
+// up to float rounding, not bit for bit).
+template <int H>
+__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_q6k_hb(const st_mmvq_args a) {
+    constexpr int RW = ST_WARP_SIZE / H;  // rows per warp
+    constexpr int AMODE = ST_QB_AMODE(ST_TYPE_Q6_K), BMODE = ST_QB_BMODE(ST_TYPE_Q6_K);
+    const int lane = threadIdx.x;
+    const st_mmvq_warp_rows wr = st_mmvq_stage_warp<RW>(a);
+    if (wr.n <= 0) return;
+    const int r = lane / H, hb = lane % H, blk = hb >> 1, h = hb & 1;
+    float acc = 0.0f;
+    if (r < wr.n) {  // (a lane past the warp's rows still joins the butterfly with 0)
+        const uint8_t *x = wr.p + (size_t)r * (size_t)a.row_bytes + (size_t)blk * 210;
+        uint32_t ql[16], qh[8], sc[2];
+        st_qb_ldw(x + 64 * h, ql, 16, 2);
+        st_qb_ldw(x + 128 + 32 * h, qh, 8, 2);
+        st_qb_ldw(x + 192 + 8 * h, sc, 2, 2);
+        const float d = st_qb_f16(st_qb_u16(x + 208));
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            int32_t q[8];
+            const float2 ds = st_mmvq_act_item(a, 8 * blk + 4 * h + s, q);
+            st_qb_w w;
+            st_qb_q6_K_item(ql + 8 * (s & 1), qh, s, (sc[s >> 1] >> (16 * (s & 1))) & 0xffffu, d, &w);
+            acc += st_qb_dot_w(&w, q, ds.x, ds.y, AMODE, BMODE);
+        }
+    }
+#pragma unroll
+    for (int o = H / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(ST_WARP_FULL_MASK, acc, o);
+    if (hb == 0 && r < wr.n) a.y[wr.row0 + r] = acc;
+}
+
+extern int st_mmvq_hb;  // 1 on, 0 off, -1 from STRATA_MMVQ_HB at the first launch (mmvq.cu)
+// Half blocks per row when st_k_mmvq_q6k_hb takes a staged Q6_K launch (its shared memory: the staged kernel's), else 0.
+static inline int st_mmvq_hb_halves(int type, const st_mmvq_args &a) {
+    if (type != ST_TYPE_Q6_K || (a.nitems != 64 && a.nitems != 128)) return 0;  // rows of 2048 or 4096
+    if (st_mmvq_hb < 0) {
+        const char *e = getenv("STRATA_MMVQ_HB");
+        st_mmvq_hb = e && atoi(e) != 0;
+    }
+    return st_mmvq_hb ? a.nitems / 4 : 0;
 }
 
 extern int st_mmvq_staging;  // 1 on, 0 off, -1 from STRATA_MMVQ_STAGE at the first launch (mmvq.cu)
