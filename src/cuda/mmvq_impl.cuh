@@ -214,24 +214,22 @@ __device__ __forceinline__ void st_mmvq_stage_rows(const st_mmvq_args &a, long l
 // kernel finishes. Returns the warp's row count; <= 0: none (nothing staged or waited for: the warp leaves, and no
 // block barrier follows in these kernels).
 struct st_mmvq_warp_rows {
-    long long row0;      // the warp's first output row
-    const uint8_t *p;    // its rows in shared memory ([n][row_bytes])
-    int n;               // its row count
+    long long row0;  // the warp's first output row
+    int n;           // its row count (<= 0: none)
 };
-template <int RW> __device__ __forceinline__ st_mmvq_warp_rows st_mmvq_stage_warp(const st_mmvq_args &a) {
+template <int RW> __device__ __forceinline__ st_mmvq_warp_rows st_mmvq_warp(const st_mmvq_args &a) {
+    const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + threadIdx.y) * RW;
+    return {row0, (int)min((long long)RW, (long long)a.n_out - row0)};
+}
+// The warp's rows (w.n > 0) staged, then the wait; returns them in shared memory ([n][row_bytes]).
+template <int RW>
+__device__ __forceinline__ const uint8_t *st_mmvq_stage_warp(const st_mmvq_args &a, const st_mmvq_warp_rows &w) {
     extern __shared__ __align__(16) uint4 st_stage[];
-    const int warp = threadIdx.y;
-    st_mmvq_warp_rows w;
-    w.row0 = ((long long)blockIdx.x * MMVQ_WARPS + warp) * RW;
-    w.n = (int)min((long long)RW, (long long)a.n_out - w.row0);
-    w.p = NULL;
-    if (w.n <= 0) return w;
-    uint4 *sw = st_stage + (size_t)warp * RW * (size_t)(a.row_bytes / 16);
+    uint4 *sw = st_stage + (size_t)threadIdx.y * RW * (size_t)(a.row_bytes / 16);
     st_mmvq_stage_rows(a, w.row0, w.n, sw);
     st_pdl_wait();
     st_pdl_trigger();
-    w.p = (const uint8_t *)sw;
-    return w;
+    return (const uint8_t *)sw;
 }
 
 // Activation item it of the one-token planar row xq (nitems items): quants as 8 ints and the (d, s) pair.
@@ -248,8 +246,9 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE), RW = ST_MMVQ_STAGE_ROWS;
     constexpr int AMODE = ST_QB_AMODE(TYPE), BMODE = ST_QB_BMODE(TYPE);
     const int lane = threadIdx.x;
-    const st_mmvq_warp_rows wr = st_mmvq_stage_warp<RW>(a);
-    if (wr.n <= 0) return;
+    const st_mmvq_warp_rows wr = st_mmvq_warp<RW>(a);
+    if (wr.n <= 0) return;  // whole warps; no block barrier below
+    const uint8_t *rows = st_mmvq_stage_warp<RW>(a, wr);
     float acc[RW];
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0.0f;
@@ -260,7 +259,7 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
 #pragma unroll
         for (int r = 0; r < RW; r++) {
             st_qb_w w;
-            st_qb_unpack(TYPE, wr.p + (size_t)r * a.row_bytes + (size_t)blk * TS, j, &w);
+            st_qb_unpack(TYPE, rows + (size_t)r * a.row_bytes + (size_t)blk * TS, j, &w);
             acc[r] += st_qb_dot_w(&w, q, ds.x, ds.y, AMODE, BMODE);
         }
     }
@@ -281,19 +280,20 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
 // item where each lane unpacks one item of a block from its 64 bytes); then a butterfly over the row's H lanes.
 // Why: the staged Q6_K LM head (151,936 rows, 84 us per token at 69% of bandwidth) spends ~25 us of its SMs' shared
 // memory issue on those loads, beside the staging's stores and the activations' loads (~47 us of the MIO pipe in
-// all). Same per-item arithmetic (st_qb_q6_K_item); the items' order per row differs from st_k_mmvq's (outputs equal
+// all). Same per-item arithmetic (st_qb_q6_K_quants / _scales); the items' order per row differs from st_k_mmvq's (outputs equal
 // up to float rounding, not bit for bit).
 template <int H>
 __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_q6k_hb(const st_mmvq_args a) {
     constexpr int RW = ST_WARP_SIZE / H;  // rows per warp
     constexpr int AMODE = ST_QB_AMODE(ST_TYPE_Q6_K), BMODE = ST_QB_BMODE(ST_TYPE_Q6_K);
     const int lane = threadIdx.x;
-    const st_mmvq_warp_rows wr = st_mmvq_stage_warp<RW>(a);
+    const st_mmvq_warp_rows wr = st_mmvq_warp<RW>(a);
     if (wr.n <= 0) return;
+    const uint8_t *rows = st_mmvq_stage_warp<RW>(a, wr);
     const int r = lane / H, hb = lane % H, blk = hb >> 1, h = hb & 1;
     float acc = 0.0f;
     if (r < wr.n) {  // (a lane past the warp's rows still joins the butterfly with 0)
-        const uint8_t *x = wr.p + (size_t)r * (size_t)a.row_bytes + (size_t)blk * 210;
+        const uint8_t *x = rows + (size_t)r * (size_t)a.row_bytes + (size_t)blk * 210;
         uint32_t ql[16], qh[8], sc[2];
         st_qb_ldw(x + 64 * h, ql, 16, 2);
         st_qb_ldw(x + 128 + 32 * h, qh, 8, 2);
@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_q6k_hb(con
             int32_t q[8];
             const float2 ds = st_mmvq_act_item(a, 8 * blk + 4 * h + s, q);
             st_qb_w w;
-            st_qb_q6_K_item(ql + 8 * (s & 1), qh, s, (sc[s >> 1] >> (16 * (s & 1))) & 0xffffu, d, &w);
+            st_qb_q6_K_quants(ql + 8 * (s & 1), qh, s, &w);
+            st_qb_q6_K_scales((sc[s >> 1] >> (16 * (s & 1))) & 0xffffu, d, &w);
             acc += st_qb_dot_w(&w, q, ds.x, ds.y, AMODE, BMODE);
         }
     }
