@@ -459,10 +459,11 @@ __device__ __forceinline__ bool rows_or_first(const uint8_t *const *rows, const 
 #ifndef ST_SUM4
 #define ST_SUM4 1
 #endif
-// ST_SUM4_DOWN 0 (an A/B build): the down kernel's row_dotN with the separate butterflies (ptxas: its LANE8 sums
-// raise the Q4_K / Q6_K instances' spills from 4 / 0 to 16 / 4 bytes, the routing GLU's fall from 12 / 8 to 4 / 4).
+// ST_SUM4_DOWN (default 0 until measured; 1 for an A/B build): the down kernel's row_dotN with the four-at-once sums
+// too. ptxas: its LANE8 sums raise the Q4_K / Q6_K instances' spills from 4 / 0 to 16 / 4 bytes, where the
+// routing GLU's fall from 12 / 8 to 4 / 4.
 #ifndef ST_SUM4_DOWN
-#define ST_SUM4_DOWN 1
+#define ST_SUM4_DOWN 0
 #endif
 template <int N, bool LANE8 = false>
 __device__ __forceinline__ void g32_sum_rows(const uint8_t *const *rows, const float (&acc)[N], int lane, float *out) {
