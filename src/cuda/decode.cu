@@ -639,12 +639,12 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                 }
             }
             float v[DOWN_N];
-            // (NaN for a skipped row, as below; row n's sum in lane 8 n: g32_sum_rows' LANE8)
+            // (NaN for a skipped row, as below; ST_SUM4_DOWN: row n's sum in lane 8 n only, g32_sum_rows' LANE8)
             row_dotN<TYPE, DOWN_N, DEC_TAB | DEC_PROBE(DEC_PK_DOWN), true>(rows, xqs, nitems, lane, v);
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng;
-                if (task < K * DOWN_R && lane == 8 * n) ys[task / DOWN_R][task % DOWN_R] = v[n];
+                if (task < K * DOWN_R && lane == (ST_SUM4_DOWN ? 8 * n : 0)) ys[task / DOWN_R][task % DOWN_R] = v[n];
             }
         }
     } else
