@@ -135,6 +135,17 @@ __device__ __forceinline__ float g32_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_WARP_MASK, v, o));
     return v;
 }
+// g32_max by one reduction where G32_REDUX_ON: the floats as order-preserving integers (negative values' magnitude
+// bits flipped); a NaN counts as -inf, as fmaxf ignores it (all NaN: -inf where the butterfly gives NaN).
+__device__ __forceinline__ float g32_max_f(float v) {
+#if G32_REDUX_ON
+    const int b = v == v ? __float_as_int(v) : (int)0xff800000;
+    const int k = __reduce_max_sync(ST_WARP_MASK, b ^ ((b >> 31) & 0x7fffffff));
+    return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
+#else
+    return g32_max(v);
+#endif
+}
 // g32_max of a >= 0 or NaN (an absolute value): the same result (fmaxf's: NaN only where every lane's is NaN).
 __device__ __forceinline__ float g32_max_abs(float a) {
 #if G32_REDUX_ON

@@ -366,7 +366,7 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
         p[j] = e < E ? __ldcg(l + e) : -INFINITY;
         mx = fmaxf(mx, p[j]);
     }
-    mx = g32_max(mx);
+    mx = g32_max_f(mx);
     double sum = 0;
 #pragma unroll
     for (int j = 0; j < PL; j++) {
