@@ -333,7 +333,9 @@ __global__ void __launch_bounds__(ATT_NT)
 // softmax shuffles) nothing hides; 8 halve the walk and the splits' partials: tg128 @ d16384 412.0 vs 395.8 tok/s,
 // but 534.9 vs 543.3 at depth 0 (H200, 2026-12-04e; the engine takes 8 from 2048 positions on, engine/gpu.c).
 #define ATC_NW 4
-#define ATC_NW_WIDE 8
+#ifndef ATC_NW_WIDE
+#define ATC_NW_WIDE 8  // (-D for an A/B build, e.g. 6 warps with -DATC_ST=4: one tile more in flight per warp)
+#endif
 #define ATC_TP 16                         // positions per warp tile
 #ifndef ATC_ST
 #define ATC_ST 3                          // staging depth (tiles; -D for an A/B build)
