@@ -887,10 +887,8 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
             float2 a = *(const float2 *)(kr + d0), b = *(const float2 *)(kr + d1);
             const float2 va = *(const float2 *)(vr + d0), vb = *(const float2 *)(vr + d1);
             if (rp.k_norm) {  // the CPU's rounding steps: float squares, summed in double
-                double ss = ((double)__fmul_rn(a.x, a.x) + (double)__fmul_rn(a.y, a.y)) +
-                            ((double)__fmul_rn(b.x, b.x) + (double)__fmul_rn(b.y, b.y));
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(ST_WARP_FULL_MASK, ss, o, 32);
+                const double ss = g32_sum_d(((double)__fmul_rn(a.x, a.x) + (double)__fmul_rn(a.y, a.y)) +
+                                            ((double)__fmul_rn(b.x, b.x) + (double)__fmul_rn(b.y, b.y)));
                 const float sc = norm_rms_scale(ss, HD, rp.eps);
                 a.x = __fmul_rn(__fmul_rn(a.x, sc), gk[0].x), a.y = __fmul_rn(__fmul_rn(a.y, sc), gk[0].y);
                 b.x = __fmul_rn(__fmul_rn(b.x, sc), gk[1].x), b.y = __fmul_rn(__fmul_rn(b.y, sc), gk[1].y);
@@ -1217,33 +1215,6 @@ extern "C" int st_cuda_attn_dec_rope_supported(int head_dim, int n_rot, int kv_f
 
 static int attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache, const void *v_cache,
                     int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
-                    int n_split, void *workspace, const st_cuda_attn_rope *rope, int wide, cudaStream_t stream);
-
-extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
-                                const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
-                                int head_dim, float scale, int n_split, void *workspace, cudaStream_t stream) {
-    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
-                    n_split, workspace, NULL, 0, stream);
-}
-
-extern "C" int st_cuda_attn_dec_ex(float *out, void *outq, int act_format, const float *q, const void *k_cache,
-                                   const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
-                                   int head_dim, float scale, int n_split, void *workspace,
-                                   const st_cuda_attn_rope *rope, int wide, cudaStream_t stream) {
-    if (rope && (!rope->k || !rope->v || !rope->rope_cs || ((uintptr_t)rope->k & 7) || ((uintptr_t)rope->v & 7) ||
-        ((uintptr_t)rope->q_norm & 7) || ((uintptr_t)rope->k_norm & 7) || ((uintptr_t)rope->rope_cs & 7)))
-        return st_err("st_cuda_attn_dec_ex: K, V and the rotation table must be 8-byte aligned device pointers "
-                      "(the norm gains too, or NULL)");
-    if (rope && !st_cuda_attn_dec_rope_supported(head_dim, rope->n_rot, kv_f16))
-        return st_err("st_cuda_attn_dec_ex: head_dim %d with %d rotated dims, %s cache: needs head_dim 128 rotated "
-                      "whole, an f16 cache and the sm_90 tensor-core kernel", head_dim, rope->n_rot,
-                      kv_f16 ? "an f16" : "an f32");
-    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
-                    n_split, workspace, rope, wide, stream);
-}
-
-static int attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache, const void *v_cache,
-                    int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv, int head_dim, float scale,
                     int n_split, void *workspace, const st_cuda_attn_rope *rope, int wide, cudaStream_t stream) {
     if (!st_cuda_attn_dec_supported(head_dim, n_head, n_head_kv, outq ? act_format : -1))
         return st_err("st_cuda_attn_dec: unsupported shape: head_dim %d (64 or 128), %d heads over %d KV heads (at "
@@ -1283,4 +1254,27 @@ static int attn_dec(float *out, void *outq, int act_format, const float *q, cons
     }
 #undef ATT_GO
     return launch_check("attn_dec");
+}
+
+extern "C" int st_cuda_attn_dec(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                                const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
+                                int head_dim, float scale, int n_split, void *workspace, cudaStream_t stream) {
+    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
+                    n_split, workspace, NULL, 0, stream);
+}
+
+extern "C" int st_cuda_attn_dec_ex(float *out, void *outq, int act_format, const float *q, const void *k_cache,
+                                   const void *v_cache, int kv_f16, const int32_t *d_pos, int n_head, int n_head_kv,
+                                   int head_dim, float scale, int n_split, void *workspace,
+                                   const st_cuda_attn_rope *rope, int wide, cudaStream_t stream) {
+    if (rope && (!rope->k || !rope->v || !rope->rope_cs || ((uintptr_t)rope->k & 7) || ((uintptr_t)rope->v & 7) ||
+        ((uintptr_t)rope->q_norm & 7) || ((uintptr_t)rope->k_norm & 7) || ((uintptr_t)rope->rope_cs & 7)))
+        return st_err("st_cuda_attn_dec_ex: K, V and the rotation table must be 8-byte aligned device pointers "
+                      "(the norm gains too, or NULL)");
+    if (rope && !st_cuda_attn_dec_rope_supported(head_dim, rope->n_rot, kv_f16))
+        return st_err("st_cuda_attn_dec_ex: head_dim %d with %d rotated dims, %s cache: needs head_dim 128 rotated "
+                      "whole, an f16 cache and the sm_90 tensor-core kernel", head_dim, rope->n_rot,
+                      kv_f16 ? "an f16" : "an f32");
+    return attn_dec(out, outq, act_format, q, k_cache, v_cache, kv_f16, d_pos, n_head, n_head_kv, head_dim, scale,
+                    n_split, workspace, rope, wide, stream);
 }

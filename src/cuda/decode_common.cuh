@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>  // getenv, atoi (env_switch)
 
 #include "cuda/common.cuh"  // launch_check, ST_WARP_MASK
 #include "quant/quant.h"    // ST_TYPE_*
@@ -71,6 +72,15 @@ __device__ __forceinline__ void st_prefetch_l2_range(const void *p, size_t n) {
 #else
     for (size_t o = 0; o < n; o += 128) st_prefetch_l2((const char *)p + o);
 #endif
+}
+
+// An A/B switch read once: the integer in `name`, else dflt (*cache < 0 until the first read).
+static inline int env_switch(int *cache, const char *name, int dflt) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && *e ? atoi(e) : dflt;
+    }
+    return *cache;
 }
 
 // The current device's compute capability major (decode.cu; cached per device ordinal), 0 when unknown.
@@ -193,7 +203,6 @@ __device__ __forceinline__ double g32_sum_d(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(ST_WARP_MASK, v, o);
     return v;
 }
-
 
 // Deterministic block sum of doubles (fixed order over the groups); every thread gets the result.
 static __device__ double block_sum_d(double v) {

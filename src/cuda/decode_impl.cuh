@@ -73,14 +73,6 @@ static inline int dec_switch_forced(void) {
     if (v < 0) v = getenv("STRATA_DEC_SWITCH") != NULL;
     return v;
 }
-// An A/B switch read once: the integer in `name`, else dflt (*cache < 0 until the first read).
-static inline int env_switch(int *cache, const char *name, int dflt) {
-    if (*cache < 0) {
-        const char *e = getenv(name);
-        *cache = e && *e ? atoi(e) : dflt;
-    }
-    return *cache;
-}
 // fn = KERNEL<t>, or KERNEL<0> for other types / when forced.
 #define DEC_PICK(fn, KERNEL, t)                                                                                    \
     do {                                                                                                           \

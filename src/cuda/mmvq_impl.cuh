@@ -208,11 +208,12 @@ __device__ __forceinline__ void st_mmvq_stage_rows(const st_mmvq_args &a, long l
     __syncwarp();
 }
 
-// The staged kernels' prologue: the warp's RW rows from row0 = (block MMVQ_WARPS + warp) RW on into its staging
-// ([MMVQ_WARPS][RW][row_bytes / 16] uint4), then the dependency wait: the rows are weights (no kernel's output), staged
-// before it, so a PDL launch (the LM head after the final norm) has its first wave's rows in flight while the previous
-// kernel finishes. Returns the warp's row count; <= 0: none (nothing staged or waited for: the warp leaves, and no
-// block barrier follows in these kernels).
+// The staged kernels' prologue. st_mmvq_warp: the warp's RW rows, from row0 = (block MMVQ_WARPS + warp) RW on (n <= 0:
+// none; the warp leaves, and no block barrier follows in these kernels). st_mmvq_stage_warp: those rows into its
+// staging ([MMVQ_WARPS][RW][row_bytes / 16] uint4), then the dependency wait: the rows are weights (no kernel's
+// output), staged before it, so a PDL launch (the LM head after the final norm) has its first wave's rows in flight
+// while the previous kernel finishes. (Two helpers, not one returning the rows: that shape took the staged Q6_K
+// kernel from 48 to 56 registers.)
 struct st_mmvq_warp_rows {
     long long row0;  // the warp's first output row
     int n;           // its row count (<= 0: none)
@@ -221,7 +222,7 @@ template <int RW> __device__ __forceinline__ st_mmvq_warp_rows st_mmvq_warp(cons
     const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + threadIdx.y) * RW;
     return {row0, (int)min((long long)RW, (long long)a.n_out - row0)};
 }
-// The warp's rows (w.n > 0) staged, then the wait; returns them in shared memory ([n][row_bytes]).
+// (w.n > 0) returns the staged rows in shared memory ([n][row_bytes]).
 template <int RW>
 __device__ __forceinline__ const uint8_t *st_mmvq_stage_warp(const st_mmvq_args &a, const st_mmvq_warp_rows &w) {
     extern __shared__ __align__(16) uint4 st_stage[];
@@ -280,8 +281,8 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
 // item where each lane unpacks one item of a block from its 64 bytes); then a butterfly over the row's H lanes.
 // Why: the staged Q6_K LM head (151,936 rows, 84 us per token at 69% of bandwidth) spends ~25 us of its SMs' shared
 // memory issue on those loads, beside the staging's stores and the activations' loads (~47 us of the MIO pipe in
-// all). Same per-item arithmetic (st_qb_q6_K_quants / _scales); the items' order per row differs from st_k_mmvq's (outputs equal
-// up to float rounding, not bit for bit).
+// all). Same per-item arithmetic (st_qb_q6_K_quants / _scales); the items' order per row differs from st_k_mmvq's
+// (outputs equal up to float rounding, not bit for bit).
 template <int H>
 __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_q6k_hb(const st_mmvq_args a) {
     constexpr int RW = ST_WARP_SIZE / H;  // rows per warp
@@ -315,14 +316,10 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_q6k_hb(con
 }
 
 extern int st_mmvq_hb;  // 1 on, 0 off, -1 from STRATA_MMVQ_HB at the first launch (mmvq.cu)
-// Half blocks per row when st_k_mmvq_q6k_hb takes a staged Q6_K launch (its shared memory: the staged kernel's), else 0.
+// Half blocks per row (16 or 32) when st_k_mmvq_q6k_hb takes a staged Q6_K launch, else 0.
 static inline int st_mmvq_hb_halves(int type, const st_mmvq_args &a) {
     if (type != ST_TYPE_Q6_K || (a.nitems != 64 && a.nitems != 128)) return 0;  // rows of 2048 or 4096
-    if (st_mmvq_hb < 0) {
-        const char *e = getenv("STRATA_MMVQ_HB");
-        st_mmvq_hb = e && atoi(e) != 0;
-    }
-    return st_mmvq_hb ? a.nitems / 4 : 0;
+    return env_switch(&st_mmvq_hb, "STRATA_MMVQ_HB", 0) ? a.nitems / 4 : 0;
 }
 
 extern int st_mmvq_staging;  // 1 on, 0 off, -1 from STRATA_MMVQ_STAGE at the first launch (mmvq.cu)
@@ -343,11 +340,7 @@ static inline size_t st_mmvq_staged_smem(int type, const st_mmvq_args &a, int n_
 // head's launch gap and its first wave's DRAM latency behind the final norm, ~2-4 us per token (unmeasured).
 static inline bool st_mmvq_pdl(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("STRATA_MMVQ_PDL");
-        v = !(e && *e == '0');
-    }
-    return v != 0;
+    return env_switch(&v, "STRATA_MMVQ_PDL", 1) != 0;
 }
 #define ST_MMVQ_STAGED_CASE(T)                                                                              \
     case T:                                                                                                 \
