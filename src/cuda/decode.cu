@@ -9,7 +9,7 @@
 // Matrix-vector rows: one group per output row, lane l takes the 32-weight items l, l + 32, ... of the row and
 // dots them with the matching int8 activation block (cuda/qblock.h unpack + dp4a), then a butterfly sum: the same
 // arithmetic and order as st_k_mmvq with one warp per row (mmvq_impl.cuh), so the outputs match that kernel's.
-#include "cuda/decode_multi.cuh"  // (with decode_impl.cuh)
+#include "cuda/decode_impl.cuh"
 
 // ---- PDL switch -------------------------------------------------------------------------------------------------
 
@@ -97,9 +97,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
 // One row of n = 256 k <= 256 G32 elements, group g owning 256-element span g (lane l: elements 256 g + 32 j + l,
 // j < 8): the sum of squares meets in one barrier, and each group scales and quantizes its span from registers
-// (decode_common.cuh span_norm, span_quant; the Q/K/V launch's norm mode runs the same code in every block).
-// k_rmsnorm_act's chain has three barriers and two shared-memory passes. Bit for bit k_rmsnorm_act's outputs up to
-// the double sum of squares' order (decode_rows.cuh wn_scale).
+// (decode_common.cuh span_norm, span_quant). k_rmsnorm_act's chain has three barriers and two shared-memory passes.
+// Bit for bit k_rmsnorm_act's outputs up to the double sum of squares' order (decode_rows.cuh wn_scale).
 #define SPAN_MAX_N (256 * G32)  // one group per 256-element span, at most G32 groups per block
 
 __global__ void __launch_bounds__(SPAN_MAX_N / 8)
@@ -167,7 +166,95 @@ extern "C" int st_cuda_dec_supported(int t) {
     return 0;
 }
 
-// ---- Q/K/V in one launch (decode_multi.cuh; the norm mode: decode_qkv_norm.cu) ---------------------------------
+// ---- Q/K/V in one launch ---------------------------------------------------------------------------------------
+
+struct multi_args {
+    const uint8_t *W[ST_DEC_MAX_MATS];      // matrix i: [n_out][row_bytes[i]] rows of type[i]
+    float *y[ST_DEC_MAX_MATS];              // matrix i: [n_out] f32 outputs
+    const float *add[ST_DEC_MAX_MATS];      // matrix i: [n_out] f32 added to the dots, or NULL
+    long long row_bytes[ST_DEC_MAX_MATS];
+    int type[ST_DEC_MAX_MATS];
+    int row_end[ST_DEC_MAX_MATS];  // cumulative row counts
+    int n_mat;
+    int nitems;                    // 32-element items per row (ne0 / 32)
+    const uint8_t *xq;             // the quantized input row (planar, st_q8_1_row_bytes(ne0))
+};
+
+// Global output row grow's matrix: its rows, output, addend (ADD), row bytes, type and the row r within it.
+struct multi_row {
+    const uint8_t *W;
+    float *y;
+    const float *add;
+    long long rb;
+    int type, r;
+};
+template <bool ADD> __device__ __forceinline__ multi_row multi_select(const multi_args &a, int grow) {
+    // An unrolled scan, so the argument arrays are never indexed dynamically.
+    multi_row m = {a.W[0], a.y[0], ADD ? a.add[0] : nullptr, a.row_bytes[0], a.type[0], grow};
+#pragma unroll
+    for (int i = 1; i < ST_DEC_MAX_MATS; i++)
+        if (i < a.n_mat && grow >= a.row_end[i - 1]) {
+            m.W = a.W[i], m.y = a.y[i], m.rb = a.row_bytes[i], m.type = a.type[i];
+            if (ADD) m.add = a.add[i];
+            m.r = grow - a.row_end[i - 1];
+        }
+    return m;
+}
+
+// The two-type instances: the k-quant mixes of the common *_K_M / *_K_S files' Q/K/V (e.g. Q4_K Q/K with V in Q6_K):
+// rows of the first type take its inlined row dot, the others the second's (a branch uniform in each group). The
+// runtime switch of instance 0 took 3.6 us per launch on such layers against 2.8 for all-Q4_K layers (CUPTI
+// timeline, 2026-12-04d).
+#define DEC_MIX_PAIRS(X)                                                                                           \
+    X(ST_TYPE_Q4_K, ST_TYPE_Q6_K) X(ST_TYPE_Q5_K, ST_TYPE_Q6_K) X(ST_TYPE_Q4_K, ST_TYPE_Q5_K)                       \
+        X(ST_TYPE_Q3_K, ST_TYPE_Q5_K) X(ST_TYPE_Q3_K, ST_TYPE_Q4_K) X(ST_TYPE_Q2_K, ST_TYPE_Q3_K)
+
+// The index in DEC_MIX_PAIRS of the pair {mats' two types} (either order), or -1: one type, three or more, a pair
+// without an instance, or STRATA_DEC_SWITCH.
+static inline int mix_pair(const st_cuda_dec_mat *mats, int n_mat) {
+    int ta = mats[0].type, tb = -1;
+    for (int i = 1; i < n_mat; i++)
+        if (mats[i].type != ta) {
+            if (tb >= 0 && mats[i].type != tb) return -1;
+            tb = mats[i].type;
+        }
+    if (tb < 0 || dec_switch_forced()) return -1;
+    int p = 0;
+#define MIX_INDEX(A, B)                                                                                            \
+    if ((ta == A && tb == B) || (ta == B && tb == A)) return p;                                                   \
+    p++;
+    DEC_MIX_PAIRS(MIX_INDEX)
+#undef MIX_INDEX
+    return -1;
+}
+
+// Checks mats (errors name fn) and fills a for rows of ne0 elements; returns the total row count, or -1.
+static inline int64_t multi_fill(const char *fn, const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, multi_args *a) {
+    if (n_mat < 1 || n_mat > ST_DEC_MAX_MATS) return st_err("%s: %d matrices (1..%d)", fn, n_mat, ST_DEC_MAX_MATS);
+    if (ne0 <= 0 || ne0 % 32) return st_err("%s: ne0 %lld", fn, (long long)ne0);
+    memset(a, 0, sizeof *a);
+    int64_t rows = 0;
+    for (int i = 0; i < n_mat; i++) {
+        const st_cuda_dec_mat *m = &mats[i];
+        const st_type_info *ti = st_type_get(m->type);
+        if (!ti || !st_cuda_dec_supported(m->type) || ne0 % ti->block_size)
+            return st_err("%s: matrix %d: type %s with rows of %lld is not supported", fn, i, st_type_name(m->type),
+                          (long long)ne0);
+        if (!m->W || !m->y || ((uintptr_t)m->W & 15) || ((uintptr_t)m->y & 3) || m->n_out <= 0)
+            return st_err("%s: matrix %d: bad pointer or n_out %lld", fn, i, (long long)m->n_out);
+        rows += m->n_out;
+        if (rows > INT32_MAX / 2) return st_err("%s: %lld rows in all", fn, (long long)rows);
+        a->W[i] = (const uint8_t *)m->W;
+        a->y[i] = m->y;
+        a->add[i] = m->add;
+        a->row_bytes[i] = (long long)st_row_size(m->type, ne0);
+        a->type[i] = m->type;
+        a->row_end[i] = (int)rows;
+    }
+    a->n_mat = n_mat;
+    a->nitems = (int)(ne0 / 32);
+    return rows;
+}
 
 // ADD (the O launch with the residual add): a separate instance, since holding the addend across the dot costs the
 // plain instances 4-10 registers (one spilled). TB: a two-type instance (DEC_MIX_PAIRS).
@@ -639,12 +726,12 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                 }
             }
             float v[DOWN_N];
-            // (NaN for a skipped row, as below; ST_SUM4_DOWN: row n's sum in lane 8 n only, g32_sum_rows' LANE8)
-            row_dotN<TYPE, DOWN_N, DEC_TAB | DEC_PROBE(DEC_PK_DOWN), true>(rows, xqs, nitems, lane, v);
+            // (NaN for a skipped row, as below)
+            row_dotN<TYPE, DOWN_N, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(rows, xqs, nitems, lane, v);
 #pragma unroll
             for (int n = 0; n < DOWN_N; n++) {
                 const int task = t0 + n * ng;
-                if (task < K * DOWN_R && lane == (ST_SUM4_DOWN ? 8 * n : 0)) ys[task / DOWN_R][task % DOWN_R] = v[n];
+                if (task < K * DOWN_R && lane == 0) ys[task / DOWN_R][task % DOWN_R] = v[n];
             }
         }
     } else

@@ -62,18 +62,8 @@ typedef struct st_cuda_dec_mat {
     const float *add;  // [n_out] f32 added to the dot (NULL: none)
 } st_cuda_dec_mat;
 int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq, cudaStream_t stream);
-// The attention norm folded into the Q/K/V launch (decode_qkv_norm.cu), one token: the outputs exactly as
-// st_cuda_rmsnorm_act(NULL, xq, fmt, x, NULL, norm_w, 1, ne0, eps) + st_cuda_mmvq_multi(mats, .., xq) give them
-// (bit for bit up to the double sum of squares' order, which rows of <= 2048 share with the span kernel), with fmt
-// st_cuda_act_format(mats[0].type); every block normalises and quantizes x itself, so no quantized row goes through
-// memory. Supported (st_cuda_mmvq_multi_norm_supported): ne0 a multiple of 256 up to 4096, every matrix of the same
-// activation format (Q8_0, Q8_1 or Q8_K), no addends. x, norm_w: [ne0] f32, 16-byte aligned.
-int st_cuda_mmvq_multi_norm_supported(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0);
-// 1 when st_cuda_mmvq_multi_norm gives the two launches' bits (0 in a -DQN_DEFER=1 build: the RMS scale applied to
-// the dots, equal up to float rounding).
-int st_cuda_mmvq_multi_norm_exact(void);
-int st_cuda_mmvq_multi_norm(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const float *x, const float *norm_w,
-                            float eps, cudaStream_t stream);
+// (The attention norm folded into this launch, every block normalising x itself, lost on an H200: tg128 -1.2%,
+// @ d16384 -2.6%; removed 2026-12-05, docs/experiments/2026-12-05-qkv-norm.patch.)
 
 // MoE router of n_tok tokens in one launch: logits = W . x (float weights, float activations), then per token the
 // CPU's route (engine/session.c): softmax (double sum), the top n_used by probability (ties to the lower id),
@@ -235,14 +225,12 @@ int st_cuda_attn_dec_tc(int kv_f16);
 // [n_tok * n_used][n_ff], quantizes each token's n_used rows in act_format (byte-identical to the CPU's, as
 // moe_glu_q's actq) into shared memory in every block, then does st_cuda_moe_down_sum's down + rank-order sum +
 // residual. Needs st_cuda_moe_down_q_smem(n_ff, n_used) <= ST_DEC_DOWN_Q_MAX_SMEM (else use the version 1 pair).
+// The hybrid path's PCIe timing uses this pair (gpu_hybrid.c); the engine's one-token decode by it (STRATA_MOE_V2=1,
+// the route in st_cuda_moe_route_glu) lost on an H200, tg128 -7.6%: removed 2026-12-05,
+// docs/experiments/2026-12-05-moe-v2.patch.
 #define ST_DEC_DOWN_Q_MAX_SMEM 40960
 int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                     const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, cudaStream_t stream);
-// One token: st_cuda_moe_glu with the route taken in the launch (as st_cuda_moe_route_glu_q: ids and weights
-// written for the down kernel), act only, for st_cuda_moe_down_q.
-int st_cuda_moe_route_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
-                          const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
-                          float *act, cudaStream_t stream);
 size_t st_cuda_moe_down_q_smem(int64_t n_ff, int n_used);
 int st_cuda_moe_down_q(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                        const float *act, int act_format, const int32_t *ids, const float *weights, int n_tok,

@@ -48,18 +48,14 @@ __device__ __forceinline__ void st_pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
-// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes); L1: into this
-// SM's L1 as well, for its own loads after a kernel's head (the Q/K/V launch's norm mode, whose row dots start after
-// the block has normalised and quantized its input).
-template <bool L1> __device__ __forceinline__ void st_prefetch_line(const void *p) {
+// Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes).
+__device__ __forceinline__ void st_prefetch_l2(const void *p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if (L1) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-    else asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #else
     (void)p;
 #endif
 }
-__device__ __forceinline__ void st_prefetch_l2(const void *p) { st_prefetch_line<false>(p); }
 
 // Brings bytes [p, p + n) into L2 ahead of use: one bulk prefetch by the copy engine on sm_90 (the range widened to
 // 16-byte bounds, as cp.async.bulk.prefetch requires), else one prefetch per 128-byte line by the calling thread.
@@ -126,9 +122,8 @@ static inline void st_dec_launch_if(bool pdl, void (*k)(KArgs...), dim3 grid, di
 // G32_REDUX (sm_80+ where a group is a whole 32-lane warp; -DG32_REDUX=0 for an A/B build): the integer reductions
 // of the quantizers by redux.sync, one instruction each instead of a five-shuffle butterfly, with the butterflies'
 // results exactly (integer sums and maxima do not depend on the order). A warp shuffle issues at 32 lanes per clock
-// per SM, so the quantizers' butterflies (55 shuffles per 256-element Q8_K block) were throughput, not only latency,
-// where every block of a launch quantizes a row (the Q/K/V norm mode: 8 Q8_K blocks per block, ~2,100 shuffle
-// cycles per SM for the Qwen3-30B-A3B shape).
+// per SM, so the quantizers' butterflies (55 shuffles per 256-element Q8_K block) were throughput, not only latency.
+// With ST_SUM4: tg128 +3.0% against -DG32_REDUX=0 -DST_SUM4=0 (H200, 2026-12-05).
 #ifndef G32_REDUX
 #define G32_REDUX 1
 #endif
@@ -502,9 +497,10 @@ __device__ void block_quant(int fmt, const float *src, uint8_t *row, int nb, int
 // Group g of the block's ng owns the 256-element spans kb = g + ng s (s < NS) of a row of n = 256 k elements, lane l
 // holding v[s][j] = element 256 kb + 32 j + l. The squares (rounded to float, summed in double as the CPU does) meet
 // in part[kb] across one barrier and are summed in span order, so any ng and NS give the same scale (bit for bit
-// k_rmsnorm_act up to the double sum's order). span_norm: on return v holds the normalised values, v * scale * w;
-// its parts: span_sumsq (each span's sum of squares into part[kb]), a barrier, span_rms_scale.
-template <int NS> __device__ __forceinline__ void span_sumsq(const float (&v)[NS][8], int n, double *part) {
+// k_rmsnorm_act up to the double sum's order). On return v holds the normalised values, v * scale * w.
+template <int NS>
+__device__ __forceinline__ void span_norm(float (&v)[NS][8], const float (&w)[NS][8], int n, float eps,
+                                          double *part) {
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32, nsp = n / 256;
 #pragma unroll
     for (int s = 0; s < NS; s++) {
@@ -516,19 +512,10 @@ template <int NS> __device__ __forceinline__ void span_sumsq(const float (&v)[NS
         ss = g32_sum_d(ss);
         if (lane == 0) part[kb] = ss;
     }
-}
-// The RMS scale from span_sumsq's part[] (after a barrier), summed in span order.
-__device__ __forceinline__ float span_rms_scale(const double *part, int n, float eps) {
-    double ss = 0;
-    for (int k = 0; k < n / 256; k++) ss += part[k];
-    return norm_rms_scale(ss, n, eps);
-}
-template <int NS>
-__device__ __forceinline__ void span_norm(float (&v)[NS][8], const float (&w)[NS][8], int n, float eps,
-                                          double *part) {
-    span_sumsq<NS>(v, n, part);
     __syncthreads();
-    const float scale = span_rms_scale(part, n, eps);
+    double ss = 0;
+    for (int k = 0; k < nsp; k++) ss += part[k];
+    const float scale = norm_rms_scale(ss, n, eps);
 #pragma unroll
     for (int s = 0; s < NS; s++)
 #pragma unroll

@@ -240,14 +240,6 @@ extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, in
                    NULL, stream);
 }
 
-extern "C" int st_cuda_moe_route_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
-                                     const void *xq, const float *logits, int norm, int n_used, int32_t *ids,
-                                     float *weights, float *act, cudaStream_t stream) {
-    const glu_route rt = {logits, norm, ids, weights};
-    return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, NULL, -1, NULL, &rt, NULL,
-                   stream);
-}
-
 extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
                                         int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
                                         int32_t *ids, float *weights, float *act, void *actq, int act_format,

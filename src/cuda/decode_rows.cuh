@@ -452,28 +452,17 @@ __device__ __forceinline__ bool rows_or_first(const uint8_t *const *rows, const 
 }
 
 // out[n] = the group sum of acc[n] where rows[n] is given (else left NaN), as g32_sum_f: four at a time by
-// g32_sum4 (bit for bit; half the shuffles, which issue at 32 lanes per clock per SM while every warp of the down
-// and GLU launches reduces its rows at about the same time). LANE8 (N == 4): out[n] only in lane 8 n (the
-// transposed sums without the broadcasts: 6 shuffles, and no four live sums in every lane). ST_SUM4 0: the separate
-// butterflies (an A/B build).
+// g32_sum4 (bit for bit; half the shuffles, which issue at 32 lanes per clock per SM while every warp of the GLU
+// launch reduces its rows at about the same time). ST_SUM4 0: the separate butterflies (an A/B build). (The down
+// kernel's row_dotN with these sums, row n in lane 8 n, -DST_SUM4_DOWN=1, lost on an H200: tg128 -0.4%, its Q4_K /
+// Q6_K instances spilling 16 / 4 bytes instead of 4 / 0; removed 2026-12-05,
+// docs/experiments/2026-12-05-sum4-down.patch.)
 #ifndef ST_SUM4
 #define ST_SUM4 1
 #endif
-// ST_SUM4_DOWN (default 0 until measured; 1 for an A/B build): the down kernel's row_dotN with the four-at-once sums
-// too. ptxas: its LANE8 sums raise the Q4_K / Q6_K instances' spills from 4 / 0 to 16 / 4 bytes, where the
-// routing GLU's fall from 12 / 8 to 4 / 4.
-#ifndef ST_SUM4_DOWN
-#define ST_SUM4_DOWN 0
-#endif
-template <int N, bool LANE8 = false>
+template <int N>
 __device__ __forceinline__ void g32_sum_rows(const uint8_t *const *rows, const float (&acc)[N], int lane, float *out) {
-    static_assert(!LANE8 || N == 4, "LANE8: four rows");
-    if constexpr (ST_SUM4 && LANE8) {
-        const float t = g32_sum4_t(acc, lane);
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-            if (rows[n]) out[n] = t;
-    } else if constexpr (ST_SUM4 && N % 4 == 0) {
+    if constexpr (ST_SUM4 && N % 4 == 0) {
 #pragma unroll
         for (int n0 = 0; n0 < N; n0 += 4) {
             const float a[4] = {acc[n0], acc[n0 + 1], acc[n0 + 2], acc[n0 + 3]};
@@ -491,8 +480,8 @@ __device__ __forceinline__ void g32_sum_rows(const uint8_t *const *rows, const f
 }
 
 // N rows against N activation rows in one pass (rows[n] NULL: out[n] NaN); same per-row arithmetic and order as
-// row_dot. LANE8 (N == 4): out[n] valid in lane 8 n only (g32_sum_rows).
-template <int TYPE, int N, int MODE = 0, bool LANE8 = false>
+// row_dot.
+template <int TYPE, int N, int MODE = 0>
 __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8_t *const *xqs, int nitems, int lane,
                                          float *out) {
     constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
@@ -515,13 +504,9 @@ __device__ __forceinline__ void row_dotN(const uint8_t *const *rows, const uint8
             acc[n] += st_qb_dot_w(&w, q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
         }
     }
-    if constexpr (ST_SUM4_DOWN) {
-        g32_sum_rows<N, LANE8>(rows, acc, lane, out);
-    } else {
 #pragma unroll
-        for (int n = 0; n < N; n++)
-            if (rows[n]) out[n] = g32_sum_f(acc[n]);
-    }
+    for (int n = 0; n < N; n++)
+        if (rows[n]) out[n] = g32_sum_f(acc[n]);
 }
 #define DOWN_N 4  // row dots per group pass (the down kernel)
 

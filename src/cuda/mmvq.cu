@@ -52,8 +52,6 @@ extern "C" int st_cuda_quantize_q8_1(st_cuda_ctx *ctx, const float *x_dev, void 
 
 int st_mmvq_staging = -1;
 extern "C" void st_cuda_mmvq_set_staging(int on) { st_mmvq_staging = on < 0 ? -1 : on != 0; }
-int st_mmvq_hb = -1;
-extern "C" void st_cuda_mmvq_set_halves(int on) { st_mmvq_hb = on < 0 ? -1 : on != 0; }
 
 // Shared argument checks and launch of all three entry points.
 static int mmvq_run(st_cuda_ctx *ctx, const char *fn, int type, const void *W, const void *W2, int64_t ne0,

@@ -45,9 +45,8 @@ int st_cuda_mmvq(st_cuda_ctx *ctx, int weight_type, const void *W_dev, int64_t n
 // 16-byte loads when a row is 16-byte aligned and fits (bit-identical outputs). On by default; off with
 // STRATA_MMVQ_STAGE=0 or here (1 on, 0 off, -1 back to the environment's choice; tests compare both).
 void st_cuda_mmvq_set_staging(int on);
-// Staged Q6_K rows of 2048 or 4096 with a half block (4 items) per lane instead of an item (STRATA_MMVQ_HB=1, off by
-// default until measured; equal up to float rounding): 1 on, 0 off, -1 back to the environment's choice.
-void st_cuda_mmvq_set_halves(int on);
+// (Staged Q6_K rows with a half block per lane, STRATA_MMVQ_HB=1, lost on an H200: tg128 -2.3%, the LM head ~40 us
+// per token slower; removed 2026-12-05, docs/experiments/2026-12-05-mmvq-q6k-half-blocks.patch.)
 
 // MoE: W_dev is a [ne0, n_out, n_expert] stack (expert e's n_out rows start at W_dev + e * n_out * row_size).
 // For each of the n_sel selected (token, slot) pairs p:

@@ -208,8 +208,8 @@ __device__ __forceinline__ void st_mmvq_stage_rows(const st_mmvq_args &a, long l
     __syncwarp();
 }
 
-// The staged kernels' prologue. st_mmvq_warp: the warp's RW rows, from row0 = (block MMVQ_WARPS + warp) RW on (n <= 0:
-// none; the warp leaves, and no block barrier follows in these kernels). st_mmvq_stage_warp: those rows into its
+// The staged kernel's prologue. st_mmvq_warp: the warp's RW rows, from row0 = (block MMVQ_WARPS + warp) RW on (n <= 0:
+// none; the warp leaves, and no block barrier follows in the kernel). st_mmvq_stage_warp: those rows into its
 // staging ([MMVQ_WARPS][RW][row_bytes / 16] uint4), then the dependency wait: the rows are weights (no kernel's
 // output), staged before it, so a PDL launch (the LM head after the final norm) has its first wave's rows in flight
 // while the previous kernel finishes. (Two helpers, not one returning the rows: that shape took the staged Q6_K
@@ -273,53 +273,6 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
             if (lane == r) o = acc[r];
         a.y[wr.row0 + lane] = o;
     }
-}
-
-// Q6_K rows staged as above, a half block per lane (STRATA_MMVQ_HB=1, opt-in until measured): lane l takes half block
-// l % H (H = ne0 / 128 half blocks per row, 16 or 32) of row l / H, i.e. the four 32-weight items that share their
-// 64 ql bytes and 32 qh bytes, which it loads from shared memory once (26 32-bit loads for 4 items, against 22 per
-// item where each lane unpacks one item of a block from its 64 bytes); then a butterfly over the row's H lanes.
-// Why: the staged Q6_K LM head (151,936 rows, 84 us per token at 69% of bandwidth) spends ~25 us of its SMs' shared
-// memory issue on those loads, beside the staging's stores and the activations' loads (~47 us of the MIO pipe in
-// all). Same per-item arithmetic (st_qb_q6_K_quants / _scales); the items' order per row differs from st_k_mmvq's
-// (outputs equal up to float rounding, not bit for bit).
-template <int H>
-__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_q6k_hb(const st_mmvq_args a) {
-    constexpr int RW = ST_WARP_SIZE / H;  // rows per warp
-    constexpr int AMODE = ST_QB_AMODE(ST_TYPE_Q6_K), BMODE = ST_QB_BMODE(ST_TYPE_Q6_K);
-    const int lane = threadIdx.x;
-    const st_mmvq_warp_rows wr = st_mmvq_warp<RW>(a);
-    if (wr.n <= 0) return;
-    const uint8_t *rows = st_mmvq_stage_warp<RW>(a, wr);
-    const int r = lane / H, hb = lane % H, blk = hb >> 1, h = hb & 1;
-    float acc = 0.0f;
-    if (r < wr.n) {  // (a lane past the warp's rows still joins the butterfly with 0)
-        const uint8_t *x = rows + (size_t)r * (size_t)a.row_bytes + (size_t)blk * 210;
-        uint32_t ql[16], qh[8], sc[2];
-        st_qb_ldw(x + 64 * h, ql, 16, 2);
-        st_qb_ldw(x + 128 + 32 * h, qh, 8, 2);
-        st_qb_ldw(x + 192 + 8 * h, sc, 2, 2);
-        const float d = st_qb_f16(st_qb_u16(x + 208));
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            int32_t q[8];
-            const float2 ds = st_mmvq_act_item(a, 8 * blk + 4 * h + s, q);
-            st_qb_w w;
-            st_qb_q6_K_quants(ql + 8 * (s & 1), qh, s, &w);
-            st_qb_q6_K_scales((sc[s >> 1] >> (16 * (s & 1))) & 0xffffu, d, &w);
-            acc += st_qb_dot_w(&w, q, ds.x, ds.y, AMODE, BMODE);
-        }
-    }
-#pragma unroll
-    for (int o = H / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(ST_WARP_FULL_MASK, acc, o);
-    if (hb == 0 && r < wr.n) a.y[wr.row0 + r] = acc;
-}
-
-extern int st_mmvq_hb;  // 1 on, 0 off, -1 from STRATA_MMVQ_HB at the first launch (mmvq.cu)
-// Half blocks per row (16 or 32) when st_k_mmvq_q6k_hb takes a staged Q6_K launch, else 0.
-static inline int st_mmvq_hb_halves(int type, const st_mmvq_args &a) {
-    if (type != ST_TYPE_Q6_K || (a.nitems != 64 && a.nitems != 128)) return 0;  // rows of 2048 or 4096
-    return env_switch(&st_mmvq_hb, "STRATA_MMVQ_HB", 0) ? a.nitems / 4 : 0;
 }
 
 extern int st_mmvq_staging;  // 1 on, 0 off, -1 from STRATA_MMVQ_STAGE at the first launch (mmvq.cu)

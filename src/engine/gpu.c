@@ -99,16 +99,10 @@ struct st_gpu_session {
     int ffn_fold;               // one-token FFN norm folded into the router launch (default; STRATA_FFN_FOLD=0)
     int rope_attn;              // one token: QK-norm + RoPE + K/V store inside the attention launch where supported
                                 // (decode.h st_cuda_attn_dec_ex's rope; default; STRATA_ROPE_ATTN=0: its own launch)
-    int qkv_norm;               // one token: the attention norm folded into the Q/K/V launch where supported
-                                // (decode.h st_cuda_mmvq_multi_norm; STRATA_QKV_NORM=1: opt-in until measured)
     int64_t attn_wide_from;     // one token: the attention in 8-warp blocks from this context length on (0: never;
                                 // STRATA_ATTN_WIDE_FROM); one decode graph per side
     int hy_count_launch;        // hybrid: the routing count as a launch of its own (STRATA_HY_COUNT_LAUNCH=1, A/B)
                                 // instead of in the router's last block
-    int moe_v2;                 // fused MoE by (route_)glu + moe_down_q (STRATA_MOE_V2=1, opt-in: the down kernel
-                                // quantizes the GLU's f32 output itself, no chunk tail); default (route_)glu_q +
-                                // moe_down_sum (faster with 2026-11-30's runtime-type down_q: 327 vs 303 tok/s;
-                                // down_q is the per-type down kernel since 2026-12-04f, unmeasured)
     unsigned dec_dup;           // timing experiment only (STRATA_DEC_DUP, same bits): kernel classes launched twice
     int32_t *fixed_ids;         // timing experiment only (STRATA_DEC_FIXED_ROUTE): device [n_layer][K] expert ids
                                 // copied over the router's after it, or NULL
@@ -527,14 +521,11 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     if (!fail && st_cuda_memset(&g->ctx, s->dec_counters, 0, cnt_bytes, NULL)) fail = 1;
     s->fused = getenv("STRATA_NO_FUSED") == NULL;
     s->attn_v2 = getenv("STRATA_ATTN_V1") == NULL;
-    s->moe_v2 = getenv("STRATA_MOE_V2") != NULL;
     s->router_norm = getenv("STRATA_ROUTER_NORM") != NULL;
     const char *fold = getenv("STRATA_FFN_FOLD");
     s->ffn_fold = !(fold && *fold == '0');
     const char *ra = getenv("STRATA_ROPE_ATTN");
     s->rope_attn = !(ra && *ra == '0');
-    const char *qn = getenv("STRATA_QKV_NORM");
-    s->qkv_norm = qn && *qn && *qn != '0';
     const char *wf = getenv("STRATA_ATTN_WIDE_FROM");
     // (not measured with experts in host RAM, where the 8-warp blocks' shared memory would also crowd the side
     // branches' kernels off the SMs: off there unless asked for)
@@ -853,16 +844,10 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const st_cuda_dec_mat m[3] = {{L->wq.type, L->wq.d, L->wq.ne[1], s->q, NULL},
                                           {L->wk.type, L->wk.d, L->wk.ne[1], s->k, NULL},
                                           {L->wv.type, L->wv.d, L->wv.ne[1], s->v, NULL}};
-            // One token: the attention norm inside the Q/K/V launch (every block normalises x itself; bit for bit
-            // the two launches for rows of <= 2048), where supported and asked for.
-            if (s->qkv_norm && !skip && !dup && !g->hy && !((uintptr_t)L->attn_norm & 15) &&
-                st_cuda_mmvq_multi_norm_supported(m, 3, d)) {
-                if (st_cuda_mmvq_multi_norm(m, 3, d, s->x, L->attn_norm, hp->rms_eps, st)) return -1;
-            } else if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x,
-                                                                   NULL, L->attn_norm, n, d, hp->rms_eps, st)) ||
-                       RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st))) {
+            if (RUN(DEC_SKIP_ATTN_NORM, st_cuda_rmsnorm_act(NULL, s->xq, st_cuda_act_format(L->wq.type), s->x, NULL,
+                                                            L->attn_norm, n, d, hp->rms_eps, st)) ||
+                RUN(DEC_SKIP_QKV, st_cuda_mmvq_multi(m, 3, d, s->xq, st)))
                 return -1;
-            }
         } else {
             if (st_cuda_rmsnorm(s->xn, NULL, s->x, NULL, L->attn_norm, n, d, hp->rms_eps, st)) return -1;
             if (mv(s, &L->wq, s->xn, n, s->q, 0) || mv(s, &L->wk, s->xn, n, s->k, same_act(&L->wq, &L->wk)) ||
@@ -908,8 +893,7 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             const int afmt = st_cuda_act_format(L->gate_exps.type);
             // One token all in VRAM (no experiment on): the router launch ends with the logits and the GLU launch
             // takes the route (no fence / counter tail between them), bit for bit the router_topk + moe_glu_q pair.
-            const int route_in_glu = n == 1 && s->glu_route && !s->fixed_ids && !skip && !dup && !s->router_norm &&
-                                     !(s->moe_v2 && g->hy);
+            const int route_in_glu = n == 1 && s->glu_route && !s->fixed_ids && !skip && !dup && !s->router_norm;
             const int glu_routes = route_in_glu && !g->hy;
             // Hybrid without the prefetch's branch (gpu_hybrid.h st_hybrid_glu_side): the same, a side block of the
             // GLU launch counting (classifying and ringing with CPU misses) in place of the router's tail.
@@ -968,19 +952,6 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 if (st_hybrid_moe_decode(g->hy, l, L->gate_exps.type, L->down_exps.type, s->xn, s->xq, s->d_ids,
                                          s->d_wts, s->ffn_a, s->xq2, s->dec_counters, s->x,
                                          hy_side ? 2 : routed_split, s->router, hp->expert_weights_norm, st))
-                    return -1;
-                continue;
-            }
-            if (s->moe_v2 && st_cuda_moe_down_q_smem(F, K) <= ST_DEC_DOWN_Q_MAX_SMEM) {
-                // The down kernel quantizes the GLU output itself (no chunk tail in the GLU launch).
-                if ((glu_routes ? st_cuda_moe_route_glu(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
-                                                        s->xq, s->router, hp->expert_weights_norm, K, s->d_ids,
-                                                        s->d_wts, s->ffn_a, st)
-                                : st_cuda_moe_glu(L->gate_exps.type, (const void *const *)L->experts, E, d, F, s->xq,
-                                                  s->d_ids, n, K, s->ffn_a, st)) ||
-                    st_cuda_moe_down_q(L->down_exps.type, (const void *const *)L->experts, E, d, F, s->ffn_a,
-                                       st_cuda_act_format(L->down_exps.type), s->d_ids, s->d_wts, n, K, s->x, s->x,
-                                       st))
                     return -1;
                 continue;
             }
