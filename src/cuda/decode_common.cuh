@@ -108,6 +108,34 @@ static inline void st_dec_launch(void (*k)(KArgs...), dim3 grid, dim3 block, siz
     k<<<grid, block, smem, stream>>>(((KArgs)args)...);
 }
 
+// st_dec_launch with thread-block clusters of cluster_x blocks along x (sm_90+; the caller checks the device): always
+// by cudaLaunchKernelEx, with PDL as st_dec_launch would. A size above 8 is non-portable: allowed here per kernel.
+template <typename... KArgs, typename... Args>
+static inline void st_dec_launch_cluster(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                         cudaStream_t stream, int cluster_x, Args... args) {
+    if (cluster_x > 8) cudaFuncSetAttribute((const void *)k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)cluster_x;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+#if ST_DEC_PDL
+    if (stream != 0 && st_dec_pdl_enabled()) {
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs = 2;
+    }
+#endif
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);  // errors surface through launch_check
+}
+
 // st_dec_launch when pdl, else a plain <<<>>> launch (a kernel whose completion an event in the stream must see
 // before the next kernel could start: a stream fork).
 template <typename... KArgs, typename... Args>
