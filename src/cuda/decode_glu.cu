@@ -260,16 +260,17 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
     const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL};
     const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
-    if (route && rows == 2 && actq && chunk_rows == GLU_CLUSTER_ROWS && glu_cluster_on() && st_dec_device_major() >= 9) {
+    if (route && rows == 2 && actq && chunk_rows == GLU_CLUSTER_ROWS && glu_cluster_on() &&
+        st_dec_device_major() >= 9) {
         switch (gu_type) {
             DEC_TYPES(DEC_PICK_CASE_k_moe_glu2c)
             default: break;
         }
-        st_dec_launch_cluster(fn, grid, dim3(DEC_THREADS), 0, stream, GLU_CLUSTER, gu_type,
-                              (const uint8_t *const *)table, n_expert, (int)(n_embd / 32),
-                              (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
-                              (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,
-                              (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters + 1, rt0);
+        st_dec_launch_ex(fn, grid, dim3(DEC_THREADS), 0, stream, GLU_CLUSTER, gu_type, (const uint8_t *const *)table,
+                         n_expert, (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff,
+                         (const uint8_t *)xq, (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act,
+                         (uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters + 1,
+                         rt0);
         return launch_check("moe_glu_q (cluster)");
     }
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
