@@ -129,10 +129,6 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
                             float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
-// The chunk quantization of st_cuda_moe_route_glu_q (Q8_K, 256-row chunks, sm_90+) by thread-block clusters of 16
-// instead of a counter and the last block (bit for bit; decode_glu.cu GLU_CLUSTER): 1 on, 0 off, -1 the environment's
-// STRATA_GLU_CLUSTER (default off until measured).
-void st_cuda_moe_glu_set_cluster(int on);
 // Hybrid one-token decode (STRATA_HY_GLU_SIDE, after st_cuda_router_logits): st_cuda_moe_route_glu_q plus one
 // side block that routes (ids, weights written) and then counts by `count` (its progress word left alone) or, with
 // `split`, runs the router tail's classify, count, exports and ring (st_cuda_router_topk_split's; ids_gpu written

@@ -84,45 +84,28 @@ int st_dec_device_major(void);
 // Whether launches on the current device use PDL (decode.cu: process-wide switch, then sm_90+).
 int st_dec_pdl_enabled(void);
 
-// Launches kernel k by cudaLaunchKernelEx with PDL when enabled and stream is a created stream (captured into graphs
-// as a programmatic edge; never on the legacy default stream: plain semantics there) and, with cluster_x > 0, in
-// thread-block clusters of cluster_x blocks along x (sm_90+: the caller checks the device; above 8 is non-portable,
-// allowed here per kernel). Without either, a plain <<<>>> launch.
-template <typename... KArgs, typename... Args>
-static inline void st_dec_launch_ex(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                    int cluster_x, Args... args) {
-    cudaLaunchAttribute at[2];
-    unsigned n = 0;
-#if ST_DEC_PDL
-    if (stream != 0 && st_dec_pdl_enabled()) {
-        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
-#endif
-    if (cluster_x > 0) {
-        if (cluster_x > 8) cudaFuncSetAttribute((const void *)k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n++].val.clusterDim = {(unsigned)cluster_x, 1, 1};
-    }
-    if (n == 0) {
-        k<<<grid, block, smem, stream>>>(((KArgs)args)...);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = at;
-    cfg.numAttrs = n;
-    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);  // errors surface through launch_check
-}
-
-// st_dec_launch_ex without clusters.
+// Launches kernel k with PDL when enabled and stream is a created stream (captured into graphs as a programmatic
+// edge), else <<<>>>.
 template <typename... KArgs, typename... Args>
 static inline void st_dec_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                  Args... args) {
-    st_dec_launch_ex(k, grid, block, smem, stream, 0, args...);
+#if ST_DEC_PDL
+    if (stream != 0 && st_dec_pdl_enabled()) {  // (never on the legacy default stream: plain semantics there)
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);  // errors surface through launch_check
+        return;
+    }
+#endif
+    k<<<grid, block, smem, stream>>>(((KArgs)args)...);
 }
 
 // st_dec_launch when pdl, else a plain <<<>>> launch (a kernel whose completion an event in the stream must see

@@ -1,9 +1,6 @@
 // The one-token MoE gate/up GLU kernels (see decode.h, decode.cu's notes on groups and rows; decode_impl.cuh).
 #include "cuda/decode_impl.cuh"
 
-#include <cooperative_groups.h>  // the cluster tail (GLU_CLUSTER)
-namespace cg = cooperative_groups;
-
 // ---- MoE gate/up GLU + quantization of the down projection's input -------------------------------------------
 
 
@@ -33,37 +30,7 @@ struct glu_route {
 // dependency wait): sharing it with the table's loads before the branch made the routing instance spill more (Q4_K
 // 16/12 bytes against 12/8) and all in VRAM lost 4.6% (tg128 489 vs 512 tok/s, 2026-12-02e). In this shape ptxas
 // gives every two-row instance the registers and spills of 7d65b25's kernel.
-// GLU_CLUSTER (STRATA_GLU_CLUSTER=1, opt-in until measured): the chunk tail by a thread-block cluster instead of a
-// fence and a counter. The 16 blocks of a 256-row Q8_K chunk (two rows per group, 8 groups) form one cluster; each
-// stores its 16 outputs into the shared memory of the cluster's block 0 (distributed shared memory), one cluster
-// barrier, and block 0 quantizes the chunk from its own shared memory as the last block did from L2 (block_quant:
-// bit for bit). Why: the tail's acquire-release atomic, the last block's L2 reads of the chunk and the wait for the
-// last of 16 blocks were ~10% of the GLU's stall samples (2026-12-01g); a cluster barrier stays inside a GPC.
-#define GLU_CLUSTER 16
-#define GLU_CLUSTER_ROWS (GLU_CLUSTER * 2 * DEC_GROUPS)  // rows per cluster: one Q8_K chunk (256)
-
-// The cluster tail (GLU_CLUSTER): the block's rows r + j DEC_GROUPS (lane 0 of each group holds v[j]) into block 0's
-// chunk buffer, the barrier, then block 0 quantizes the chunk into actq's row p.
-template <int R>
-__device__ __forceinline__ void glu_cluster_tail(const float (&v)[R], int lane, int r, int p, int n_ff,
-                                                 uint8_t *__restrict__ actq, long long aq_stride, int fmt) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ float s_chunk[GLU_CLUSTER_ROWS];  // [256] block 0's: the chunk's f32 outputs
-    cg::cluster_group cl = cg::this_cluster();
-    float *dst = cl.map_shared_rank(s_chunk, 0);
-    if (lane == 0)
-#pragma unroll
-        for (int j = 0; j < R; j++) dst[(r + j * DEC_GROUPS) % GLU_CLUSTER_ROWS] = v[j];
-    cl.sync();  // (release / acquire: the remote stores are visible to block 0 after it)
-    if (cl.block_rank() == 0) {
-        const int chunk = r / GLU_CLUSTER_ROWS;
-        block_quant<false>(fmt, s_chunk, actq + (size_t)p * (size_t)aq_stride, n_ff / 32,
-                           chunk * GLU_CLUSTER_ROWS / 32, GLU_CLUSTER_ROWS / 32);
-    }
-#endif
-}
-
-template <int TYPE, int R, bool CL = false>
+template <int TYPE, int R>
 __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restrict__ tbl, int e, int E, int nitems,
                                          long long row_bytes, int n_ff, const uint8_t *__restrict__ xq,
                                          long long xq_stride, int t, int p, int bx, int lane, int r, float *act,
@@ -106,10 +73,6 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
 #pragma unroll
         for (int j = 0; j < R; j++) arow[r + j * DEC_GROUPS] = v[j];
     if (!actq) return;  // f32 output only (st_cuda_moe_glu): the down kernel quantizes
-    if constexpr (CL) {
-        glu_cluster_tail<R>(v, lane, r, p, n_ff, actq, aq_stride, fmt);
-        return;
-    }
     // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % (R DEC_GROUPS) == 0, so a
     // block lies in one chunk).
     const int per_chunk = chunk_rows / (R * DEC_GROUPS), chunk = bx / per_chunk;
@@ -131,7 +94,7 @@ __device__ __forceinline__ int glu_route_rank(const glu_route &rt, int E, int K,
     return e;
 }
 
-template <int TYPE, int R = 1, bool ROUTE = false, bool CL = false>
+template <int TYPE, int R = 1, bool ROUTE = false>
 __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     k_moe_glu(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int n_ff,
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
@@ -145,8 +108,8 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     int e;
     if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
     else e = ids[p];
-    glu_rows<TYPE, R, CL>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act,
-                          actq, aq_stride, fmt, chunk_rows, counters);
+    glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
+                      aq_stride, fmt, chunk_rows, counters);
 }
 
 // The hybrid side-block GLU (st_cuda_moe_route_glu_hy), one token, two rows per group: a 1-D grid, block 0 the side
@@ -201,14 +164,6 @@ static int glu_rows_env(void) {
 #define DEC_PICK_CASE_k_moe_glu2(T) \
     case T: fn = route ? k_moe_glu<T, 2, true> : k_moe_glu<T, 2>; break;
 
-#define DEC_PICK_CASE_k_moe_glu2c(T) \
-    case T: fn = k_moe_glu<T, 2, true, true>; break;
-
-// STRATA_GLU_CLUSTER=1 (GLU_CLUSTER above); st_cuda_moe_glu_set_cluster overrides it (tests).
-static int glu_cluster_sw = -1;
-extern "C" void st_cuda_moe_glu_set_cluster(int on) { glu_cluster_sw = on < 0 ? -1 : on != 0; }
-static bool glu_cluster_on(void) { return env_switch(&glu_cluster_sw, "STRATA_GLU_CLUSTER", 0) != 0; }
-
 #define DEC_PICK_CASE_k_moe_glu_hy(T) \
     case T: fn = k_moe_glu_hy<T>; break;
 
@@ -260,19 +215,6 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
     const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL};
     const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
-    if (route && rows == 2 && actq && chunk_rows == GLU_CLUSTER_ROWS && glu_cluster_on() &&
-        st_dec_device_major() >= 9) {
-        switch (gu_type) {
-            DEC_TYPES(DEC_PICK_CASE_k_moe_glu2c)
-            default: break;
-        }
-        st_dec_launch_ex(fn, grid, dim3(DEC_THREADS), 0, stream, GLU_CLUSTER, gu_type, (const uint8_t *const *)table,
-                         n_expert, (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff,
-                         (const uint8_t *)xq, (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act,
-                         (uint8_t *)actq, (long long)st_q8_1_row_bytes(n_ff), act_format, chunk_rows, counters + 1,
-                         rt0);
-        return launch_check("moe_glu_q (cluster)");
-    }
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
                   (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,

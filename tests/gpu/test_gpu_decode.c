@@ -14,8 +14,7 @@
 //   moe v2:        st_cuda_moe_glu (act only) against the same reference; st_cuda_moe_down_q from that f32 act
 //                  (its own prologue quantization) against the same down reference, in place and not
 //   route_glu:     the route inside the GLU launch (router_logits + moe_route_glu_q) against router_topk +
-//                  moe_glu_q, bit for bit (x after moe_down_sum, ids, weights, the quantized GLU output), twice
-//                  (counters back to zero), then twice with the chunk tail by thread-block clusters
+//                  moe_glu_q, bit for bit (x after moe_down_sum, ids, weights), twice (counters back to zero)
 //   attn_dec:      split-adaptive decode attention against the CPU's st_attention (f16/f32 caches, head_dim 64/128,
 //                  1..8 query heads per KV head, L from 1 to 16385, several grids, one workspace shared by all
 //                  cases so the counters must come back to zero), and its fused output row byte-exact against the
@@ -791,9 +790,7 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
     {
         float *r1 = xmalloc(sizeof(float) * d), *g1 = xmalloc(sizeof(float) * d), rw1[32], gw1[32];
         int32_t rid1[32], gid1[32];
-        uint8_t *aq1 = xmalloc(aqb), *aq2 = xmalloc(aqb);
-        for (int v = 0; v < 5; v++) {  // v 3, 4: the chunk tail by clusters (st_cuda_moe_glu_set_cluster)
-            st_cuda_moe_glu_set_cluster(v >= 3);
+        for (int v = 0; v < 3; v++) {
             CK(cudaMemcpy(dx, x0, sizeof(float) * d, cudaMemcpyHostToDevice));
             poison(dlog, sizeof(float) * E), poison(dact, sizeof(float) * K * F), poison(daq, aqb);
             poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
@@ -810,21 +807,18 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
             CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx, 0));
             d2h(v ? g1 : r1, dx, sizeof(float) * d), d2h(v ? gid1 : rid1, dids, sizeof(int32_t) * K);
             d2h(v ? gw1 : rw1, dw, sizeof(float) * K);
-            d2h(v ? aq2 : aq1, daq, aqb);
             if (v == 0) continue;
-            int64_t bad = memcmp(aq1, aq2, aqb) != 0;  // (the down kernel's input, bit for bit)
+            int64_t bad = 0;
             for (int i = 0; i < d; i++) bad += memcmp(&g1[i], &r1[i], sizeof(float)) != 0;
             const int idbad = memcmp(gid1, rid1, sizeof(int32_t) * K) != 0, wbad = memcmp(gw1, rw1, sizeof(float) * K) != 0;
             if (bad || idbad || wbad) {
-                printf("  route_glu router %s %s/%s E %d K %d d %d F %d norm %d run %d: %lld of %d outputs (or the "
-                       "quantized GLU output) differ, "
+                printf("  route_glu router %s %s/%s E %d K %d d %d F %d norm %d run %d: %lld of %d outputs differ, "
                        "ids %s, weights %s\n", st_type_name(rt), st_type_name(gu_type), st_type_name(down_type), E, K,
                        d, F, norm, v, (long long)bad, d, idbad ? "DIFFER" : "same", wbad ? "DIFFER" : "same");
                 g_fail_cur++;
             }
         }
-        st_cuda_moe_glu_set_cluster(-1);
-        free(r1), free(g1), free(aq1), free(aq2);
+        free(r1), free(g1);
     }
     free(hg), free(hu), free(hd), free(hr), free(tbl), free(x0), free(add), free(nw), free(ref);
     void *bufs[] = {dg, du, ddn, drouter, dtbl, dx, dadd, dnw, dxn, dlog, dact, dw, dids, dxq, daq, dcnt};
