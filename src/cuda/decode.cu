@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
 // One row of n = 256 k <= 256 G32 elements, group g owning 256-element span g (lane l: elements 256 g + 32 j + l,
 // j < 8): the sum of squares meets in one barrier, and each group scales and quantizes its span from registers
-// (decode_common.cuh span_norm, span_quant). k_rmsnorm_act's chain has three barriers and two shared-memory passes.
+// (quant256 / quant32, as block_quant). k_rmsnorm_act's chain has three barriers and two shared-memory passes.
 // Bit for bit k_rmsnorm_act's outputs up to the double sum of squares' order (decode_rows.cuh wn_scale).
 #define SPAN_MAX_N (256 * G32)  // one group per 256-element span, at most G32 groups per block
 
@@ -105,28 +105,41 @@ __global__ void __launch_bounds__(SPAN_MAX_N / 8)
     k_rmsnorm_act_span(float *__restrict__ y, uint8_t *__restrict__ yq, int fmt, float *x, const float *res,
                        const float *__restrict__ w, int n, float eps) {
     __shared__ double part[G32];
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
+    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int i0 = 256 * g + lane;
-    float wv[1][8], v[1][8];
+    float wv[8], v[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) wv[0][j] = w[i0 + 32 * j];  // the norm weights are no kernel's output
+    for (int j = 0; j < 8; j++) wv[j] = w[i0 + 32 * j];  // the norm weights are no kernel's output
     st_pdl_wait();
     st_pdl_trigger();
 #pragma unroll
-    for (int j = 0; j < 8; j++) v[0][j] = x[i0 + 32 * j];
+    for (int j = 0; j < 8; j++) v[j] = x[i0 + 32 * j];
     if (res) {
         float r[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) r[j] = res[i0 + 32 * j];
 #pragma unroll
-        for (int j = 0; j < 8; j++) v[0][j] = __fadd_rn(v[0][j], r[j]), x[i0 + 32 * j] = v[0][j];  // (one thread each)
+        for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], r[j]), x[i0 + 32 * j] = v[j];  // (each element: one thread)
     }
-    span_norm<1>(v, wv, n, eps, part);
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) ss += (double)__fmul_rn(v[j], v[j]);
+    ss = g32_sum_d(ss);
+    if (lane == 0) part[g] = ss;
+    __syncthreads();
+    ss = 0;
+    for (int k = 0; k < ng; k++) ss += part[k];
+    const float scale = norm_rms_scale(ss, n, eps);
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = __fmul_rn(__fmul_rn(v[j], scale), wv[j]);
     if (y)
 #pragma unroll
-        for (int j = 0; j < 8; j++) y[i0 + 32 * j] = v[0][j];
+        for (int j = 0; j < 8; j++) y[i0 + 32 * j] = v[j];
     if (!yq) return;
-    span_quant(yq, n / 32, g, lane, v[0], fmt);
+    if (fmt == ST_TYPE_Q8_K) quant256(yq, n / 32, g, lane, v);
+    else
+#pragma unroll
+        for (int j = 0; j < 8; j++) quant32(yq, n / 32, 8 * g + j, lane, v[j], fmt == ST_TYPE_Q8_1);
 }
 
 static int g_norm_span = -1;  // st_cuda_rmsnorm_act_set_span; -1: STRATA_NORM_SPAN (default 1)
@@ -180,84 +193,11 @@ struct multi_args {
     const uint8_t *xq;             // the quantized input row (planar, st_q8_1_row_bytes(ne0))
 };
 
-// Global output row grow's matrix: its rows, output, addend (ADD), row bytes, type and the row r within it.
-struct multi_row {
-    const uint8_t *W;
-    float *y;
-    const float *add;
-    long long rb;
-    int type, r;
-};
-template <bool ADD> __device__ __forceinline__ multi_row multi_select(const multi_args &a, int grow) {
-    // An unrolled scan, so the argument arrays are never indexed dynamically.
-    multi_row m = {a.W[0], a.y[0], ADD ? a.add[0] : nullptr, a.row_bytes[0], a.type[0], grow};
-#pragma unroll
-    for (int i = 1; i < ST_DEC_MAX_MATS; i++)
-        if (i < a.n_mat && grow >= a.row_end[i - 1]) {
-            m.W = a.W[i], m.y = a.y[i], m.rb = a.row_bytes[i], m.type = a.type[i];
-            if (ADD) m.add = a.add[i];
-            m.r = grow - a.row_end[i - 1];
-        }
-    return m;
-}
-
-// The two-type instances: the k-quant mixes of the common *_K_M / *_K_S files' Q/K/V (e.g. Q4_K Q/K with V in Q6_K):
-// rows of the first type take its inlined row dot, the others the second's (a branch uniform in each group). The
-// runtime switch of instance 0 took 3.6 us per launch on such layers against 2.8 for all-Q4_K layers (CUPTI
-// timeline, 2026-12-04d).
-#define DEC_MIX_PAIRS(X)                                                                                           \
-    X(ST_TYPE_Q4_K, ST_TYPE_Q6_K) X(ST_TYPE_Q5_K, ST_TYPE_Q6_K) X(ST_TYPE_Q4_K, ST_TYPE_Q5_K)                       \
-        X(ST_TYPE_Q3_K, ST_TYPE_Q5_K) X(ST_TYPE_Q3_K, ST_TYPE_Q4_K) X(ST_TYPE_Q2_K, ST_TYPE_Q3_K)
-
-// The index in DEC_MIX_PAIRS of the pair {mats' two types} (either order), or -1: one type, three or more, a pair
-// without an instance, or STRATA_DEC_SWITCH.
-static inline int mix_pair(const st_cuda_dec_mat *mats, int n_mat) {
-    int ta = mats[0].type, tb = -1;
-    for (int i = 1; i < n_mat; i++)
-        if (mats[i].type != ta) {
-            if (tb >= 0 && mats[i].type != tb) return -1;
-            tb = mats[i].type;
-        }
-    if (tb < 0 || dec_switch_forced()) return -1;
-    int p = 0;
-#define MIX_INDEX(A, B)                                                                                            \
-    if ((ta == A && tb == B) || (ta == B && tb == A)) return p;                                                   \
-    p++;
-    DEC_MIX_PAIRS(MIX_INDEX)
-#undef MIX_INDEX
-    return -1;
-}
-
-// Checks mats (errors name fn) and fills a for rows of ne0 elements; returns the total row count, or -1.
-static inline int64_t multi_fill(const char *fn, const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, multi_args *a) {
-    if (n_mat < 1 || n_mat > ST_DEC_MAX_MATS) return st_err("%s: %d matrices (1..%d)", fn, n_mat, ST_DEC_MAX_MATS);
-    if (ne0 <= 0 || ne0 % 32) return st_err("%s: ne0 %lld", fn, (long long)ne0);
-    memset(a, 0, sizeof *a);
-    int64_t rows = 0;
-    for (int i = 0; i < n_mat; i++) {
-        const st_cuda_dec_mat *m = &mats[i];
-        const st_type_info *ti = st_type_get(m->type);
-        if (!ti || !st_cuda_dec_supported(m->type) || ne0 % ti->block_size)
-            return st_err("%s: matrix %d: type %s with rows of %lld is not supported", fn, i, st_type_name(m->type),
-                          (long long)ne0);
-        if (!m->W || !m->y || ((uintptr_t)m->W & 15) || ((uintptr_t)m->y & 3) || m->n_out <= 0)
-            return st_err("%s: matrix %d: bad pointer or n_out %lld", fn, i, (long long)m->n_out);
-        rows += m->n_out;
-        if (rows > INT32_MAX / 2) return st_err("%s: %lld rows in all", fn, (long long)rows);
-        a->W[i] = (const uint8_t *)m->W;
-        a->y[i] = m->y;
-        a->add[i] = m->add;
-        a->row_bytes[i] = (long long)st_row_size(m->type, ne0);
-        a->type[i] = m->type;
-        a->row_end[i] = (int)rows;
-    }
-    a->n_mat = n_mat;
-    a->nitems = (int)(ne0 / 32);
-    return rows;
-}
-
 // ADD (the O launch with the residual add): a separate instance, since holding the addend across the dot costs the
-// plain instances 4-10 registers (one spilled). TB: a two-type instance (DEC_MIX_PAIRS).
+// plain instances 4-10 registers (one spilled).
+// TB (a mixed-type launch of two k-quant types, e.g. Q4_K Q/K with V in Q6_K, as Q4_K_M files have): rows of type
+// TYPE take its inlined row dot, the others TB's: a branch uniform in each group. The runtime switch of instance 0
+// took 3.6 us per launch on such layers against 2.8 for all-Q4_K layers (CUPTI timeline, 2026-12-04d).
 template <int TYPE, bool ADD, int TB = 0>
 __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES; before any group leaves)
@@ -268,19 +208,31 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
         st_pdl_trigger();
         return;
     }
-    const multi_row m = multi_select<ADD>(a, grow);
-    const uint8_t *wr = m.W + (size_t)m.r * (size_t)m.rb;
-    for (long long off = (long long)lane * 128; off < m.rb; off += 32 * 128) st_prefetch_l2(wr + off);
+    // Select the matrix with an unrolled scan, so the argument arrays are never indexed dynamically.
+    const uint8_t *W = a.W[0];
+    float *y = a.y[0];
+    const float *add = ADD ? a.add[0] : nullptr;
+    long long rb = a.row_bytes[0];
+    int type = a.type[0], r = grow;
+#pragma unroll
+    for (int i = 1; i < ST_DEC_MAX_MATS; i++)
+        if (i < a.n_mat && grow >= a.row_end[i - 1]) {
+            W = a.W[i], y = a.y[i], rb = a.row_bytes[i], type = a.type[i];
+            if (ADD) add = a.add[i];
+            r = grow - a.row_end[i - 1];
+        }
+    const uint8_t *wr = W + (size_t)r * (size_t)rb;
+    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);
     st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
     st_pdl_trigger();
-    const float base = ADD && m.add ? m.add[m.r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
+    const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
     float v;
-    if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(m.type, wr, a.xq, a.nitems, lane);
+    if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
     else if constexpr (TB != 0)
-        v = m.type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
-                           : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
+        v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
+                         : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
     else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
-    if (lane == 0) m.y[m.r] = ADD && m.add ? __fadd_rn(base, v) : v;
+    if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
 }
 
 template <int TYPE>
@@ -296,12 +248,54 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULTI0) k_mmvq_multi_mix
     mmvq_multi_body<TA, false, TB>(a);
 }
 
+// The two-type instances (k_mmvq_multi_mix): the k-quant mixes of the common *_K_M / *_K_S files' Q/K/V.
+#define DEC_MIX_PAIRS(X)                                                                                           \
+    X(ST_TYPE_Q4_K, ST_TYPE_Q6_K) X(ST_TYPE_Q5_K, ST_TYPE_Q6_K) X(ST_TYPE_Q4_K, ST_TYPE_Q5_K)                       \
+        X(ST_TYPE_Q3_K, ST_TYPE_Q5_K) X(ST_TYPE_Q3_K, ST_TYPE_Q4_K) X(ST_TYPE_Q2_K, ST_TYPE_Q3_K)
+
+// k_mmvq_multi_mix for mats of exactly the types {ta, tb} (either order), else NULL.
+static void (*mix_pick(const st_cuda_dec_mat *mats, int n_mat))(const multi_args) {
+    int ta = mats[0].type, tb = -1;
+    for (int i = 1; i < n_mat; i++)
+        if (mats[i].type != ta) {
+            if (tb >= 0 && mats[i].type != tb) return NULL;
+            tb = mats[i].type;
+        }
+    if (tb < 0 || dec_switch_forced()) return NULL;
+#define MIX_CASE(A, B)                                                                                             \
+    if ((ta == A && tb == B) || (ta == B && tb == A)) return k_mmvq_multi_mix<A, B>;
+    DEC_MIX_PAIRS(MIX_CASE)
+#undef MIX_CASE
+    return NULL;
+}
+
 extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_t ne0, const void *xq,
                                   cudaStream_t stream) {
-    multi_args a;
-    const int64_t rows = multi_fill("st_cuda_mmvq_multi", mats, n_mat, ne0, &a);
-    if (rows < 0) return -1;
+    if (n_mat < 1 || n_mat > ST_DEC_MAX_MATS) return st_err("st_cuda_mmvq_multi: %d matrices (1..%d)", n_mat, ST_DEC_MAX_MATS);
+    if (ne0 <= 0 || ne0 % 32) return st_err("st_cuda_mmvq_multi: ne0 %lld", (long long)ne0);
     if (!xq || ((uintptr_t)xq & 15)) return st_err("st_cuda_mmvq_multi: xq must be a 16-byte aligned device pointer");
+    multi_args a;
+    memset(&a, 0, sizeof a);
+    int64_t rows = 0;
+    for (int i = 0; i < n_mat; i++) {
+        const st_cuda_dec_mat *m = &mats[i];
+        const st_type_info *ti = st_type_get(m->type);
+        if (!ti || !st_cuda_dec_supported(m->type) || ne0 % ti->block_size)
+            return st_err("st_cuda_mmvq_multi: matrix %d: type %s with rows of %lld is not supported", i,
+                          st_type_name(m->type), (long long)ne0);
+        if (!m->W || !m->y || ((uintptr_t)m->W & 15) || ((uintptr_t)m->y & 3) || m->n_out <= 0)
+            return st_err("st_cuda_mmvq_multi: matrix %d: bad pointer or n_out %lld", i, (long long)m->n_out);
+        rows += m->n_out;
+        if (rows > INT32_MAX / 2) return st_err("st_cuda_mmvq_multi: %lld rows in all", (long long)rows);
+        a.W[i] = (const uint8_t *)m->W;
+        a.y[i] = m->y;
+        a.add[i] = m->add;
+        a.row_bytes[i] = (long long)st_row_size(m->type, ne0);
+        a.type[i] = m->type;
+        a.row_end[i] = (int)rows;
+    }
+    a.n_mat = n_mat;
+    a.nitems = (int)(ne0 / 32);
     a.xq = (const uint8_t *)xq;
     const int per_block = DEC_THREADS / G32;
     int same = 1, any_add = 0;
@@ -311,12 +305,8 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
     if (same && any_add) DEC_PICK(fn, k_mmvq_multi_add, mats[0].type);
     else if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
     else if (!any_add) {
-        const int p = mix_pair(mats, n_mat);
-        int i = 0;
-#define MIX_CASE(A, B)                                                                                             \
-    if (p == i++) fn = k_mmvq_multi_mix<A, B>;
-        DEC_MIX_PAIRS(MIX_CASE)
-#undef MIX_CASE
+        void (*mix)(const multi_args) = mix_pick(mats, n_mat);
+        if (mix) fn = mix;
     }
     st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);
     return launch_check("mmvq_multi");

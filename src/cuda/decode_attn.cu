@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(ATT_NT)
 // but 534.9 vs 543.3 at depth 0 (H200, 2026-12-04e; the engine takes 8 from 2048 positions on, engine/gpu.c).
 #define ATC_NW 4
 #ifndef ATC_NW_WIDE
-#define ATC_NW_WIDE 8  // (-D for an A/B build, e.g. 6 warps with -DATC_ST=4: one tile more in flight per warp)
+#define ATC_NW_WIDE 8  // (-D for an A/B build; 6 warps with -DATC_ST=4 lost, tg128 @ d16384 -5.1%, 2026-12-05)
 #endif
 #define ATC_TP 16                         // positions per warp tile
 #ifndef ATC_ST

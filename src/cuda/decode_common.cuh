@@ -492,45 +492,6 @@ __device__ void block_quant(int fmt, const float *src, uint8_t *row, int nb, int
     }
 }
 
-// ---- the span RMSNorm: one row normalised by a block's groups, one barrier ---------------------------------------
-//
-// Group g of the block's ng owns the 256-element spans kb = g + ng s (s < NS) of a row of n = 256 k elements, lane l
-// holding v[s][j] = element 256 kb + 32 j + l. The squares (rounded to float, summed in double as the CPU does) meet
-// in part[kb] across one barrier and are summed in span order, so any ng and NS give the same scale (bit for bit
-// k_rmsnorm_act up to the double sum's order). On return v holds the normalised values, v * scale * w.
-template <int NS>
-__device__ __forceinline__ void span_norm(float (&v)[NS][8], const float (&w)[NS][8], int n, float eps,
-                                          double *part) {
-    const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32, nsp = n / 256;
-#pragma unroll
-    for (int s = 0; s < NS; s++) {
-        const int kb = g + ng * s;
-        if (kb >= nsp) continue;  // (uniform per group)
-        double ss = 0;
-#pragma unroll
-        for (int j = 0; j < 8; j++) ss += (double)__fmul_rn(v[s][j], v[s][j]);
-        ss = g32_sum_d(ss);
-        if (lane == 0) part[kb] = ss;
-    }
-    __syncthreads();
-    double ss = 0;
-    for (int k = 0; k < nsp; k++) ss += part[k];
-    const float scale = norm_rms_scale(ss, n, eps);
-#pragma unroll
-    for (int s = 0; s < NS; s++)
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[s][j] = __fmul_rn(__fmul_rn(v[s][j], scale), w[s][j]);
-}
-
-// Span kb of a planar row of nb 32-blocks in format fmt (Q8_K: one 256-element block; Q8_0 / Q8_1: eight), the group's
-// lane l holding v[j] = element 256 kb + 32 j + l (span_norm's layout); row in global or shared memory.
-__device__ __forceinline__ void span_quant(uint8_t *row, int nb, int kb, int lane, const float (&v)[8], int fmt) {
-    if (fmt == ST_TYPE_Q8_K) quant256(row, nb, kb, lane, v);
-    else
-#pragma unroll
-        for (int j = 0; j < 8; j++) quant32(row, nb, 8 * kb + j, lane, v[j], fmt == ST_TYPE_Q8_1);
-}
-
 static inline bool dec_fmt_ok(int fmt) { return fmt == ST_TYPE_Q8_0 || fmt == ST_TYPE_Q8_1 || fmt == ST_TYPE_Q8_K; }
 
 #endif

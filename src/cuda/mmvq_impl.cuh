@@ -187,11 +187,19 @@ __global__ void __launch_bounds__(MMVQ_WARPS * ST_WARP_SIZE) st_k_mmvq(const st_
 #define ST_MMVQ_STAGE_MAX_SMEM 49152  // dynamic shared bytes per block (MMVQ_WARPS x rows x row bytes)
 #define ST_MMVQ_STAGE_U 8             // 16-byte loads per lane in flight per pass
 
-// The warp's nrows rows from row0 on (contiguous) into its shared staging sw with 16-byte streaming loads,
-// ST_MMVQ_STAGE_U per lane in flight per pass; ends with __syncwarp.
-__device__ __forceinline__ void st_mmvq_stage_rows(const st_mmvq_args &a, long long row0, int nrows, uint4 *sw) {
-    const int lane = threadIdx.x, total = nrows * (int)(a.row_bytes / 16);
-    const uint4 *src = (const uint4 *)(a.W + (size_t)row0 * (size_t)a.row_bytes);
+template <int TYPE>
+__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(const st_mmvq_args a) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE), RW = ST_MMVQ_STAGE_ROWS;
+    constexpr int AMODE = ST_QB_AMODE(TYPE), BMODE = ST_QB_BMODE(TYPE);
+    extern __shared__ __align__(16) uint4 st_stage[];  // [MMVQ_WARPS][RW][row_bytes / 16]
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int n16 = (int)(a.row_bytes / 16);
+    const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + warp) * RW;
+    const int nrows = (int)min((long long)RW, (long long)a.n_out - row0);  // rows of this warp (<= 0: none)
+    if (nrows <= 0) return;  // whole warps; no block barrier below
+    uint4 *sw = st_stage + (size_t)warp * RW * n16;
+    const uint4 *src = (const uint4 *)(a.W + (size_t)row0 * (size_t)a.row_bytes);  // the warp's rows, contiguous
+    const int total = nrows * n16;
     for (int c0 = 0; c0 < total; c0 += ST_WARP_SIZE * ST_MMVQ_STAGE_U) {
         uint4 v[ST_MMVQ_STAGE_U];
 #pragma unroll
@@ -206,56 +214,22 @@ __device__ __forceinline__ void st_mmvq_stage_rows(const st_mmvq_args &a, long l
         }
     }
     __syncwarp();
-}
-
-// The staged kernel's prologue. st_mmvq_warp: the warp's RW rows, from row0 = (block MMVQ_WARPS + warp) RW on (n <= 0:
-// none; the warp leaves, and no block barrier follows in the kernel). st_mmvq_stage_warp: those rows into its
-// staging ([MMVQ_WARPS][RW][row_bytes / 16] uint4), then the dependency wait: the rows are weights (no kernel's
-// output), staged before it, so a PDL launch (the LM head after the final norm) has its first wave's rows in flight
-// while the previous kernel finishes. (Two helpers, not one returning the rows: that shape took the staged Q6_K
-// kernel from 48 to 56 registers.)
-struct st_mmvq_warp_rows {
-    long long row0;  // the warp's first output row
-    int n;           // its row count (<= 0: none)
-};
-template <int RW> __device__ __forceinline__ st_mmvq_warp_rows st_mmvq_warp(const st_mmvq_args &a) {
-    const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + threadIdx.y) * RW;
-    return {row0, (int)min((long long)RW, (long long)a.n_out - row0)};
-}
-// (w.n > 0) returns the staged rows in shared memory ([n][row_bytes]).
-template <int RW>
-__device__ __forceinline__ const uint8_t *st_mmvq_stage_warp(const st_mmvq_args &a, const st_mmvq_warp_rows &w) {
-    extern __shared__ __align__(16) uint4 st_stage[];
-    uint4 *sw = st_stage + (size_t)threadIdx.y * RW * (size_t)(a.row_bytes / 16);
-    st_mmvq_stage_rows(a, w.row0, w.n, sw);
+    // The dependency wait after the staging: the rows are weights (no kernel's output), so a PDL launch (the LM head
+    // after the final norm) has its first wave's rows in flight while the previous kernel finishes.
     st_pdl_wait();
     st_pdl_trigger();
-    return (const uint8_t *)sw;
-}
-
-// Activation item it of the one-token planar row xq (nitems items): quants as 8 ints and the (d, s) pair.
-__device__ __forceinline__ float2 st_mmvq_act_item(const st_mmvq_args &a, int it, int32_t (&q)[8]) {
-    const uint4 *qp = (const uint4 *)(a.xq + (size_t)it * 32);
-    const uint4 v0 = qp[0], v1 = qp[1];
-    q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
-    q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
-    return ((const float2 *)(a.xq + (size_t)a.nitems * 32))[it];
-}
-
-template <int TYPE>
-__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(const st_mmvq_args a) {
-    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE), RW = ST_MMVQ_STAGE_ROWS;
-    constexpr int AMODE = ST_QB_AMODE(TYPE), BMODE = ST_QB_BMODE(TYPE);
-    const int lane = threadIdx.x;
-    const st_mmvq_warp_rows wr = st_mmvq_warp<RW>(a);
-    if (wr.n <= 0) return;  // whole warps; no block barrier below
-    const uint8_t *rows = st_mmvq_stage_warp<RW>(a, wr);
+    const uint8_t *rows = (const uint8_t *)sw;
+    const uint8_t *xds = a.xq + (size_t)a.nitems * 32;
     float acc[RW];
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0.0f;
     for (int it = lane; it < a.nitems; it += ST_WARP_SIZE) {
         int32_t q[8];
-        const float2 ds = st_mmvq_act_item(a, it, q);
+        const uint4 *qp = (const uint4 *)(a.xq + (size_t)it * 32);
+        const uint4 v0 = qp[0], v1 = qp[1];
+        q[0] = (int32_t)v0.x, q[1] = (int32_t)v0.y, q[2] = (int32_t)v0.z, q[3] = (int32_t)v0.w;
+        q[4] = (int32_t)v1.x, q[5] = (int32_t)v1.y, q[6] = (int32_t)v1.z, q[7] = (int32_t)v1.w;
+        const float2 ds = ((const float2 *)xds)[it];
         const int blk = it / IPB, j = it % IPB;
 #pragma unroll
         for (int r = 0; r < RW; r++) {
@@ -266,12 +240,12 @@ __global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(con
     }
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = st_warp_sum(acc[r]);
-    if (lane < wr.n) {
+    if (lane < nrows) {
         float o = acc[0];
 #pragma unroll
         for (int r = 1; r < RW; r++)
             if (lane == r) o = acc[r];
-        a.y[wr.row0 + lane] = o;
+        a.y[row0 + lane] = o;
     }
 }
 
@@ -289,8 +263,8 @@ static inline size_t st_mmvq_staged_smem(int type, const st_mmvq_args &a, int n_
     const size_t smem = (size_t)MMVQ_WARPS * ST_MMVQ_STAGE_ROWS * (size_t)a.row_bytes;
     return st_mmvq_staging && smem <= ST_MMVQ_STAGE_MAX_SMEM ? smem : 0;
 }
-// The staged kernel as a PDL launch (default; STRATA_MMVQ_PDL=0: a plain launch, A/B). Predicted 2026-12-04f: the LM
-// head's launch gap and its first wave's DRAM latency behind the final norm, ~2-4 us per token (unmeasured).
+// The staged kernel as a PDL launch (default; STRATA_MMVQ_PDL=0: a plain launch, A/B): the LM head's launch gap and
+// first rows behind the final norm. H200 (2026-12-05): tg128 560.70 vs 560.44 tok/s, ~1 us per token (predicted 2-4).
 static inline bool st_mmvq_pdl(void) {
     static int v = -1;
     return env_switch(&v, "STRATA_MMVQ_PDL", 1) != 0;

@@ -426,29 +426,21 @@ ST_HD void st_qb_unpack_q5_K(const uint8_t *x, int j, st_qb_w *w) {
         w->v[k] = (int32_t)(((q[k] >> sh) & 0x0f0f0f0fu) | (((qh[k] >> j) & 0x01010101u) << 4));
     st_qb_k45_ab(h, j, w);
 }
-// Q6_K quarter s of a half block: its 32 weights from the loaded words, ql8 the 8 words of its ql bytes (64 h + 32
-// (s & 1)), qh8 the half's 8 qh words; then st_qb_q6_K_scales with its two int8 scales (bytes 192 + 8 h + 2 s, + 1,
-// as a u16) and the block's d.
-ST_HD void st_qb_q6_K_quants(const uint32_t *ql8, const uint32_t *qh8, int s, st_qb_w *w) {
-    const int shl = 4 * (s >> 1), shh = 2 * s;
-    ST_QB_UNROLL
-    for (int k = 0; k < 8; k++) {
-        const uint32_t q6 = ((ql8[k] >> shl) & 0x0f0f0f0fu) | (((qh8[k] >> shh) & 0x03030303u) << 4);
-        w->v[k] = (int32_t)st_vsub4(q6, 0x20202020u);
-    }
-}
-ST_HD void st_qb_q6_K_scales(uint32_t sc, float d, st_qb_w *w) {
-    st_qb_set_ab(w, d * (float)(int8_t)(sc & 0xff), d * (float)(int8_t)(sc >> 8), 0.0f, 0.0f);
-}
 // Q6_K: sub-block j = half h (128 elements) and quarter s; see blocks.h for the bit placement.
 ST_HD void st_qb_unpack_q6_K(const uint8_t *x, int j, st_qb_w *w) {
     const int h = j >> 2, s = j & 3;
     uint32_t ql[8], qh[8];
     st_qb_ldw(x + 64 * h + 32 * (s & 1), ql, 8, 2);
     st_qb_ldw(x + 128 + 32 * h, qh, 8, 2);
-    st_qb_q6_K_quants(ql, qh, s, w);
+    const int shl = 4 * (s >> 1), shh = 2 * s;
+    ST_QB_UNROLL
+    for (int k = 0; k < 8; k++) {
+        const uint32_t q6 = ((ql[k] >> shl) & 0x0f0f0f0fu) | (((qh[k] >> shh) & 0x03030303u) << 4);
+        w->v[k] = (int32_t)st_vsub4(q6, 0x20202020u);
+    }
     const uint32_t sc = st_qb_u16(x + 192 + 8 * h + 2 * s);
-    st_qb_q6_K_scales(sc, st_qb_f16(st_qb_u16(x + 208)), w);
+    const float d = st_qb_f16(st_qb_u16(x + 208));
+    st_qb_set_ab(w, d * (float)(int8_t)(sc & 0xff), d * (float)(int8_t)(sc >> 8), 0.0f, 0.0f);
 }
 // Q3_K 6-bit scale i (0..15), bias removed, from the 12 packed bytes in three words w[0..2] (bytes 0-3, 4-7,
 // 8-11): low nibble of byte i (i < 8) or high nibble of byte i - 8, and 2 bits of byte 8 + i % 4. Registers only
