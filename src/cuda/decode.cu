@@ -198,7 +198,9 @@ struct multi_args {
 // TB (a mixed-type launch of two k-quant types, e.g. Q4_K Q/K with V in Q6_K, as Q4_K_M files have): rows of type
 // TYPE take its inlined row dot, the others TB's: a branch uniform in each group. The runtime switch of instance 0
 // took 3.6 us per launch on such layers against 2.8 for all-Q4_K layers (CUPTI timeline, 2026-12-04d).
-template <int TYPE, bool ADD, int TB = 0>
+// NI > 0 (MULTI_STAGE instances, nitems <= 32 NI): the group's row is loaded and unpacked into registers before the
+// dependency wait (row_stage), so after it only the activations' L2 round trip and the dots remain.
+template <int TYPE, bool ADD, int TB = 0, int NI = 0>
 __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES; before any group leaves)
     const int lane = threadIdx.x % G32;
@@ -222,30 +224,69 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
             r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
-    for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);
-    st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
-    st_pdl_trigger();
-    const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
-    float v;
-    if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
-    else if constexpr (TB != 0)
-        v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
-                         : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
-    else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
-    if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
+    if constexpr (NI > 0) {
+        st_qb_w w[NI];
+        if (TB == 0 || type == TYPE) row_stage<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
+        else row_stage<(TB > 0 ? TB : TYPE), DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
+        st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
+        st_pdl_trigger();
+        const float base = ADD && add ? add[r] : 0.0f;
+        const float v = TB == 0 || type == TYPE ? row_dot_staged<TYPE, NI>(w, a.xq, a.nitems, lane)
+                                                : row_dot_staged<(TB > 0 ? TB : TYPE), NI>(w, a.xq, a.nitems, lane);
+        if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
+    } else {
+        for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);
+        st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
+        st_pdl_trigger();
+        const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
+        float v;
+        if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
+        else if constexpr (TB != 0)
+            v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
+                             : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
+        else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
+        if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
+    }
 }
 
-template <int TYPE>
+template <int TYPE, int NI = 0>
 __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi(const multi_args a) {
-    mmvq_multi_body<TYPE, false>(a);
+    mmvq_multi_body<TYPE, false, 0, NI>(a);
 }
-template <int TYPE>
+template <int TYPE, int NI = 0>
 __global__ void __launch_bounds__(DEC_THREADS, TYPE == 0 ? DEC_MINB_MULTI0 : 0) k_mmvq_multi_add(const multi_args a) {
-    mmvq_multi_body<TYPE, true>(a);
+    mmvq_multi_body<TYPE, true, 0, NI>(a);
 }
-template <int TA, int TB>
+template <int TA, int TB, int NI = 0>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULTI0) k_mmvq_multi_mix(const multi_args a) {
-    mmvq_multi_body<TA, false, TB>(a);
+    mmvq_multi_body<TA, false, TB, NI>(a);
+}
+
+// MULTI_STAGE (A/B build, default 0): the Q/K/V and O launches of the common k-quant / Q8_0 types with rows of at
+// most 128 items (4096 weights) take the NI instances (mmvq_multi_body: the row in registers before the wait).
+#ifndef MULTI_STAGE
+#define MULTI_STAGE 0
+#endif
+#define MULTI_STAGE_TYPES(X) X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K) X(ST_TYPE_Q8_0)
+
+// The staged instance for matrices all of type t (add: the residual instance), or NULL.
+static void (*multi_stage_pick(int t, int nitems, bool add))(const multi_args) {
+#if MULTI_STAGE
+    if (nitems > 4 * G32 || dec_switch_forced()) return NULL;
+    const bool two = nitems <= 2 * G32;
+#define STAGE_CASE(T)                                                                                              \
+    case T:                                                                                                        \
+        if (add) return two ? k_mmvq_multi_add<T, 2> : k_mmvq_multi_add<T, 4>;                                     \
+        return two ? k_mmvq_multi<T, 2> : k_mmvq_multi<T, 4>;
+    switch (t) {
+        MULTI_STAGE_TYPES(STAGE_CASE)
+    default: break;
+    }
+#undef STAGE_CASE
+#else
+    (void)t, (void)nitems, (void)add;
+#endif
+    return NULL;
 }
 
 // The two-type instances (k_mmvq_multi_mix): the k-quant mixes of the common *_K_M / *_K_S files' Q/K/V.
@@ -254,7 +295,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULTI0) k_mmvq_multi_mix
         X(ST_TYPE_Q3_K, ST_TYPE_Q5_K) X(ST_TYPE_Q3_K, ST_TYPE_Q4_K) X(ST_TYPE_Q2_K, ST_TYPE_Q3_K)
 
 // k_mmvq_multi_mix for mats of exactly the types {ta, tb} (either order), else NULL.
-static void (*mix_pick(const st_cuda_dec_mat *mats, int n_mat))(const multi_args) {
+static void (*mix_pick(const st_cuda_dec_mat *mats, int n_mat, int nitems))(const multi_args) {
     int ta = mats[0].type, tb = -1;
     for (int i = 1; i < n_mat; i++)
         if (mats[i].type != ta) {
@@ -262,8 +303,15 @@ static void (*mix_pick(const st_cuda_dec_mat *mats, int n_mat))(const multi_args
             tb = mats[i].type;
         }
     if (tb < 0 || dec_switch_forced()) return NULL;
+#if MULTI_STAGE
+#define MIX_CASE(A, B)                                                                                             \
+    if ((ta == A && tb == B) || (ta == B && tb == A))                                                              \
+        return nitems > 4 * G32 ? k_mmvq_multi_mix<A, B> : nitems > 2 * G32 ? k_mmvq_multi_mix<A, B, 4>             \
+                                                                            : k_mmvq_multi_mix<A, B, 2>;
+#else
 #define MIX_CASE(A, B)                                                                                             \
     if ((ta == A && tb == B) || (ta == B && tb == A)) return k_mmvq_multi_mix<A, B>;
+#endif
     DEC_MIX_PAIRS(MIX_CASE)
 #undef MIX_CASE
     return NULL;
@@ -302,10 +350,12 @@ extern "C" int st_cuda_mmvq_multi(const st_cuda_dec_mat *mats, int n_mat, int64_
     for (int i = 1; i < n_mat; i++) same &= mats[i].type == mats[0].type;
     for (int i = 0; i < n_mat; i++) any_add |= mats[i].add != NULL;
     void (*fn)(const multi_args) = any_add ? k_mmvq_multi_add<0> : k_mmvq_multi<0>;
-    if (same && any_add) DEC_PICK(fn, k_mmvq_multi_add, mats[0].type);
+    void (*staged)(const multi_args) = same ? multi_stage_pick(mats[0].type, a.nitems, any_add) : NULL;
+    if (staged) fn = staged;
+    else if (same && any_add) DEC_PICK(fn, k_mmvq_multi_add, mats[0].type);
     else if (same) DEC_PICK(fn, k_mmvq_multi, mats[0].type);
     else if (!any_add) {
-        void (*mix)(const multi_args) = mix_pick(mats, n_mat);
+        void (*mix)(const multi_args) = mix_pick(mats, n_mat, a.nitems);
         if (mix) fn = mix;
     }
     st_dec_launch(fn, dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(DEC_THREADS), 0, stream, a);

@@ -157,6 +157,36 @@ __device__ __forceinline__ float row_dot(const uint8_t *row, const uint8_t *xq, 
     return g32_sum_f(acc);
 }
 
+// row_dot in two halves around a dependency wait: row_stage unpacks the lane's items of a weight row (item lane +
+// 32 i into w[i], i < NI, NI * 32 >= nitems) before the wait (weights are no kernel's output), row_dot_staged takes
+// them against the activations after it, in row_dot's order (bit for bit): the weights' L2/HBM round trip and
+// unpack leave the chain that follows the wait.
+template <int TYPE, int MODE, int NI>
+__device__ __forceinline__ void row_stage(const uint8_t *row, int nitems, int lane, st_qb_w (&w)[NI]) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int it = lane + i * G32;
+        if (it < nitems) dec_unpack<TYPE, MODE>(row + (size_t)(it / IPB) * TS, it % IPB, &w[i]);
+    }
+}
+template <int TYPE, int NI>
+__device__ __forceinline__ float row_dot_staged(const st_qb_w (&w)[NI], const uint8_t *xq, int nitems, int lane) {
+    const uint8_t *xds = xq + (size_t)nitems * 32;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int it = lane + i * G32;
+        if (it < nitems) {
+            int32_t q[8];
+            float2 ds;
+            load_act(xq, xds, it, q, ds);
+            acc += st_qb_dot_w(&w[i], q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
+        }
+    }
+    return g32_sum_f(acc);
+}
+
 // Two rows (gate, up) against the same activations in one pass.
 template <int TYPE, int MODE = 0>
 __device__ __forceinline__ void row_dot2(const uint8_t *ra, const uint8_t *rb, const uint8_t *xq, int nitems, int lane,

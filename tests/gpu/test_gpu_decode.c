@@ -236,7 +236,9 @@ static void test_rmsnorm_act(void) {
 
 // ---- mmvq_multi --------------------------------------------------------------------------------------------------
 
-static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, int ne0) {
+// add_last: the last matrix adds a vector (the O launch's residual: the _add instances); 0: the plain and two-type
+// instances (the Q/K/V launch).
+static void test_mmvq_multi_case_ex(const int *types, const int *rows, int n_mat, int ne0, int add_last) {
     const int fmt = st_cuda_act_format(types[0]);
     float *x = rand_f32(ne0, 1.0f);
     float *dx = dup_h2d(x, sizeof(float) * ne0);
@@ -248,7 +250,7 @@ static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, i
     for (int i = 0; i < n_mat; i++) {
         hw[i] = rand_weights(types[i], rows[i], ne0);
         // The last matrix adds a vector to its dots (the O launch's residual add): its reference is dot + add.
-        hadd[i] = i == n_mat - 1 ? rand_f32(rows[i], 2.0f) : NULL;
+        hadd[i] = add_last && i == n_mat - 1 ? rand_f32(rows[i], 2.0f) : NULL;
         m[i].add = hadd[i] ? dup_h2d(hadd[i], sizeof(float) * rows[i]) : NULL;
         m[i].type = types[i];
         m[i].W = dup_h2d(hw[i], st_row_size(types[i], ne0) * rows[i]);
@@ -296,11 +298,27 @@ static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, i
     cudaFree(dx), cudaFree(dxq);
 }
 
+static void test_mmvq_multi_case(const int *types, const int *rows, int n_mat, int ne0) {
+    test_mmvq_multi_case_ex(types, rows, n_mat, ne0, 1);
+}
+
 static void test_mmvq_multi(void) {
     const int big = g_quick ? 512 : 4096;
     {
         const int t[3] = {ST_TYPE_Q4_K, ST_TYPE_Q4_K, ST_TYPE_Q6_K}, r[3] = {big, 512, 512};
         test_mmvq_multi_case(t, r, 3, 2048);  // Qwen3-30B-A3B Q4_K_M attention (V in Q6_K)
+    }
+    {  // one type (the per-type instances; under MULTI_STAGE the staged ones: 2 and 4 items per lane, partial)
+        const int t[3] = {ST_TYPE_Q4_K, ST_TYPE_Q4_K, ST_TYPE_Q4_K}, r[3] = {big, 512, 512};
+        test_mmvq_multi_case_ex(t, r, 3, 2048, 0);  // Qwen3-30B-A3B attention, all Q4_K
+        const int tm[3] = {ST_TYPE_Q4_K, ST_TYPE_Q4_K, ST_TYPE_Q6_K};
+        test_mmvq_multi_case_ex(tm, r, 3, 2048, 0);  // and with V in Q6_K (the two-type instance)
+        const int o[1] = {ST_TYPE_Q4_K}, ro[1] = {2048};
+        test_mmvq_multi_case(o, ro, 1, 4096);  // its O projection with the residual
+        const int t8[2] = {ST_TYPE_Q8_0, ST_TYPE_Q8_0}, r8[2] = {300, 45};
+        test_mmvq_multi_case(t8, r8, 2, 3072);
+        const int t6[2] = {ST_TYPE_Q6_K, ST_TYPE_Q6_K}, r6[2] = {77, 64};
+        test_mmvq_multi_case(t6, r6, 2, 1280);
     }
     {
         const int t[4] = {ST_TYPE_Q2_K, ST_TYPE_Q3_K, ST_TYPE_Q5_K, ST_TYPE_Q4_K}, r[4] = {64, 33, 129, 7};
