@@ -1280,9 +1280,7 @@ int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
         return st_err("generation: forced token %d is not in the vocabulary (%u)", *forced, g->m->hp.n_vocab);
     // The position and a forced input by one kernel's arguments (not two copies from host memory), unless the
     // queued sampler already sets this position and the input is its sample
-    static int always = -1;  // STRATA_GEN_SET_STEP=1: the launch at every step (A/B)
-    if (always < 0) always = getenv("STRATA_GEN_SET_STEP") && atoi(getenv("STRATA_GEN_SET_STEP")) == 1;
-    if ((forced || always || s->pos_preset != s->n_past) &&
+    if ((forced || s->pos_preset != s->n_past) &&
         st_cuda_set_step(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1, st))
         return -1;
     s->pos_preset = -1;
