@@ -572,7 +572,7 @@ __device__ void block_argmax(float &v, int &i) {
 // in any order) and writes the pick to *d_token, to *h_token (host memory the device can write: the caller's copy
 // without a copy operation; NULL: none) and to d_debug ([0] 1, [1] 0, [2] the pick): one launch, not two.
 __global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int zero_hist, int32_t *d_token,
-                        int32_t *h_token, int32_t *d_debug, int32_t *d_pos, int32_t next_pos) {
+                        int32_t *h_token, int32_t *d_debug) {
     float v = -INFINITY;
     int i = 0x7fffffff;
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x)
@@ -595,7 +595,6 @@ __global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int z
         if (threadIdx.x == 0) {
             if (i == 0x7fffffff) i = 0;  // all NaN: the CPU loop would return 0 too
             *d_token = i;
-            if (d_pos) *d_pos = next_pos;
             if (h_token) *(volatile int32_t *)h_token = i;
             if (d_debug) d_debug[0] = 1, d_debug[1] = 0, d_debug[2] = i;
         }
@@ -624,7 +623,7 @@ extern "C" int st_cuda_argmax(int32_t *d_token, const float *logits, int n_vocab
                               cudaStream_t stream) {
     if (n_vocab <= 0) return st_err("st_cuda_argmax: empty vocabulary");
     k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, (sample_ws *)workspace, 0, d_token, NULL,
-                                                     NULL, NULL, 0);
+                                                     NULL);
     return launch_check("argmax");
 }
 
@@ -788,7 +787,7 @@ __device__ double block_scan(double v, double *tmp) {
 
 // Pass 5 (one block of SAMPLE_SORT_THREADS): sort the gathered candidates and apply the CPU sampler's arithmetic.
 __global__ void k_sample_final(int32_t *d_token, int32_t *h_token, sample_ws *ws, st_cuda_sample_params p,
-                               int32_t *d_debug, int32_t *d_pos, int32_t next_pos) {
+                               int32_t *d_debug) {
     extern __shared__ unsigned char smem[];
     float *sv = (float *)smem;                       // [ST_CUDA_SAMPLE_CAP] logits
     int32_t *si = (int32_t *)(sv + ST_CUDA_SAMPLE_CAP);  // [ST_CUDA_SAMPLE_CAP] ids
@@ -888,7 +887,6 @@ __global__ void k_sample_final(int32_t *d_token, int32_t *h_token, sample_ws *ws
     __syncthreads();
     if (tid == 0) {
         *d_token = nf > 0 ? si[s_pick] : 0;  // nf == 0 only when no logit is finite
-        if (d_pos) *d_pos = next_pos;
         if (h_token) *(volatile int32_t *)h_token = *d_token;
         ws->draws = ctr + 1;
         if (d_debug) {
@@ -902,17 +900,16 @@ __global__ void k_sample_final(int32_t *d_token, int32_t *h_token, sample_ws *ws
 
 extern "C" int st_cuda_sample(int32_t *d_token, const float *logits, int n_vocab, const st_cuda_sample_params *p,
                               void *workspace, int32_t *d_debug, cudaStream_t stream) {
-    return st_cuda_sample_to(d_token, NULL, logits, n_vocab, p, workspace, d_debug, NULL, 0, stream);
+    return st_cuda_sample_to(d_token, NULL, logits, n_vocab, p, workspace, d_debug, stream);
 }
 
 extern "C" int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float *logits, int n_vocab,
-                                 const st_cuda_sample_params *p, void *workspace, int32_t *d_debug, int32_t *d_pos,
-                                 int32_t next_pos, cudaStream_t stream) {
+                                 const st_cuda_sample_params *p, void *workspace, int32_t *d_debug,
+                                 cudaStream_t stream) {
     if (n_vocab <= 0) return st_err("st_cuda_sample: empty vocabulary");
     sample_ws *ws = (sample_ws *)workspace;
     if (p->temperature <= 0.0f) {
-        k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 0, d_token, h_token, d_debug, d_pos,
-                                                         next_pos);
+        k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 0, d_token, h_token, d_debug);
         return launch_check("sample (greedy)");
     }
     // Set on every call (a host-side attribute of the current device, cheap, not a stream operation), so no
@@ -921,10 +918,10 @@ extern "C" int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float
     cudaError_t e = cudaFuncSetAttribute(k_sample_final, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return st_err("cuda: sample: cudaFuncSetAttribute: %s", cudaGetErrorString(e));
     const float cutoff = 30.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
-    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 1, NULL, NULL, NULL, NULL, 0);
+    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 1, NULL, NULL, NULL);
     k_sample_hist<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, cutoff);
     k_sample_plan<<<1, SAMPLE_SORT_THREADS, 0, stream>>>(ws, *p);
     k_sample_gather<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, cutoff);
-    k_sample_final<<<1, SAMPLE_SORT_THREADS, smem, stream>>>(d_token, h_token, ws, *p, d_debug, d_pos, next_pos);
+    k_sample_final<<<1, SAMPLE_SORT_THREADS, smem, stream>>>(d_token, h_token, ws, *p, d_debug);
     return launch_check("sample");
 }

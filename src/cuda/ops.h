@@ -127,12 +127,9 @@ typedef struct st_cuda_sample_params {
 int st_cuda_sample(int32_t *d_token, const float *logits, int n_vocab, const st_cuda_sample_params *p,
                    void *workspace, int32_t *d_debug, cudaStream_t stream);
 // The same, also writing the token to h_token: host memory the device can write (cudaMallocHost), so the caller
-// needs no copy operation (read it once an event recorded after this call has completed); NULL: none. d_pos (or
-// NULL): also *d_pos = next_pos by the kernel that writes the token, the next one-token step's position without
-// st_cuda_set_step's launch between the steps.
+// needs no copy operation (read it once an event recorded after this call has completed); NULL: none.
 int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float *logits, int n_vocab,
-                      const st_cuda_sample_params *p, void *workspace, int32_t *d_debug, int32_t *d_pos,
-                      int32_t next_pos, cudaStream_t stream);
+                      const st_cuda_sample_params *p, void *workspace, int32_t *d_debug, cudaStream_t stream);
 
 // The next one-token step's inputs by one kernel: *d_pos = pos and, when forced >= 0, *d_token = forced (two
 // 4-byte copies from host memory cost more between decode steps: CUPTI timeline 2026-12-04d).

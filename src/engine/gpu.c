@@ -136,8 +136,6 @@ struct st_gpu_session {
     cudaEvent_t gen_ev[GEN_RING]; // recorded after each slot's sampler launch
     int gen_head, gen_n;        // next slot to fill; samples queued and not yet popped
     st_cuda_sample_params gen_p;
-    int64_t pos_preset;         // the position the last queued sampler writes into d_pos (-1: none), so the next
-                                // push at that position and without a forced token needs no st_cuda_set_step
 };
 
 int st_gpu_available(void) { return st_cuda_device_count() > 0; }
@@ -479,7 +477,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     if (!s) return st_err("out of memory"), NULL;
     s->g = g;
     s->n_ctx = n_ctx;
-    s->pos_preset = -1;
     s->kv_f16 = kv_f16;
     s->stream = g->ctx.streams[0];
     int fail = 0;
@@ -678,7 +675,6 @@ void st_gpu_session_free(st_gpu_session *s) {
 }
 
 void st_gpu_session_truncate(st_gpu_session *s, int64_t n_keep) {
-    s->pos_preset = -1;
     if (n_keep < s->n_past) s->n_past = n_keep < 0 ? 0 : n_keep;
 }
 int64_t st_gpu_session_n_past(const st_gpu_session *s) { return s->n_past; }
@@ -709,7 +705,6 @@ int st_gpu_session_kv_transfer(st_gpu_session *s, uint8_t *host, int64_t n, int6
     if (!to_host) {
         memcpy(s->tokens, tokens, sizeof(int32_t) * (size_t)n);
         s->n_past = n;
-        s->pos_preset = -1;
     }
     return 0;
 }
@@ -1158,7 +1153,6 @@ static int eval_tokens(st_gpu_session *s, const int32_t *tokens, int64_t n, floa
     if (n <= 0) return 0;
     if (st_model_check_batch(g->m, tokens, n, s->n_past, s->n_ctx)) return -1;
     int64_t start = s->n_past;
-    s->pos_preset = -1;  // (its steps write d_pos themselves)
     size_t nv = hp->n_vocab;
     int64_t n_dec = 0, n_pre = 0;  // tokens through step() / step_prefill() (hybrid counters)
     // all-position logits: at most LOGITS_ROWS rows a step, so the logits buffer stays within the plan
@@ -1223,20 +1217,16 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
 // Each step's sample stays in d_tokens[0], where the next step's embedding reads it, and the sampler's last kernel
 // also writes it into a pinned slot the host reads one step later: the host queues step i + 1 before it waits for
 // token i, so the GPU never waits for the host between tokens (no logits copy, no host sampling, no launch latency
-// on the critical path; between two steps only the sampler runs, which also sets the next step's position (a forced
-// token or another position takes st_cuda_set_step's one-thread kernel as well).
+// on the critical path; between two steps only the sampler and st_cuda_set_step's one-thread kernel run).
 
-// Queues the sample of s->logits row 0 into d_tokens[0] and its copy into the next slot; the sampler also sets
-// d_pos to next_pos, the next step's position (without a launch of its own between the steps).
-static int gen_sample(st_gpu_session *s, int64_t next_pos) {
+// Queues the sample of s->logits row 0 into d_tokens[0] and its copy into the next slot.
+static int gen_sample(st_gpu_session *s) {
     cudaStream_t st = s->stream;
     const int slot = s->gen_head;
     // The sampler's last kernel writes the token into the pinned slot itself (no copy operation between steps).
-    s->pos_preset = -1;
     if (st_cuda_sample_to(s->d_tokens, s->h_gen + 4 * slot, s->logits, (int)s->g->m->hp.n_vocab, &s->gen_p,
-                          s->sample_ws, NULL, s->d_pos, (int32_t)next_pos, st))
+                          s->sample_ws, NULL, st))
         return -1;
-    s->pos_preset = next_pos;
     if (cudaEventRecord(s->gen_ev[slot], st) != cudaSuccess)
         return st_cuda_check_at(cudaGetLastError(), "queueing the sampled token's event", __FILE__, __LINE__);
     s->gen_head = (slot + 1) % GEN_RING;
@@ -1268,7 +1258,7 @@ int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const 
     s->gen_head = 0;
     s->gen_n = 0;
     if (eval_tokens(s, tokens, n, NULL, 0, 1)) return -1;
-    return gen_sample(s, s->n_past);
+    return gen_sample(s);
 }
 
 int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
@@ -1278,14 +1268,10 @@ int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
     if (s->n_past >= s->n_ctx) return st_err("context full (%lld tokens)", (long long)s->n_ctx);
     if (forced && (*forced < 0 || (uint32_t)*forced >= g->m->hp.n_vocab))
         return st_err("generation: forced token %d is not in the vocabulary (%u)", *forced, g->m->hp.n_vocab);
-    // The position and a forced input by one kernel's arguments (not two copies from host memory), unless the
-    // queued sampler already sets this position and the input is its sample
-    if ((forced || s->pos_preset != s->n_past) &&
-        st_cuda_set_step(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1, st))
-        return -1;
-    s->pos_preset = -1;
+    // The position and a forced input by one kernel's arguments (not two copies from host memory)
+    if (st_cuda_set_step(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1, st)) return -1;
     if (g->hy && st_hybrid_before_eval(g->hy, st)) return -1;
-    if (step_one(s) || gen_sample(s, s->n_past + 1)) return -1;
+    if (step_one(s) || gen_sample(s)) return -1;
     s->tokens[s->n_past] = forced ? *forced : -1;  // a sampled input: the caller names it (st_gpu_gen_end)
     s->n_past++;
     if (g->hy) return st_hybrid_after_eval(g->hy, &s->hstats, 1, 0, 0, st);
@@ -1304,7 +1290,6 @@ int st_gpu_gen_pop(st_gpu_session *s, int32_t *token) {
 
 void st_gpu_gen_end(st_gpu_session *s, int64_t n_past, const int32_t *tail, int64_t n_tail) {
     s->gen_n = 0;
-    s->pos_preset = -1;
     if (n_past < s->n_past) s->n_past = n_past < 0 ? 0 : n_past;
     for (int64_t i = 0; i < n_tail; i++)
         if (s->n_past - n_tail + i >= 0) s->tokens[s->n_past - n_tail + i] = tail[i];

@@ -440,18 +440,9 @@ static void test_argmax_sampler(void) {
             st_cuda_sample_params tp = gp;
             tp.temperature = t ? 0.8f : 0.0f;
             poison(dtok, sizeof(int32_t));
-            int32_t *dpos = dalloc(sizeof(int32_t)), pos = -1;
-            poison(dpos, sizeof(int32_t));
-            CKL(st_cuda_sample_to(dtok, h, dl, V, &tp, ws, NULL, dpos, 1000 + (int32_t)trial, 0));
+            CKL(st_cuda_sample_to(dtok, h, dl, V, &tp, ws, NULL, 0));
             CK(cudaDeviceSynchronize());
             d2h(&got, dtok, sizeof got);
-            d2h(&pos, dpos, sizeof pos);
-            cudaFree(dpos);
-            if (pos != 1000 + (int32_t)trial) {
-                printf("  sample_to (%s) trial %d: next position %d, want %d\n", t ? "T 0.8" : "greedy", (int)trial,
-                       (int)pos, 1000 + (int)trial);
-                g_fail_cur++;
-            }
             if (*h != got || (t == 0 && got != want)) {
                 printf("  sample_to (%s) trial %d: host %d device %d (want %d)\n", t ? "T 0.8" : "greedy", (int)trial,
                        (int)*h, (int)got, (int)want);
