@@ -262,10 +262,13 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULTI0) k_mmvq_multi_mix
     mmvq_multi_body<TA, false, TB, NI>(a);
 }
 
-// MULTI_STAGE (A/B build, default 0): the Q/K/V and O launches of the common k-quant / Q8_0 types with rows of at
-// most 128 items (4096 weights) take the NI instances (mmvq_multi_body: the row in registers before the wait).
+// MULTI_STAGE (default 1; -DMULTI_STAGE=0 for an A/B build): the Q/K/V and O launches of the common k-quant / Q8_0
+// types with rows of at most 128 items (4096 weights) take the NI instances (mmvq_multi_body: the row in registers
+// before the wait, instead of an L2 prefetch and the loads after it). H200, Qwen3-30B-A3B Q4_K_M (2026-12-05b):
+// tg128 587.8 vs 564.0 tok/s (+4.2%); the same launches without any weight bytes (DEC_UNPACK_PROBE=2,
+// DEC_PROBE_KERNELS=1) 603.1, so the staging removes ~60% of what those weights cost the chain.
 #ifndef MULTI_STAGE
-#define MULTI_STAGE 0
+#define MULTI_STAGE 1
 #endif
 #define MULTI_STAGE_TYPES(X) X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K) X(ST_TYPE_Q8_0)
 
@@ -659,7 +662,9 @@ extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, 
 #ifndef DQ_T
 #define DQ_T 3
 #endif
-// DOWN_STAGE (A/B build, default 0): moe_down_body unpacks its guessed rows into registers before the wait.
+// DOWN_STAGE (A/B build, default 0): moe_down_body unpacks its guessed rows into registers before the wait (1: every
+// per-type instance, 2: Q6_K only, whose instance holds them without spills). With MULTI_STAGE, DOWN_STAGE=1 lost
+// on an H200: tg128 583.9 vs 587.8 (2026-12-05b; ptxas: the Q4_K instance spills 56 / 32 bytes against 4 / 4).
 #ifndef DOWN_STAGE
 #define DOWN_STAGE 0
 #endif
@@ -741,7 +746,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
 #if ST_DOWN_ROWS4 && DOWN_GUESS && DOWN_STAGE
     // DOWN_STAGE: where a group's tasks take one pass and a row one item per lane, the guessed rows' items are
     // unpacked into registers before the wait; after it a task whose id matches its guess needs only the activations.
-    constexpr bool can_stage = TYPE != 0 && !JOIN && !SELFQ;
+    constexpr bool can_stage = TYPE != 0 && !JOIN && !SELFQ && (DOWN_STAGE == 1 || TYPE == ST_TYPE_Q6_K);
     const bool stage = can_stage && K * DOWN_R <= ng * DOWN_N && nitems <= G32;
     st_qb_w sw[can_stage ? DOWN_N : 1];
     if constexpr (can_stage) {
