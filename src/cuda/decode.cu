@@ -662,12 +662,6 @@ extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, 
 #ifndef DQ_T
 #define DQ_T 3
 #endif
-// DOWN_STAGE (A/B build, default 0): moe_down_body unpacks its guessed rows into registers before the wait (1: every
-// per-type instance, 2: Q6_K only, whose instance holds them without spills). With MULTI_STAGE, DOWN_STAGE=1 lost
-// on an H200: tg128 583.9 vs 587.8 (2026-12-05b; ptxas: the Q4_K instance spills 56 / 32 bytes against 4 / 4).
-#ifndef DOWN_STAGE
-#define DOWN_STAGE 0
-#endif
 
 // One token's K activation rows of n_ff (f32 at act, the GLU's output: plain loads, so a SM's blocks share the
 // lines) quantized in the CPU format fmt into shared rows aq of stride aq_stride, by all the block's groups; ends
@@ -743,25 +737,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
 #if ST_DOWN_ROWS4 && DOWN_GUESS
     __syncthreads();  // (before the wait: costs the chain nothing)
 #endif
-#if ST_DOWN_ROWS4 && DOWN_GUESS && DOWN_STAGE
-    // DOWN_STAGE: where a group's tasks take one pass and a row one item per lane, the guessed rows' items are
-    // unpacked into registers before the wait; after it a task whose id matches its guess needs only the activations.
-    constexpr bool can_stage = TYPE != 0 && !JOIN && !SELFQ && (DOWN_STAGE == 1 || TYPE == ST_TYPE_Q6_K);
-    const bool stage = can_stage && K * DOWN_R <= ng * DOWN_N && nitems <= G32;
-    st_qb_w sw[can_stage ? DOWN_N : 1];
-    if constexpr (can_stage) {
-        constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
-        if (stage && lane < nitems) {
-#pragma unroll
-            for (int n = 0; n < DOWN_N; n++) {
-                const int task = g + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R;
-                const uint8_t *b = task < K * DOWN_R && r < d ? s_gb[k] : NULL;
-                if (b) dec_unpack<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(b + (size_t)r * (size_t)row_bytes +
-                                                                           (size_t)(lane / IPB) * TS, lane % IPB, &sw[n]);
-            }
-        }
-    }
-#endif
     st_pdl_wait();
     st_pdl_trigger();
     int pbase = 0;  // the first rank row of actq
@@ -771,39 +746,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         actq = dq_rows;
         pbase = t * K;
     }
-#if ST_DOWN_ROWS4 && DOWN_GUESS && DOWN_STAGE
-    if constexpr (can_stage) {
-        if (stage) {
-            constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
-#pragma unroll
-            for (int n = 0; n < DOWN_N; n++) {
-                const int task = g + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
-                if (task >= K * DOWN_R) continue;
-                float v = f_nan();
-                const int e = r < d ? ids[p] : -1;
-                if (e >= 0 && e < E) {
-                    float acc = 0.0f;
-                    if (lane < nitems) {
-                        if (e != s_ge[k]) {  // a wrong guess: this row's item now, as row_dotN would
-                            const uint8_t *row = st_tbl_entry(tbl, 3 * e + 2) + (size_t)r * (size_t)row_bytes;
-                            dec_unpack<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(row + (size_t)(lane / IPB) * TS,
-                                                                               lane % IPB, &sw[n]);
-                        }
-                        const uint8_t *xr = actq + (size_t)(p - pbase) * (size_t)aq_stride;
-                        int32_t q[8];
-                        float2 ds;
-                        load_act(xr, xr + (size_t)nitems * 32, lane, q, ds);
-                        acc = st_qb_dot_w(&sw[n], q, ds.x, ds.y, ST_QB_AMODE(TYPE), ST_QB_BMODE(TYPE));
-                    }
-                    v = g32_sum_f(acc);
-                }
-                if (lane == 0) ys[k][task % DOWN_R] = v;
-            }
-        }
-    }
-    if (!stage)
-#endif
-    {
 #if ST_DOWN_ROWS4
     if constexpr (TYPE != 0) {
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
@@ -848,7 +790,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
             else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(row, xr, nitems, lane);
         }
         if (lane == 0) ys[k][rr] = v;
-    }
     }
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
