@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(SPAN_MAX_N / 8)
     float wv[8], v[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) wv[j] = w[i0 + 32 * j];  // the norm weights are no kernel's output
-    st_pdl_wait();
-    st_pdl_trigger();
+    st_pdl_wait_trigger<1>();
 #pragma unroll
     for (int j = 0; j < 8; j++) v[j] = x[i0 + 32 * j];
     if (res) {
@@ -206,8 +205,7 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
     const int lane = threadIdx.x % G32;
     const int grow = blockIdx.x * (blockDim.x / G32) + threadIdx.x / G32;  // global output row
     if (grow >= a.row_end[a.n_mat - 1]) {  // whole groups leave (no barrier below)
-        st_pdl_wait();  // (a block's exit before its wait would be fine too; keep the rule simple)
-        st_pdl_trigger();
+        st_pdl_wait_trigger<8>();  // (a block's exit before its wait would be fine too; keep the rule simple)
         return;
     }
     // Select the matrix with an unrolled scan, so the argument arrays are never indexed dynamically.
@@ -228,16 +226,14 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
         st_qb_w w[NI];
         if (TB == 0 || type == TYPE) row_stage<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
         else row_stage<(TB > 0 ? TB : TYPE), DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
-        st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
-        st_pdl_trigger();
+        st_pdl_wait_trigger<8>();  // xq (and y's previous readers) belong to earlier kernels
         const float base = ADD && add ? add[r] : 0.0f;
         const float v = TB == 0 || type == TYPE ? row_dot_staged<TYPE, NI>(w, a.xq, a.nitems, lane)
                                                 : row_dot_staged<(TB > 0 ? TB : TYPE), NI>(w, a.xq, a.nitems, lane);
         if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
     } else {
         for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);
-        st_pdl_wait();  // xq (and y's previous readers) belong to earlier kernels
-        st_pdl_trigger();
+        st_pdl_wait_trigger<8>();  // xq (and y's previous readers) belong to earlier kernels
         const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
         float v;
         if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
@@ -496,8 +492,7 @@ __global__ void __launch_bounds__(ROUTER_GROUPS * G32)
     float4 wp[ROUTER_PRE], gw[WN_U];
     router_preload<float>(W + (int64_t)(have ? task : 0) * ne0, n4, lane, have, wp);
     wn_load(gw, nw, n4, lane);
-    st_pdl_wait();
-    st_pdl_trigger();
+    st_pdl_wait_trigger<2>();
     float4 v[WN_U];
     wn_load(v, x, n4, lane);
     wn_apply(v, wn_scale(v, ne0, eps), gw);
@@ -737,8 +732,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
 #if ST_DOWN_ROWS4 && DOWN_GUESS
     __syncthreads();  // (before the wait: costs the chain nothing)
 #endif
-    st_pdl_wait();
-    st_pdl_trigger();
+    st_pdl_wait_trigger<16>();
     int pbase = 0;  // the first rank row of actq
     if constexpr (SELFQ) {
         extern __shared__ __align__(16) uint8_t dq_rows[];  // [K][aq_stride]: token t's K rows, quantized here

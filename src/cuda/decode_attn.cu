@@ -857,8 +857,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
         }
     }
 #endif
-    st_pdl_wait();  // q and this step's K/V row come from earlier work
-    st_pdl_trigger();
+    st_pdl_wait_trigger<4>();  // q and this step's K/V row come from earlier work
     if (split >= n_act) return;  // idle split (uniform per block)
 
     // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is

@@ -48,6 +48,20 @@ __device__ __forceinline__ void st_pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
+// PDL_EARLY (A/B build, default 0): bits of the launches that let their dependents be scheduled before their own
+// wait instead of after it (1 the span norm, 2 the router fold, 4 the decode attention, 8 Q/K/V and O, 16 the down
+// projection, 32 the GLU), so the next launch's blocks take SM slots, and start their pre-wait loads, as soon as
+// slots free up. Safe either way: a kernel's whole grid is resident before it triggers, and each wait still waits
+// for the whole previous grid.
+#ifndef PDL_EARLY
+#define PDL_EARLY 0
+#endif
+template <int BIT> __device__ __forceinline__ void st_pdl_wait_trigger() {
+    if (PDL_EARLY & BIT) st_pdl_trigger();
+    st_pdl_wait();
+    if (!(PDL_EARLY & BIT)) st_pdl_trigger();
+}
+
 // Brings a weight line into L2 ahead of use (before st_pdl_wait, while the previous kernel finishes).
 __device__ __forceinline__ void st_prefetch_l2(const void *p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

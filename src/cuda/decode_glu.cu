@@ -103,8 +103,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
-    st_pdl_wait();  // ids (or logits), xq: earlier kernels
-    st_pdl_trigger();
+    st_pdl_wait_trigger<32>();  // ids (or logits), xq: earlier kernels
     int e;
     if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
     else e = ids[p];
