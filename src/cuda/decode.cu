@@ -222,27 +222,26 @@ __device__ __forceinline__ void mmvq_multi_body(const multi_args &a) {
             r = grow - a.row_end[i - 1];
         }
     const uint8_t *wr = W + (size_t)r * (size_t)rb;
+    constexpr int TO = TB > 0 ? TB : TYPE;  // the other type of a two-type instance
+    const bool own = TB == 0 || type == TYPE;
+    st_qb_w w[NI > 0 ? NI : 1];
     if constexpr (NI > 0) {
-        st_qb_w w[NI];
-        if (TB == 0 || type == TYPE) row_stage<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
-        else row_stage<(TB > 0 ? TB : TYPE), DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
-        st_pdl_wait_trigger<8>();  // xq (and y's previous readers) belong to earlier kernels
-        const float base = ADD && add ? add[r] : 0.0f;
-        const float v = TB == 0 || type == TYPE ? row_dot_staged<TYPE, NI>(w, a.xq, a.nitems, lane)
-                                                : row_dot_staged<(TB > 0 ? TB : TYPE), NI>(w, a.xq, a.nitems, lane);
-        if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
+        if (own) row_stage<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
+        else row_stage<TO, DEC_TAB | DEC_PROBE(DEC_PK_MULTI), NI>(wr, a.nitems, lane, w);
     } else {
         for (long long off = (long long)lane * 128; off < rb; off += 32 * 128) st_prefetch_l2(wr + off);
-        st_pdl_wait_trigger<8>();  // xq (and y's previous readers) belong to earlier kernels
-        const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
-        float v;
-        if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
-        else if constexpr (TB != 0)
-            v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
-                             : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
-        else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
-        if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
     }
+    st_pdl_wait_trigger<8>();  // xq (and y's previous readers) belong to earlier kernels
+    const float base = ADD && add ? add[r] : 0.0f;  // (issued before the dot: its L2 round trip off the chain)
+    float v;
+    if constexpr (NI > 0)
+        v = own ? row_dot_staged<TYPE, NI>(w, a.xq, a.nitems, lane) : row_dot_staged<TO, NI>(w, a.xq, a.nitems, lane);
+    else if constexpr (TYPE == 0) v = row_dot_any<DEC_PROBE(DEC_PK_MULTI)>(type, wr, a.xq, a.nitems, lane);
+    else if constexpr (TB != 0)
+        v = type == TYPE ? row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane)
+                         : row_dot<TB, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
+    else v = row_dot<TYPE, DEC_TAB | DEC_PROBE(DEC_PK_MULTI)>(wr, a.xq, a.nitems, lane);
+    if (lane == 0) y[r] = ADD && add ? __fadd_rn(base, v) : v;
 }
 
 template <int TYPE, int NI = 0>
@@ -268,11 +267,19 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_MULTI0) k_mmvq_multi_mix
 #endif
 #define MULTI_STAGE_TYPES(X) X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K) X(ST_TYPE_Q8_0)
 
+#if MULTI_STAGE
+// The staged instances' items per lane for rows of nitems items: 2 or 4, or 0 (not staged).
+static int multi_stage_ni(int nitems) {
+    return nitems > 4 * G32 || dec_switch_forced() ? 0 : nitems > 2 * G32 ? 4 : 2;
+}
+#endif
+
 // The staged instance for matrices all of type t (add: the residual instance), or NULL.
 static void (*multi_stage_pick(int t, int nitems, bool add))(const multi_args) {
 #if MULTI_STAGE
-    if (nitems > 4 * G32 || dec_switch_forced()) return NULL;
-    const bool two = nitems <= 2 * G32;
+    const int ni = multi_stage_ni(nitems);
+    if (!ni) return NULL;
+    const bool two = ni == 2;
 #define STAGE_CASE(T)                                                                                              \
     case T:                                                                                                        \
         if (add) return two ? k_mmvq_multi_add<T, 2> : k_mmvq_multi_add<T, 4>;                                     \
@@ -303,10 +310,10 @@ static void (*mix_pick(const st_cuda_dec_mat *mats, int n_mat, int nitems))(cons
         }
     if (tb < 0 || dec_switch_forced()) return NULL;
 #if MULTI_STAGE
+    const int ni = multi_stage_ni(nitems);
 #define MIX_CASE(A, B)                                                                                             \
     if ((ta == A && tb == B) || (ta == B && tb == A))                                                              \
-        return nitems > 4 * G32 ? k_mmvq_multi_mix<A, B> : nitems > 2 * G32 ? k_mmvq_multi_mix<A, B, 4>             \
-                                                                            : k_mmvq_multi_mix<A, B, 2>;
+        return ni == 0 ? k_mmvq_multi_mix<A, B> : ni == 4 ? k_mmvq_multi_mix<A, B, 4> : k_mmvq_multi_mix<A, B, 2>;
 #else
 #define MIX_CASE(A, B)                                                                                             \
     if ((ta == A && tb == B) || (ta == B && tb == A)) return k_mmvq_multi_mix<A, B>;
