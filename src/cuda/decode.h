@@ -126,9 +126,18 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 // written, [n_used]) taken inside the GLU launch, then st_cuda_moe_glu_q of those experts; bit for bit
 // st_cuda_router_topk + st_cuda_moe_glu_q. n_used <= 32, n_expert <= 512. Default for one token
 // (STRATA_GLU_ROUTE=0: the router routes).
+// aff (NULL or gate0 NULL: the table): where every expert of the layer lies at a fixed stride (all in VRAM), the
+// launch may take expert e's rows at gate0 / up0 + e stride without the table's load (GLU_AFFINE builds;
+// st_cuda_glu_affine_enabled says whether this build does).
+typedef struct {
+    const void *gate0, *up0;  // expert 0's gate and up rows [n_ff][n_embd]
+    long long stride;         // bytes from expert e to e + 1 (may be negative); all three 16-byte aligned
+} st_cuda_glu_affine;
+int st_cuda_glu_affine_enabled(void);
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                             const void *xq, const float *logits, int norm, int n_used, int32_t *ids, float *weights,
-                            float *act, void *actq, int act_format, int32_t *counters, cudaStream_t stream);
+                            float *act, void *actq, int act_format, int32_t *counters, const st_cuda_glu_affine *aff,
+                            cudaStream_t stream);
 // Hybrid one-token decode (STRATA_HY_GLU_SIDE, after st_cuda_router_logits): st_cuda_moe_route_glu_q plus one
 // side block that routes (ids, weights written) and then counts by `count` (its progress word left alone) or, with
 // `split`, runs the router tail's classify, count, exports and ring (st_cuda_router_topk_split's; ids_gpu written

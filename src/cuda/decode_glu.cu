@@ -21,7 +21,17 @@ struct glu_route {
     int norm;             // renormalise the top-k weights
     int32_t *ids;         // [K] out
     float *weights;       // [K] out
+    st_cuda_glu_affine aff;  // (GLU_AFFINE) expert e's gate / up rows at gate0 / up0 + e stride; gate0 NULL: the table
 };
+
+// GLU_AFFINE (A/B build, default 0): the routing launch takes its expert's gate / up rows from the affine layout
+// the engine passes (every weight in VRAM: expert e at a fixed stride) instead of the table. The table entry is an
+// L2 load that only the route can address, so it sat on the chain between the route and the rows' loads (~0.3-0.5
+// us per layer predicted; the table's entries staged in shared memory before the wait lost 3% on 2026-11-30,
+// when the ids came from the router, at the cost of every block's staging).
+#ifndef GLU_AFFINE
+#define GLU_AFFINE 0
+#endif
 
 // The rows of GLU block bx of pair p (token t): the group of `lane` computes rows r + j DEC_GROUPS, j < R (r = bx R
 // DEC_GROUPS + group), from expert e's gate / up matrices (e outside [0, E): NaN rows, for an invalid id or a rank
@@ -35,12 +45,18 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
                                          long long row_bytes, int n_ff, const uint8_t *__restrict__ xq,
                                          long long xq_stride, int t, int p, int bx, int lane, int r, float *act,
                                          uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
-                                         int32_t *counters) {
+                                         int32_t *counters, const st_cuda_glu_affine *aff = nullptr) {
     float v[R];
 #pragma unroll
     for (int j = 0; j < R; j++) v[j] = f_nan();
     if (e >= 0 && e < E) {
-        const uint8_t *gate = st_tbl_entry(tbl, 3 * e), *up = st_tbl_entry(tbl, 3 * e + 1);
+        const uint8_t *gate, *up;
+        if (GLU_AFFINE && aff && aff->gate0) {  // (uniform: a kernel parameter)
+            gate = (const uint8_t *)aff->gate0 + (long long)e * aff->stride;
+            up = (const uint8_t *)aff->up0 + (long long)e * aff->stride;
+        } else {
+            gate = st_tbl_entry(tbl, 3 * e), up = st_tbl_entry(tbl, 3 * e + 1);
+        }
         const uint8_t *x = xq + (size_t)t * (size_t)xq_stride;
         float a[R], b[R];
         if constexpr (TYPE == 0) {
@@ -108,7 +124,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
     else e = ids[p];
     glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
-                      aq_stride, fmt, chunk_rows, counters);
+                      aq_stride, fmt, chunk_rows, counters, ROUTE ? &rt.aff : nullptr);
 }
 
 // The hybrid side-block GLU (st_cuda_moe_route_glu_hy), one token, two rows per group: a 1-D grid, block 0 the side
@@ -212,7 +228,7 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
     if (route && fn == k_moe_glu<0, 1>)
         return st_err("st_cuda_moe_route_glu_q: gate/up type %s has no routing instance", st_type_name(gu_type));
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
-    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL};
+    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL, {NULL, NULL, 0}};
     const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
@@ -232,9 +248,12 @@ extern "C" int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_ex
 extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd,
                                        int64_t n_ff, const void *xq, const float *logits, int norm, int n_used,
                                        int32_t *ids, float *weights, float *act, void *actq, int act_format,
-                                       int32_t *counters, cudaStream_t stream) {
+                                       int32_t *counters, const st_cuda_glu_affine *aff, cudaStream_t stream) {
     if (!actq) return st_err("st_cuda_moe_route_glu_q: no quantized output given");
-    const glu_route rt = {logits, norm, ids, weights};
+    if (aff && aff->gate0 && (!aff->up0 || ((uintptr_t)aff->gate0 & 15) || ((uintptr_t)aff->up0 & 15) ||
+                              aff->stride % 16))
+        return st_err("st_cuda_moe_route_glu_q: the affine experts need gate0, up0 and the stride 16-byte aligned");
+    const glu_route rt = {logits, norm, ids, weights, aff ? *aff : st_cuda_glu_affine{NULL, NULL, 0}};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
                    NULL, stream);
 }
@@ -263,10 +282,12 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
     hy.cnt.pf.progress = NULL;  // (the branch off: no plan reads it; with the branch, the router's snapshot launch
                                 // set it, hybrid.h st_hy_snap_args)
     if (split) hy.split = *split, hy.has_split = 1;
-    const glu_route rt = {logits, norm, ids, weights};
+    const glu_route rt = {logits, norm, ids, weights, {NULL, NULL, 0}};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
                    &hy, stream);
 }
+
+extern "C" int st_cuda_glu_affine_enabled(void) { return GLU_AFFINE; }
 
 extern "C" int st_cuda_moe_glu(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                                const void *xq, const int32_t *ids, int n_tok, int n_used, float *act,

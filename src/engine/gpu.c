@@ -956,9 +956,14 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                 continue;
             }
             const int dfmt = st_cuda_act_format(L->down_exps.type);
+            // Every weight in VRAM (no hybrid): the table is affine (build_expert_tables), so the routing GLU
+            // launch may address its expert's rows without it (decode.h st_cuda_glu_affine).
+            const long long gu_stride = (long long)L->gate_exps.ne[1] * (long long)L->gate_exps.row_bytes;
+            const st_cuda_glu_affine aff = {L->gate_exps.d, L->up_exps.d, gu_stride};
+            const int aff_ok = L->up_exps.type == L->gate_exps.type && L->up_exps.ne[1] == L->gate_exps.ne[1];
             if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
-                                                      s->ffn_a, s->xq2, dfmt, s->dec_counters, st)
+                                                      s->ffn_a, s->xq2, dfmt, s->dec_counters, aff_ok ? &aff : NULL, st)
                  : hy_side ? st_cuda_moe_route_glu_hy(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
                                                       s->ffn_a, s->xq2, dfmt, s->dec_counters, &hc, NULL, st)

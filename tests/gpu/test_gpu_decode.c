@@ -782,6 +782,12 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
         tbl[3 * e + 2] = ddn + (size_t)(E - 1 - e) * dn_exp;
     }
     void *dtbl = dup_h2d(tbl, sizeof(void *) * 3 * E);
+    // The affine runs (GLU_AFFINE builds): the same experts by gate0 / up0 + e stride (a negative stride here), and
+    // a table whose gate / up entries all name expert 0, so a GLU that read the table would differ.
+    const st_cuda_glu_affine aff = {dg + (size_t)(E - 1) * gu_exp, du + (size_t)(E - 1) * gu_exp, -(long long)gu_exp};
+    for (int e = 0; e < E; e++) tbl[3 * e] = tbl[0], tbl[3 * e + 1] = tbl[1];
+    void *dtbl_aff = dup_h2d(tbl, sizeof(void *) * 3 * E);
+    const int n_runs = st_cuda_glu_affine_enabled() ? 5 : 3;
     float *x0 = rand_f32(d, 1.0f), *add = rand_f32(d, 0.5f), *nw = rand_f32(d, 0.1f);
     for (int i = 0; i < d; i++) nw[i] += 1.0f;
     float *dx = dup_h2d(x0, sizeof(float) * d), *dadd = dup_h2d(add, sizeof(float) * d), *dnw = dup_h2d(nw, sizeof(float) * d);
@@ -804,11 +810,11 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
     if (moved < d / 2) printf("  route_glu: the reference barely moved x (%lld of %d)\n", (long long)moved, d), g_fail_cur++;
     // The route taken inside the GLU launch (st_cuda_router_logits + st_cuda_moe_route_glu_q, the default for one
     // token) against st_cuda_router_topk + st_cuda_moe_glu_q, then st_cuda_moe_down_sum for both: bit for bit,
-    // twice (the chunk counters must come back to zero).
+    // twice (the chunk counters must come back to zero), then twice more by the affine layout where built in.
     {
         float *r1 = xmalloc(sizeof(float) * d), *g1 = xmalloc(sizeof(float) * d), rw1[32], gw1[32];
         int32_t rid1[32], gid1[32];
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < n_runs; v++) {
             CK(cudaMemcpy(dx, x0, sizeof(float) * d, cudaMemcpyHostToDevice));
             poison(dlog, sizeof(float) * E), poison(dact, sizeof(float) * K * F), poison(daq, aqb);
             poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
@@ -819,8 +825,8 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
                                       dcnt, 0));
             } else {
                 CKL(st_cuda_router_logits(rt, drouter, d, E, dxn, dlog, NULL, 0));
-                CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)dtbl, E, d, F, dxq, dlog, norm, K, dids, dw,
-                                            dact, daq, dfmt, dcnt, 0));
+                CKL(st_cuda_moe_route_glu_q(gu_type, (const void *const *)(v < 3 ? dtbl : dtbl_aff), E, d, F, dxq,
+                                            dlog, norm, K, dids, dw, dact, daq, dfmt, dcnt, v < 3 ? NULL : &aff, 0));
             }
             CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dw, 1, K, dx, dx, 0));
             d2h(v ? g1 : r1, dx, sizeof(float) * d), d2h(v ? gid1 : rid1, dids, sizeof(int32_t) * K);
@@ -839,7 +845,7 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
         free(r1), free(g1);
     }
     free(hg), free(hu), free(hd), free(hr), free(tbl), free(x0), free(add), free(nw), free(ref);
-    void *bufs[] = {dg, du, ddn, drouter, dtbl, dx, dadd, dnw, dxn, dlog, dact, dw, dids, dxq, daq, dcnt};
+    void *bufs[] = {dg, du, ddn, drouter, dtbl, dtbl_aff, dx, dadd, dnw, dxn, dlog, dact, dw, dids, dxq, daq, dcnt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
 }
 
