@@ -384,6 +384,23 @@ __device__ __forceinline__ void wn_quant_span(const float4 (&v)[WN_U], int sp, i
     }
 }
 
+// ROUTE_SORTED (A/B build, default 0; sm_80+ 32-lane groups, E <= 128): the top-K rounds of route_group_t from
+// lane lists sorted once (probability descending, id ascending: a 5-comparator network), so a round takes each
+// lane's head instead of scanning its PL values, and only the winning lane shifts its list. The same picks in the
+// same order (the order is total: ids differ). The route runs on every GLU block's chain after its wait.
+#ifndef ROUTE_SORTED
+#define ROUTE_SORTED 0
+#endif
+
+// (p, id) pairs a, b in (p descending, id ascending) order.
+__device__ __forceinline__ void route_cswap(float &pa, int &ia, float &pb, int &ib) {
+    const bool sw = pb > pa || (pb == pa && ib < ia);
+    const float tp = sw ? pb : pa;
+    const int ti = sw ? ib : ia;
+    pb = sw ? pa : pb, ib = sw ? ia : ib;
+    pa = tp, ia = ti;
+}
+
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
 template <int PL>
 static __device__ void route_group_t(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {
@@ -414,6 +431,30 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
     float my_w = 0.0f;  // lane k keeps the k-th pick
     int32_t my_id = 0;
     double wsum = 0;
+#if ROUTE_SORTED && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
+    if constexpr (PL == 4) {
+        int id[4] = {lane, lane + G32, lane + 2 * G32, lane + 3 * G32};
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (!(p[j] >= 0.0f)) p[j] = -1.0f;  // NaN: never picked (the scan's p > bv), like "none"
+        route_cswap(p[0], id[0], p[1], id[1]), route_cswap(p[2], id[2], p[3], id[3]);
+        route_cswap(p[0], id[0], p[2], id[2]), route_cswap(p[1], id[1], p[3], id[3]);
+        route_cswap(p[1], id[1], p[2], id[2]);
+        for (int k = 0; k < K; k++) {
+            // (the scan's key: p >= 0 as its float bits + 1, "none" 0; the lowest id among the largest)
+            const unsigned key = p[0] >= 0.0f ? __float_as_uint(p[0]) + 1u : 0u;
+            const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+            const int bi = (int)__reduce_min_sync(0xffffffffu, key == mk && key ? (unsigned)id[0] : 0x7fffffffu);
+            const float bv = mk ? __uint_as_float(mk - 1u) : -1.0f;
+            if (key && key == mk && id[0] == bi) {  // this lane's head was taken: the list moves up
+                p[0] = p[1], p[1] = p[2], p[2] = p[3], p[3] = -1.0f;
+                id[0] = id[1], id[1] = id[2], id[2] = id[3];
+            }
+            if (lane == k) my_w = bv, my_id = bi;
+            wsum += (double)bv;
+        }
+    } else
+#endif
     for (int k = 0; k < K; k++) {
         float bv = -1.0f;
         int bi = 0x7fffffff;

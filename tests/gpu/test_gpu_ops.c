@@ -324,6 +324,31 @@ static void test_moe(void) {
         }
     }
     report("moe_route (softmax, top-8 of 128, renorm)");
+    {  // Exact ties (equal logits: equal probabilities on both sides), in one lane (e, e + 32) and across lanes: the
+       // lower id first, so every id must match. Class (7 e) % 16 at 0.25 per class; class 15 keeps its members below
+       // 64 (4 of them) and gives the rest to class 14 (then 12): the top 8 are class 15's 4 and class 14's lowest 4.
+        float tl[128], prob[128], rw[8], gw[8];
+        int32_t rids[8], gids[8];
+        for (int e = 0; e < E; e++) {
+            const int c = (7 * e) % 16;
+            tl[e] = 0.25f * (float)(c == 15 && e >= 64 ? 14 : c);
+        }
+        float *dtl = dup_h2d(tl, sizeof tl);
+        for (int norm = 0; norm <= 1; norm++) {
+            poison(dids, sizeof(int32_t) * K), poison(dw, sizeof(float) * K);
+            CKL(st_cuda_moe_route(dids, dw, dtl, 1, E, K, norm, 0));
+            d2h(gids, dids, sizeof gids), d2h(gw, dw, sizeof gw);
+            cpu_route(tl, E, K, norm, rids, rw, prob);
+            for (int k = 0; k < K; k++)
+                if (gids[k] != rids[k] || !(fabsf(gw[k] - rw[k]) <= 1e-6f + 1e-5f * rw[k])) {
+                    printf("  moe_route ties%s: slot %d: expert %d weight %.9g, the CPU's %d %.9g\n",
+                           norm ? " (norm)" : "", k, (int)gids[k], gw[k], (int)rids[k], rw[k]);
+                    g_fail_cur++;
+                }
+        }
+        cudaFree(dtl);
+        report("moe_route with exact ties (lower id first)");
+    }
 
     float *y = rand_f32((int64_t)n_tok * K * d, 1.0f), *wt = xmalloc(sizeof(float) * n_tok * K);
     for (int i = 0; i < n_tok * K; i++) wt[i] = st_rng_f32(&g_rng);
