@@ -728,12 +728,15 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         // count has run, hybrid.h rule 1, and the router that runs it finished before this block started.)
         const int e = __ldcg(ids + (size_t)t * K + threadIdx.x);
         const uint8_t *base = e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2) : NULL;
-        if (!JOIN && pf && base && r0 < d)
+        if (!JOIN && (pf & 1) && base && r0 < d)
             st_prefetch_l2_range(base + (size_t)r0 * (size_t)row_bytes,
                                  (size_t)min(DOWN_R, d - r0) * (size_t)row_bytes);
 #if ST_DOWN_ROWS4 && DOWN_GUESS
-        s_ge[threadIdx.x] = base ? e : -1;
-        s_gb[threadIdx.x] = base;
+        // pf & 2 (tests: st_cuda_dec_down_guess_poison): every guess wrong, its base the next expert's rows, so the
+        // path after a wrong guess runs (with the ids in stream order before the launch, tests never miss otherwise)
+        const bool poison = (pf & 2) != 0;
+        s_ge[threadIdx.x] = poison ? -2 : base ? e : -1;
+        s_gb[threadIdx.x] = poison && base ? st_tbl_entry(tbl, 3 * ((e + 1) % E) + 2) : base;
 #endif
     }
 #if ST_DOWN_ROWS4 && DOWN_GUESS
@@ -747,6 +750,47 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         actq = dq_rows;
         pbase = t * K;
     }
+#if ST_DOWN_ROWS4 && DOWN_GUESS && DOWN_SPEC
+    if constexpr (TYPE != 0 && !JOIN) {
+        for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
+            // lane n < DOWN_N: task n's expert id, in flight during the guessed rows' dots
+            const int my_task = t0 + lane * ng, my_k = my_task / DOWN_R;
+            const bool my_valid = lane < DOWN_N && my_task < K * DOWN_R && r0 + my_task % DOWN_R < d;
+            const int my_e = my_valid ? __ldcg(ids + (size_t)t * K + my_k) : -1;
+            unsigned redo = 0;  // pass 1: bit n, task n's guess was wrong
+            for (int pass = 0; pass < 2; pass++) {
+                const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
+#pragma unroll
+                for (int n = 0; n < DOWN_N; n++) {
+                    const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
+                    const int e = __shfl_sync(ST_WARP_MASK, my_e, n, G32);  // (pass 1 only)
+                    rows[n] = NULL;
+                    xqs[n] = actq;
+                    if (task < K * DOWN_R && r < d && (pass == 0 || ((redo >> n) & 1u))) {
+                        const uint8_t *base = pass == 0       ? s_gb[k]
+                                              : e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2)
+                                                                : NULL;
+                        if (base) rows[n] = base + (size_t)r * (size_t)row_bytes;
+                        xqs[n] = actq + (size_t)(p - pbase) * (size_t)aq_stride;
+                    }
+                }
+                float v[DOWN_N];
+                row_dotN<TYPE, DOWN_N, DEC_TAB | DEC_PROBE(DEC_PK_DOWN)>(rows, xqs, nitems, lane, v);
+#pragma unroll
+                for (int n = 0; n < DOWN_N; n++) {
+                    const int task = t0 + n * ng;
+                    if (task < K * DOWN_R && lane == 0 && (pass == 0 || ((redo >> n) & 1u)))
+                        ys[task / DOWN_R][task % DOWN_R] = v[n];
+                }
+                if (pass == 0) {
+                    const unsigned long long b = __ballot_sync(ST_WARP_MASK, my_valid && my_e != s_ge[my_k]);
+                    redo = (unsigned)(b >> (threadIdx.x % ST_WARP_SIZE / G32 * G32));  // (this group's lanes)
+                    if (!redo) break;  // (uniform in the group)
+                }
+            }
+        }
+    } else
+#endif
 #if ST_DOWN_ROWS4
     if constexpr (TYPE != 0) {
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
@@ -840,9 +884,17 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
 // down blocks become resident as the GLU's blocks leave, so the prefetch fills the GLU's tail (its last blocks and
 // chunk quantization) with the down weights' DRAM reads. Measured 2026-12-01f (bench/ab.sh, Qwen3-30B-A3B Q4_K_M):
 // tg128 490.86 vs 485.18 all in VRAM (+1.2%), 356.8 vs 341.6 at --gpu-mem 16 (+4.4%).
+static int g_down_guess_poison;  // st_cuda_dec_down_guess_poison
+extern "C" int st_cuda_dec_down_guess_poison(int on) {
+    g_down_guess_poison = on != 0;
+    return ST_DOWN_ROWS4 && DOWN_GUESS;
+}
+
+// The down kernels' pf argument: bit 0 the L2 prefetch of the guessed rows (STRATA_DOWN_PF=0: off), bit 1 the
+// tests' poisoned guesses.
 static int down_prefetch_env(void) {
     static int v = -1;
-    return env_switch(&v, "STRATA_DOWN_PF", 1) != 0;
+    return (env_switch(&v, "STRATA_DOWN_PF", 1) != 0) | (g_down_guess_poison ? 2 : 0);
 }
 
 static int moe_down_sum(const char *what, int down_type, const void *const *table, int n_expert, int64_t n_embd,

@@ -155,6 +155,9 @@ int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, int n_expert
 //   o = w[t][0] * y_0; o = o + w[t][1] * y_1; ...  (y_k = dot(down_{ids[t][k]}, actq row t * n_used + k), each
 //   product and sum IEEE-rounded, the CPU's order), then out[t][j] = (add ? add[t][j] : 0) + o[j].
 //   out, add: [n_tok][n_embd] f32 (add may alias out: x += moe(x)); n_used <= 32.
+// Tests: on (1), the down kernels' guesses of each rank's expert (read before their dependency wait) are all made
+// wrong, so the path after a wrong guess runs; returns whether the build guesses at all (DOWN_GUESS).
+int st_cuda_dec_down_guess_poison(int on);
 int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                          const void *actq, const int32_t *ids, const float *weights, int n_tok, int n_used,
                          float *out, const float *add, cudaStream_t stream);

@@ -40,6 +40,13 @@
 #ifndef DOWN_GUESS
 #define DOWN_GUESS 1
 #endif
+// DOWN_SPEC (A/B build, default 0; with DOWN_GUESS, not the hybrid join): after the wait the down kernel's groups
+// start their row dots from the guessed bases at once, with each task's expert id loaded beside them and compared
+// after the dots (a second pass redoes the tasks whose guess was wrong: the same rows and arithmetic, so the same
+// outputs). The ids' L2 round trip leaves the chain between the wait and the rows' loads.
+#ifndef DOWN_SPEC
+#define DOWN_SPEC 0
+#endif
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:

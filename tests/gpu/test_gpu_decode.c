@@ -689,6 +689,21 @@ static void test_moe_case(int gu_type, int down_type, int E, int K, int d, int F
                 g_fail_cur++;
                 break;
             }
+    // Every guess of the ranks' experts wrong (the tests' launches read the ids in stream order, so they never miss
+    // otherwise): the path after a miss must give the same outputs, bit for bit (NaN rows NaN).
+    if (st_cuda_dec_down_guess_poison(1)) {
+        float *gp = xmalloc(sizeof(float) * n_tok * d);
+        poison(dout, sizeof(float) * n_tok * d);
+        CKL(st_cuda_moe_down_sum(down_type, (const void *const *)dtbl, E, d, F, daq, dids, dwts, n_tok, K, dout, NULL,
+                                 0));
+        d2h(gp, dout, sizeof(float) * n_tok * d);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < (int64_t)n_tok * d; i++)
+            bad += memcmp(&gp[i], &gout[i], sizeof(float)) != 0 && !(isnan(gp[i]) && isnan(gout[i]));
+        if (bad) printf("  %s: %lld outputs differ after wrong guesses\n", what, (long long)bad), g_fail_cur++;
+        free(gp);
+    }
+    st_cuda_dec_down_guess_poison(0);
     // Version 2: GLU without quantization, down with the quantization in its prologue.
     {
         float *dact2 = dalloc(sizeof(float) * n_pairs * F), *act2 = xmalloc(sizeof(float) * n_pairs * F);
