@@ -960,7 +960,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // launch may address its expert's rows without it (decode.h st_cuda_glu_affine).
             const long long gu_stride = (long long)L->gate_exps.ne[1] * (long long)L->gate_exps.row_bytes;
             const st_cuda_glu_affine aff = {L->gate_exps.d, L->up_exps.d, gu_stride};
-            const int aff_ok = L->up_exps.type == L->gate_exps.type && L->up_exps.ne[1] == L->gate_exps.ne[1];
+            const int aff_ok = L->up_exps.type == L->gate_exps.type && L->up_exps.ne[1] == L->gate_exps.ne[1] &&
+                               gu_stride % 16 == 0;  // (as the table's entries are: 16-byte aligned)
             if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,
                                                       s->xq, s->router, hp->expert_weights_norm, K, s->d_ids, s->d_wts,
                                                       s->ffn_a, s->xq2, dfmt, s->dec_counters, aff_ok ? &aff : NULL, st)
