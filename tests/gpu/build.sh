@@ -7,6 +7,7 @@
 #   STRATA_GPU_CUDA_FLAGS  CMAKE_CUDA_FLAGS (first configure only; may hold spaces), e.g.
 #                          STRATA_GPU_BUILD=build-gpu-serial STRATA_GPU_CUDA_FLAGS="-DST_DOWN_ROWS4=0"
 #   STRATA_GPU_TARGETS     targets to build (default: all)
+#   STRATA_GPU_JOBS        parallel compile jobs (default: the CPU count; lower it when several builds run at once)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/strata-gpu-out}
@@ -23,5 +24,5 @@ if [ ! -f "$b/build.ninja" ]; then
     -DSTRATA_PYTHON=python3 > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 fi
 # shellcheck disable=SC2086
-cmake --build "$b" -j "$(nproc)" ${STRATA_GPU_TARGETS:+--target $STRATA_GPU_TARGETS} > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
+cmake --build "$b" -j "${STRATA_GPU_JOBS:-$(nproc)}" ${STRATA_GPU_TARGETS:+--target $STRATA_GPU_TARGETS} > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
 echo "== built in $((SECONDS - t0)) s"
