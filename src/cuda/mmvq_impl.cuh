@@ -362,20 +362,32 @@ static inline int st_mmvq_bulk_stages(int type, const st_mmvq_args &a, int n_tok
     return st_mmvq_bulk_on && MMVQ_WARPS * ns * stage <= 2 * ST_MMVQ_BULK_SMEM ? ns : 0;
 }
 // Launches st_k_mmvq_bulk<TYPE> over as many blocks as fit on the device at once; 0 where the device cannot take it
-// (its shared memory), and the caller's other kernels run.
+// (its shared memory), and the caller's other kernels run. The shared-memory attribute and the occupancy are set and
+// read once per device and size (the first, eager step), so a graph capture of the step makes no such calls.
+#define ST_MMVQ_BULK_DEVS 64
 template <int TYPE> static int st_mmvq_bulk_launch(const st_mmvq_args &a, int ns, int sm_count, cudaStream_t s) {
+    static size_t set_smem[ST_MMVQ_BULK_DEVS];  // per device: the size the attribute and per_sm are for (0: none)
+    static int set_per_sm[ST_MMVQ_BULK_DEVS];
     const size_t smem = (size_t)MMVQ_WARPS * (size_t)ns * ST_MMVQ_BULK_ROWS * (size_t)a.row_bytes;
-    int per_sm = 0;
-    if (cudaFuncSetAttribute(st_k_mmvq_bulk<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, st_k_mmvq_bulk<TYPE>, MMVQ_WARPS * ST_WARP_SIZE,
-                                                      smem) != cudaSuccess ||
-        per_sm < 1) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= ST_MMVQ_BULK_DEVS) {
         (void)cudaGetLastError();
         return 0;
     }
+    if (set_smem[dev] != smem) {
+        int per_sm = 0;
+        if (cudaFuncSetAttribute(st_k_mmvq_bulk<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+                cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, st_k_mmvq_bulk<TYPE>, MMVQ_WARPS * ST_WARP_SIZE,
+                                                          smem) != cudaSuccess ||
+            per_sm < 1) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        set_smem[dev] = smem, set_per_sm[dev] = per_sm;
+    }
     const long long pairs = ((long long)a.n_out + ST_MMVQ_BULK_ROWS - 1) / ST_MMVQ_BULK_ROWS;
-    const long long blocks = min((pairs + MMVQ_WARPS - 1) / MMVQ_WARPS, (long long)per_sm * sm_count);
+    const long long blocks = min((pairs + MMVQ_WARPS - 1) / MMVQ_WARPS, (long long)set_per_sm[dev] * sm_count);
     st_dec_launch_if(st_mmvq_pdl(), st_k_mmvq_bulk<TYPE>, dim3((unsigned)blocks), dim3(ST_WARP_SIZE, MMVQ_WARPS), smem,
                      s, a, ns);
     return 1;
