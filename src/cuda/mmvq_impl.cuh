@@ -352,14 +352,11 @@ static inline int st_mmvq_bulk_stages(int type, const st_mmvq_args &a, int n_tok
     if (glu || a.ids || n_tok != 1 || a.wpr != 1 || a.row_bytes % 16 || ST_QB_IS_FLOAT(type) || cc_major < 9 ||
         (long long)a.n_out * a.row_bytes < ST_MMVQ_BULK_MIN_BYTES)
         return 0;
-    if (st_mmvq_bulk_on < 0) {
-        const char *e = getenv("STRATA_MMVQ_BULK");
-        st_mmvq_bulk_on = e && atoi(e) != 0;
-    }
+    const int on = env_switch(&st_mmvq_bulk_on, "STRATA_MMVQ_BULK", 0) != 0;
     const long long stage = (long long)ST_MMVQ_BULK_ROWS * a.row_bytes;
     int ns = ST_MMVQ_BULK_MAX_ST;
     while (ns > 2 && MMVQ_WARPS * ns * stage > ST_MMVQ_BULK_SMEM) ns--;
-    return st_mmvq_bulk_on && MMVQ_WARPS * ns * stage <= 2 * ST_MMVQ_BULK_SMEM ? ns : 0;
+    return on && MMVQ_WARPS * ns * stage <= 2 * ST_MMVQ_BULK_SMEM ? ns : 0;
 }
 // Launches st_k_mmvq_bulk<TYPE> over as many blocks as fit on the device at once; 0 where the device cannot take it
 // (its shared memory), and the caller's other kernels run. The shared-memory attribute and the occupancy are set and
