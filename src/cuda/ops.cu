@@ -536,12 +536,8 @@ __global__ void k_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_
     if (d_slot) *d_slot = slot;
 }
 
-extern "C" int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, cudaStream_t stream) {
-    return st_cuda_set_step_ring(d_pos, pos, d_token, forced, NULL, 0, stream);
-}
-
-extern "C" int st_cuda_set_step_ring(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, int32_t *d_slot,
-                                     int32_t slot, cudaStream_t stream) {
+extern "C" int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, int32_t *d_slot,
+                                int32_t slot, cudaStream_t stream) {
     k_set_step<<<1, 1, 0, stream>>>(d_pos, pos, d_token, forced, d_slot, slot);
     return launch_check("set_step");
 }

@@ -131,12 +131,11 @@ int st_cuda_sample(int32_t *d_token, const float *logits, int n_vocab, const st_
 int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float *logits, int n_vocab,
                       const st_cuda_sample_params *p, void *workspace, int32_t *d_debug, cudaStream_t stream);
 
-// The next one-token step's inputs by one kernel: *d_pos = pos and, when forced >= 0, *d_token = forced (two
-// 4-byte copies from host memory cost more between decode steps: CUPTI timeline 2026-12-04d).
-int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, cudaStream_t stream);
-// The same, also setting the generation ring's next slot (*d_slot = slot; d_slot NULL: none).
-int st_cuda_set_step_ring(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, int32_t *d_slot,
-                          int32_t slot, cudaStream_t stream);
+// The next one-token step's inputs by one kernel: *d_pos = pos, when forced >= 0 *d_token = forced, and when d_slot
+// is not NULL the generation ring's next slot *d_slot = slot (two 4-byte copies from host memory cost more between
+// decode steps: CUPTI timeline 2026-12-04d).
+int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, int32_t *d_slot, int32_t slot,
+                     cudaStream_t stream);
 
 // A generation graph's device-side step state (engine/gpu.c): the greedy pick goes to h_ring[4 * *d_slot] (pinned
 // host int32 [n_slots][4], word 0 of a slot), then *d_slot = (*d_slot + 1) % n_slots and *d_pos += 1.

@@ -139,8 +139,8 @@ struct st_gpu_session {
     int gen_head, gen_n;        // next slot to fill; samples queued and not yet popped
     st_cuda_sample_params gen_p;
     int gen_graph;              // STRATA_GEN_GRAPH=1: greedy generation by the generation graph (gen_graph_on)
-    int gen_dev;                // the device's d_pos / slot were advanced by the last generation step's pick ...
-    int64_t gen_dev_pos;        // ... to this position (so the next push needs no set_step)
+    int64_t gen_dev_pos;        // the position the last generation step's pick advanced d_pos to, its slot to
+                                // gen_head (the next push needs no set_step); -1: d_pos written otherwise since
 };
 
 int st_gpu_available(void) { return st_cuda_device_count() > 0; }
@@ -538,6 +538,9 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
+    const char *gg = getenv("STRATA_GEN_GRAPH");
+    s->gen_graph = gg && atoi(gg) > 0;
+    s->gen_dev_pos = -1;
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     const char *skip = getenv("STRATA_DEC_SKIP");
     if (skip) {
@@ -1116,13 +1119,16 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
     return 0;
 }
 
-// Runs the one-token step through a CUDA graph captured on the second use (the first runs eagerly so every kernel
-// is loaded before capture). Falls back to eager launches if capture fails; STRATA_NO_GRAPH=1 forces that (A/B).
-// A hybrid session has one graph per state of its two gates (gpu_hybrid.h: the prefetch's branch, the CPU split).
-static int gen_pick(st_gpu_session *s);
+// The generation's greedy pick into d_tokens[0] and ring slot d_pos[1], advancing d_pos[0] and d_pos[1]
+// (st_gpu_gen_push's generation graph).
+static int gen_pick(st_gpu_session *s) {
+    const st_cuda_gen_ring ring = {s->h_gen, s->d_pos + 1, s->d_pos, GEN_RING};
+    return st_cuda_argmax_ring(s->d_tokens, s->logits, (int)s->g->m->hp.n_vocab, s->sample_ws, &ring, s->stream);
+}
 
-// The one-token step (gen: with the generation's greedy pick, gen_pick) by its captured graph, captured on first
-// use; eagerly when capture is off or failed.
+// The one-token step (gen: followed by gen_pick) through its CUDA graph, captured on first use; eager launches if
+// capture fails; STRATA_NO_GRAPH=1 forces that (A/B). A hybrid session has one graph per state of its two gates
+// (gpu_hybrid.h: the prefetch's branch, the CPU split).
 static int step_graph(st_gpu_session *s, int gen) {
     cudaStream_t st = s->stream;
     const int gi = st_hybrid_prefetch_gated(s->g->hy) + 2 * st_hybrid_split_gated(s->g->hy)  // (NULL: 0 both)
@@ -1155,6 +1161,7 @@ static int step_graph(st_gpu_session *s, int gen) {
     return step(s, 1, 0, 1) || (gen && gen_pick(s)) ? -1 : 0;
 }
 
+// The one-token step; the first runs eagerly so every kernel is loaded before a capture.
 static int step_one(st_gpu_session *s) {
     if (!s->warm) {
         s->warm = 1;
@@ -1172,7 +1179,7 @@ static int eval_tokens(st_gpu_session *s, const int32_t *tokens, int64_t n, floa
     const st_hparams *hp = &g->m->hp;
     if (n <= 0) return 0;
     if (st_model_check_batch(g->m, tokens, n, s->n_past, s->n_ctx)) return -1;
-    s->gen_dev = 0;  // d_pos is written below
+    s->gen_dev_pos = -1;  // d_pos is written below
     int64_t start = s->n_past;
     size_t nv = hp->n_vocab;
     int64_t n_dec = 0, n_pre = 0;  // tokens through step() / step_prefill() (hybrid counters)
@@ -1268,12 +1275,6 @@ static int gen_graph_on(const st_gpu_session *s) {
     return s->gen_graph && s->warm && !s->g->hy && !s->actdump && s->gen_p.temperature <= 0.0f;
 }
 
-// The greedy pick into d_tokens[0] and ring slot d_pos[1], advancing d_pos[0] and d_pos[1].
-static int gen_pick(st_gpu_session *s) {
-    const st_cuda_gen_ring ring = {s->h_gen, s->d_pos + 1, s->d_pos, GEN_RING};
-    return st_cuda_argmax_ring(s->d_tokens, s->logits, (int)s->g->m->hp.n_vocab, s->sample_ws, &ring, s->stream);
-}
-
 int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const strata_sampler_params *p) {
     st_cuda_ctx *c = &s->g->ctx;
     if (n <= 0) return st_err("generation needs at least one token to evaluate first");
@@ -1297,7 +1298,6 @@ int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const 
     s->gen_p = (st_cuda_sample_params){p->temperature, p->top_k, p->top_p, p->min_p, p->seed};
     s->gen_head = 0;
     s->gen_n = 0;
-    s->gen_graph = getenv("STRATA_GEN_GRAPH") && atoi(getenv("STRATA_GEN_GRAPH")) > 0;
     if (eval_tokens(s, tokens, n, NULL, 0, 1)) return -1;
     return gen_sample(s);
 }
@@ -1312,14 +1312,14 @@ int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
     const int gg = gen_graph_on(s);
     // The position and a forced input by one kernel's arguments (not two copies from host memory); none where the
     // last step's pick advanced them on the device.
-    if (!gg || forced || !s->gen_dev || s->gen_dev_pos != s->n_past)
-        if (st_cuda_set_step_ring(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1,
-                                  gg ? s->d_pos + 1 : NULL, s->gen_head, st))
+    if (!gg || forced || s->gen_dev_pos != s->n_past)
+        if (st_cuda_set_step(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1,
+                             gg ? s->d_pos + 1 : NULL, s->gen_head, st))
             return -1;
     if (g->hy && st_hybrid_before_eval(g->hy, st)) return -1;
-    s->gen_dev = 0;
+    s->gen_dev_pos = -1;
     if (gg ? step_graph(s, 1) || gen_taken(s) : step_one(s) || gen_sample(s)) return -1;
-    s->gen_dev = gg, s->gen_dev_pos = s->n_past + 1;
+    s->gen_dev_pos = gg ? s->n_past + 1 : -1;
     s->tokens[s->n_past] = forced ? *forced : -1;  // a sampled input: the caller names it (st_gpu_gen_end)
     s->n_past++;
     if (g->hy) return st_hybrid_after_eval(g->hy, &s->hstats, 1, 0, 0, st);
