@@ -54,7 +54,7 @@ __device__ __forceinline__ void st_pdl_trigger() {
 // slots free up. Safe either way: a kernel's whole grid is resident before it triggers, and each wait still waits
 // for the whole previous grid.
 #ifndef PDL_EARLY
-#define PDL_EARLY 0
+#define PDL_EARLY 63
 #endif
 template <int BIT> __device__ __forceinline__ void st_pdl_wait_trigger() {
     if (PDL_EARLY & BIT) st_pdl_trigger();

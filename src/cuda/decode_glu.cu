@@ -30,7 +30,7 @@ struct glu_route {
 // us per layer predicted; the table's entries staged in shared memory before the wait lost 3% on 2026-11-30,
 // when the ids came from the router, at the cost of every block's staging).
 #ifndef GLU_AFFINE
-#define GLU_AFFINE 0
+#define GLU_AFFINE 1
 #endif
 
 // The rows of GLU block bx of pair p (token t): the group of `lane` computes rows r + j DEC_GROUPS, j < R (r = bx R

@@ -389,7 +389,7 @@ __device__ __forceinline__ void wn_quant_span(const float4 (&v)[WN_U], int sp, i
 // lane's head instead of scanning its PL values, and only the winning lane shifts its list. The same picks in the
 // same order (the order is total: ids differ). The route runs on every GLU block's chain after its wait.
 #ifndef ROUTE_SORTED
-#define ROUTE_SORTED 0
+#define ROUTE_SORTED 1
 #endif
 
 // (p, id) pairs a, b in (p descending, id ascending) order.
