@@ -528,17 +528,14 @@ typedef struct sample_ws {
 
 extern "C" size_t st_cuda_sampler_workspace_bytes(int n_vocab) { return sizeof(sample_ws); }
 
-// One thread: the next one-token step's position, (forced >= 0) input token and (d_slot) generation ring slot.
-__global__ void k_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, int32_t *d_slot,
-                           int32_t slot) {
+// One thread: the next one-token step's position and (forced >= 0) input token.
+__global__ void k_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced) {
     *d_pos = pos;
     if (forced >= 0) *d_token = forced;
-    if (d_slot) *d_slot = slot;
 }
 
-extern "C" int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, int32_t *d_slot,
-                                int32_t slot, cudaStream_t stream) {
-    k_set_step<<<1, 1, 0, stream>>>(d_pos, pos, d_token, forced, d_slot, slot);
+extern "C" int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, cudaStream_t stream) {
+    k_set_step<<<1, 1, 0, stream>>>(d_pos, pos, d_token, forced);
     return launch_check("set_step");
 }
 
@@ -574,12 +571,8 @@ __device__ void block_argmax(float &v, int &i) {
 // (greedy), the last block to arrive reduces the maxima itself (the argmax with ties to the lower index is the same
 // in any order) and writes the pick to *d_token, to *h_token (host memory the device can write: the caller's copy
 // without a copy operation; NULL: none) and to d_debug ([0] 1, [1] 0, [2] the pick): one launch, not two.
-// ring (st_cuda_argmax_ring; h_ring NULL: none): the pick also goes to ring slot *d_slot, and the step advances on
-// the device (*d_slot to the next slot, *d_pos + 1), so a captured generation graph needs no host input per token.
-// The PDL wait: the generation graph launches it programmatically after the LM head (a no-op otherwise).
 __global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int zero_hist, int32_t *d_token,
-                        int32_t *h_token, int32_t *d_debug, st_cuda_gen_ring ring) {
-    st_pdl_wait();
+                        int32_t *h_token, int32_t *d_debug) {
     float v = -INFINITY;
     int i = 0x7fffffff;
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x)
@@ -603,12 +596,6 @@ __global__ void k_amax1(const float *__restrict__ x, int n, sample_ws *ws, int z
             if (i == 0x7fffffff) i = 0;  // all NaN: the CPU loop would return 0 too
             *d_token = i;
             if (h_token) *(volatile int32_t *)h_token = i;
-            if (ring.h_ring) {
-                const int32_t sl = *ring.d_slot;
-                *(volatile int32_t *)(ring.h_ring + 4 * sl) = i;
-                *ring.d_slot = (sl + 1) % ring.n_slots;
-                *ring.d_pos += 1;
-            }
             if (d_debug) d_debug[0] = 1, d_debug[1] = 0, d_debug[2] = i;
         }
         return;
@@ -636,18 +623,8 @@ extern "C" int st_cuda_argmax(int32_t *d_token, const float *logits, int n_vocab
                               cudaStream_t stream) {
     if (n_vocab <= 0) return st_err("st_cuda_argmax: empty vocabulary");
     k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, (sample_ws *)workspace, 0, d_token, NULL,
-                                                     NULL, st_cuda_gen_ring{});
+                                                     NULL);
     return launch_check("argmax");
-}
-
-extern "C" int st_cuda_argmax_ring(int32_t *d_token, const float *logits, int n_vocab, void *workspace,
-                                   const st_cuda_gen_ring *ring, cudaStream_t stream) {
-    if (n_vocab <= 0) return st_err("st_cuda_argmax_ring: empty vocabulary");
-    if (!ring || !ring->h_ring || !ring->d_slot || !ring->d_pos || ring->n_slots < 1)
-        return st_err("st_cuda_argmax_ring: incomplete ring");
-    st_dec_launch(k_amax1, dim3(AMAX_BLOCKS), dim3(AMAX_THREADS), 0, stream, logits, n_vocab, (sample_ws *)workspace,
-                  0, d_token, (int32_t *)NULL, (int32_t *)NULL, *ring);
-    return launch_check("argmax (ring)");
 }
 
 __device__ __forceinline__ int bin_of(float d, float inv_w) {
@@ -932,8 +909,7 @@ extern "C" int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float
     if (n_vocab <= 0) return st_err("st_cuda_sample: empty vocabulary");
     sample_ws *ws = (sample_ws *)workspace;
     if (p->temperature <= 0.0f) {
-        k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 0, d_token, h_token, d_debug,
-                                                          st_cuda_gen_ring{});
+        k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 0, d_token, h_token, d_debug);
         return launch_check("sample (greedy)");
     }
     // Set on every call (a host-side attribute of the current device, cheap, not a stream operation), so no
@@ -942,7 +918,7 @@ extern "C" int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float
     cudaError_t e = cudaFuncSetAttribute(k_sample_final, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return st_err("cuda: sample: cudaFuncSetAttribute: %s", cudaGetErrorString(e));
     const float cutoff = 30.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
-    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 1, NULL, NULL, NULL, st_cuda_gen_ring{});
+    k_amax1<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, 1, NULL, NULL, NULL);
     k_sample_hist<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, cutoff);
     k_sample_plan<<<1, SAMPLE_SORT_THREADS, 0, stream>>>(ws, *p);
     k_sample_gather<<<AMAX_BLOCKS, AMAX_THREADS, 0, stream>>>(logits, n_vocab, ws, cutoff);

@@ -131,24 +131,9 @@ int st_cuda_sample(int32_t *d_token, const float *logits, int n_vocab, const st_
 int st_cuda_sample_to(int32_t *d_token, int32_t *h_token, const float *logits, int n_vocab,
                       const st_cuda_sample_params *p, void *workspace, int32_t *d_debug, cudaStream_t stream);
 
-// The next one-token step's inputs by one kernel: *d_pos = pos, when forced >= 0 *d_token = forced, and when d_slot
-// is not NULL the generation ring's next slot *d_slot = slot (two 4-byte copies from host memory cost more between
-// decode steps: CUPTI timeline 2026-12-04d).
-int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, int32_t *d_slot, int32_t slot,
-                     cudaStream_t stream);
-
-// A generation graph's device-side step state (engine/gpu.c): the greedy pick goes to h_ring[4 * *d_slot] (pinned
-// host int32 [n_slots][4], word 0 of a slot), then *d_slot = (*d_slot + 1) % n_slots and *d_pos += 1.
-typedef struct {
-    int32_t *h_ring;  // pinned host [n_slots][4]
-    int32_t *d_slot;  // device [1]: the slot the next pick goes to
-    int32_t *d_pos;   // device [1]: the step's position, advanced after the pick
-    int n_slots;
-} st_cuda_gen_ring;
-// Greedy pick of logits[n_vocab] into *d_token and the ring (above), by a PDL launch where enabled (the LM head's
-// dependent inside a generation graph). Ties go to the lower id, as st_cuda_argmax.
-int st_cuda_argmax_ring(int32_t *d_token, const float *logits, int n_vocab, void *workspace,
-                        const st_cuda_gen_ring *ring, cudaStream_t stream);
+// The next one-token step's inputs by one kernel: *d_pos = pos and, when forced >= 0, *d_token = forced (two
+// 4-byte copies from host memory cost more between decode steps: CUPTI timeline 2026-12-04d).
+int st_cuda_set_step(int32_t *d_pos, int32_t pos, int32_t *d_token, int32_t forced, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

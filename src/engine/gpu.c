@@ -79,8 +79,7 @@ struct st_gpu_session {
     // device scratch for up to g->prefill_chunk tokens (float32 rows [token][features]); the matrix-vector path
     // uses the first SMALL_BATCH rows
     int32_t *d_tokens;          // [prefill_chunk]
-    int32_t *d_pos;             // [2]: [0] position of the first token of the step, [1] the generation ring's next
-                                // slot (the generation graph's pick writes and advances both; st_gpu_gen_push)
+    int32_t *d_pos;             // [1] position of the first token of the step
     float *rope_cs;             // [n_ctx][n_rot / 2][2] cos, sin of each position's RoPE angles: the CPU engine's
                                 // st_rope_cache rows (the C library's cosf / sinf), so both backends rotate alike
     float *x, *xn;              // [B][n_embd]
@@ -125,9 +124,8 @@ struct st_gpu_session {
     int32_t *h_io;              // pinned host [prefill_chunk + 1]: tokens, then the position
     st_actdump *actdump;        // STRATA_DUMP_ACT (engine/actdump.h): per-layer activations; NULL: off
     float *h_dump;              // host [prefill_chunk][n_embd]: a dumped residual stream
-    cudaGraphExec_t graph[16];  // the one-token decode step; hybrid: [+1] the prefetch's branch gated off, [+2] the
-    int graph_ready[16];        // CPU-miss split gated off (gpu_hybrid.h); [+4] the wide attention (attn_wide_from);
-                                // [+8] with the generation's greedy pick (gen_graph_on)
+    cudaGraphExec_t graph[8];   // the one-token decode step; hybrid: [+1] the prefetch's branch gated off, [+2] the
+    int graph_ready[8];         // CPU-miss split gated off (gpu_hybrid.h); [+4] the wide attention (attn_wide_from)
     int graph_failed;
     int warm;                   // one eager one-token step has run (kernels loaded) before capture
     st_gpu_hybrid_stats hstats; // hybrid placement counters of this session (gpu.h)
@@ -138,9 +136,6 @@ struct st_gpu_session {
     cudaEvent_t gen_ev[GEN_RING]; // recorded after each slot's sampler launch
     int gen_head, gen_n;        // next slot to fill; samples queued and not yet popped
     st_cuda_sample_params gen_p;
-    int gen_graph;              // STRATA_GEN_GRAPH=1: greedy generation by the generation graph (gen_graph_on)
-    int64_t gen_dev_pos;        // the position the last generation step's pick advanced d_pos to, its slot to
-                                // gen_head (the next push needs no set_step); -1: d_pos written otherwise since
 };
 
 int st_gpu_available(void) { return st_cuda_device_count() > 0; }
@@ -501,7 +496,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     // FFN on the GEMM path (the MoE GEMM path keeps its pairs in gemm_scratch).
     size_t ffn_rows = B * K > P ? B * K : P;
     s->d_tokens = dalloc(s, sizeof(int32_t) * P, "tokens", &fail);
-    s->d_pos = dalloc(s, 2 * sizeof(int32_t), "position", &fail);
+    s->d_pos = dalloc(s, sizeof(int32_t), "position", &fail);
     s->rope_cs = dalloc(s, sizeof(float) * (size_t)n_ctx * hp->n_rot, "RoPE table", &fail);
     if (!fail && rope_table_upload(s)) fail = 1;
     s->x = dalloc(s, sizeof(float) * P * d, "activations", &fail);
@@ -538,9 +533,6 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
     s->hy_count_launch = getenv("STRATA_HY_COUNT_LAUNCH") != NULL;
     const char *gr = getenv("STRATA_GLU_ROUTE");
     s->glu_route = !(gr && *gr == '0');
-    const char *gg = getenv("STRATA_GEN_GRAPH");
-    s->gen_graph = gg && atoi(gg) > 0;
-    s->gen_dev_pos = -1;
     if (getenv("STRATA_NO_PDL")) st_cuda_dec_set_pdl(0);  // process-wide (A/B timing)
     const char *skip = getenv("STRATA_DEC_SKIP");
     if (skip) {
@@ -645,7 +637,7 @@ st_gpu_session *st_gpu_session_new(st_gpu_model *g, int64_t n_ctx, int kv_f16) {
 // The captured decode graphs hold the buffers' addresses at capture: a buffer reallocated later (the logits' on
 // growth) makes them write freed memory, so they go and the next one-token steps capture again.
 static void drop_decode_graphs(st_gpu_session *s) {
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < 8; i++) {
         if (s->graph_ready[i]) cudaGraphExecDestroy(s->graph[i]);
         s->graph_ready[i] = 0;
     }
@@ -1119,25 +1111,21 @@ static int step_prefill(st_gpu_session *s, int n, int out_first, int out_rows) {
     return 0;
 }
 
-// The generation's greedy pick into d_tokens[0] and ring slot d_pos[1], advancing d_pos[0] and d_pos[1]
-// (st_gpu_gen_push's generation graph).
-static int gen_pick(st_gpu_session *s) {
-    const st_cuda_gen_ring ring = {s->h_gen, s->d_pos + 1, s->d_pos, GEN_RING};
-    return st_cuda_argmax_ring(s->d_tokens, s->logits, (int)s->g->m->hp.n_vocab, s->sample_ws, &ring, s->stream);
-}
-
-// The one-token step (gen: followed by gen_pick) through its CUDA graph, captured on first use; eager launches if
-// capture fails; STRATA_NO_GRAPH=1 forces that (A/B). A hybrid session has one graph per state of its two gates
-// (gpu_hybrid.h: the prefetch's branch, the CPU split).
-static int step_graph(st_gpu_session *s, int gen) {
+// Runs the one-token step through a CUDA graph captured on the second use (the first runs eagerly so every kernel
+// is loaded before capture). Falls back to eager launches if capture fails; STRATA_NO_GRAPH=1 forces that (A/B).
+// A hybrid session has one graph per state of its two gates (gpu_hybrid.h: the prefetch's branch, the CPU split).
+static int step_one(st_gpu_session *s) {
     cudaStream_t st = s->stream;
+    if (!s->warm) {
+        s->warm = 1;
+        return step(s, 1, 0, 1);
+    }
     const int gi = st_hybrid_prefetch_gated(s->g->hy) + 2 * st_hybrid_split_gated(s->g->hy)  // (NULL: 0 both)
-                   + 4 * attn_wide(s) + 8 * gen;
+                   + 4 * attn_wide(s);
     if (!s->graph_ready[gi] && !s->graph_failed && getenv("STRATA_NO_GRAPH") == NULL && !s->actdump) {
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
             int rc = step(s, 1, 0, 1);
-            if (rc == 0 && gen) rc = gen_pick(s);
             cudaError_t e = cudaStreamEndCapture(st, &graph);
             if (rc == 0 && e == cudaSuccess && cudaGraphInstantiate(&s->graph[gi], graph, 0) == cudaSuccess) {
                 s->graph_ready[gi] = 1;
@@ -1158,16 +1146,7 @@ static int step_graph(st_gpu_session *s, int gen) {
         if (e != cudaSuccess) return st_cuda_check_at(e, "cudaGraphLaunch", __FILE__, __LINE__);
         return 0;
     }
-    return step(s, 1, 0, 1) || (gen && gen_pick(s)) ? -1 : 0;
-}
-
-// The one-token step; the first runs eagerly so every kernel is loaded before a capture.
-static int step_one(st_gpu_session *s) {
-    if (!s->warm) {
-        s->warm = 1;
-        return step(s, 1, 0, 1);
-    }
-    return step_graph(s, 0);
+    return step(s, 1, 0, 1);
 }
 
 // st_gpu_session_eval; with `device_logits`, the last token's logits are computed into s->logits row 0 and stay
@@ -1179,7 +1158,6 @@ static int eval_tokens(st_gpu_session *s, const int32_t *tokens, int64_t n, floa
     const st_hparams *hp = &g->m->hp;
     if (n <= 0) return 0;
     if (st_model_check_batch(g->m, tokens, n, s->n_past, s->n_ctx)) return -1;
-    s->gen_dev_pos = -1;  // d_pos is written below
     int64_t start = s->n_past;
     size_t nv = hp->n_vocab;
     int64_t n_dec = 0, n_pre = 0;  // tokens through step() / step_prefill() (hybrid counters)
@@ -1247,32 +1225,19 @@ int st_gpu_session_eval(st_gpu_session *s, const int32_t *tokens, int64_t n, flo
 // token i, so the GPU never waits for the host between tokens (no logits copy, no host sampling, no launch latency
 // on the critical path; between two steps only the sampler and st_cuda_set_step's one-thread kernel run).
 
-// Records the event of the sample just queued for slot gen_head and takes the slot.
-static int gen_taken(st_gpu_session *s) {
+// Queues the sample of s->logits row 0 into d_tokens[0] and its copy into the next slot.
+static int gen_sample(st_gpu_session *s) {
+    cudaStream_t st = s->stream;
     const int slot = s->gen_head;
-    if (cudaEventRecord(s->gen_ev[slot], s->stream) != cudaSuccess)
+    // The sampler's last kernel writes the token into the pinned slot itself (no copy operation between steps).
+    if (st_cuda_sample_to(s->d_tokens, s->h_gen + 4 * slot, s->logits, (int)s->g->m->hp.n_vocab, &s->gen_p,
+                          s->sample_ws, NULL, st))
+        return -1;
+    if (cudaEventRecord(s->gen_ev[slot], st) != cudaSuccess)
         return st_cuda_check_at(cudaGetLastError(), "queueing the sampled token's event", __FILE__, __LINE__);
     s->gen_head = (slot + 1) % GEN_RING;
     s->gen_n++;
     return 0;
-}
-
-// Queues the sample of s->logits row 0 into d_tokens[0] and its copy into the next slot.
-static int gen_sample(st_gpu_session *s) {
-    // The sampler's last kernel writes the token into the pinned slot itself (no copy operation between steps).
-    if (st_cuda_sample_to(s->d_tokens, s->h_gen + 4 * s->gen_head, s->logits, (int)s->g->m->hp.n_vocab, &s->gen_p,
-                          s->sample_ws, NULL, s->stream))
-        return -1;
-    return gen_taken(s);
-}
-
-// The generation graph (STRATA_GEN_GRAPH=1; greedy, every weight in VRAM): the one-token step and the greedy pick
-// in one graph, the pick PDL-chained to the LM head and advancing the position and the ring slot on the device
-// (d_pos[0], d_pos[1]), so that between two tokens no eager kernel runs: before, the eager pick and the set_step
-// kernel sat between the LM head's end and the next graph (2026-12-05 timeline: 9.6 us of the 14.3 from the LM
-// head's end to layer 0's norm).
-static int gen_graph_on(const st_gpu_session *s) {
-    return s->gen_graph && s->warm && !s->g->hy && !s->actdump && s->gen_p.temperature <= 0.0f;
 }
 
 int st_gpu_gen_begin(st_gpu_session *s, const int32_t *tokens, int64_t n, const strata_sampler_params *p) {
@@ -1309,17 +1274,10 @@ int st_gpu_gen_push(st_gpu_session *s, const int32_t *forced) {
     if (s->n_past >= s->n_ctx) return st_err("context full (%lld tokens)", (long long)s->n_ctx);
     if (forced && (*forced < 0 || (uint32_t)*forced >= g->m->hp.n_vocab))
         return st_err("generation: forced token %d is not in the vocabulary (%u)", *forced, g->m->hp.n_vocab);
-    const int gg = gen_graph_on(s);
-    // The position and a forced input by one kernel's arguments (not two copies from host memory); none where the
-    // last step's pick advanced them on the device.
-    if (!gg || forced || s->gen_dev_pos != s->n_past)
-        if (st_cuda_set_step(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1,
-                             gg ? s->d_pos + 1 : NULL, s->gen_head, st))
-            return -1;
+    // The position and a forced input by one kernel's arguments (not two copies from host memory)
+    if (st_cuda_set_step(s->d_pos, (int32_t)s->n_past, s->d_tokens, forced ? *forced : -1, st)) return -1;
     if (g->hy && st_hybrid_before_eval(g->hy, st)) return -1;
-    s->gen_dev_pos = -1;
-    if (gg ? step_graph(s, 1) || gen_taken(s) : step_one(s) || gen_sample(s)) return -1;
-    s->gen_dev_pos = gg ? s->n_past + 1 : -1;
+    if (step_one(s) || gen_sample(s)) return -1;
     s->tokens[s->n_past] = forced ? *forced : -1;  // a sampled input: the caller names it (st_gpu_gen_end)
     s->n_past++;
     if (g->hy) return st_hybrid_after_eval(g->hy, &s->hstats, 1, 0, 0, st);

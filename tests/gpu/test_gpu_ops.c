@@ -475,31 +475,8 @@ static void test_argmax_sampler(void) {
             }
             cudaFreeHost(h);
         }
-        // ... and into a generation ring (st_cuda_argmax_ring): slot trial % 3 of 3 gets the pick, the other slots
-        // stay, the slot and the position advance (the last slot wraps to 0).
-        {
-            int32_t *ring = NULL, *dstate = dalloc(2 * sizeof(int32_t)), state[2] = {1000 + (int)trial, (int)trial % 3};
-            CK(cudaMallocHost((void **)&ring, sizeof(int32_t) * 4 * 3));
-            for (int i = 0; i < 12; i++) ring[i] = -7;
-            CK(cudaMemcpy(dstate, state, sizeof state, cudaMemcpyHostToDevice));
-            const st_cuda_gen_ring r = {ring, dstate + 1, dstate, 3};
-            poison(dtok, sizeof(int32_t));
-            CKL(st_cuda_argmax_ring(dtok, dl, V, ws, &r, 0));
-            CK(cudaDeviceSynchronize());
-            d2h(&got, dtok, sizeof got);
-            d2h(state, dstate, sizeof state);
-            int bad = got != want || state[0] != 1001 + (int)trial || state[1] != ((int)trial + 1) % 3;
-            for (int i = 0; i < 12; i++) bad |= ring[i] != (i == 4 * ((int)trial % 3) ? want : -7);
-            if (bad) {
-                printf("  argmax_ring trial %d: device %d want %d, position %d slot %d\n", (int)trial, (int)got,
-                       (int)want, (int)state[0], (int)state[1]);
-                g_fail_cur++;
-            }
-            cudaFreeHost(ring);
-            cudaFree(dstate);
-        }
     }
-    report("argmax (+ greedy sampling, the pick written to host memory by the kernel, the generation ring)");
+    report("argmax (+ greedy sampling, the pick written to host memory by the kernel)");
 
     // Candidate sets: the final list (ids, in order) must equal the CPU pipeline's. When the CPU list is longer than
     // ST_CUDA_SAMPLE_CAP the GPU cannot hold it: it must flag the truncation and keep a prefix of the CPU list that
