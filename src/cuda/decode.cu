@@ -699,19 +699,19 @@ __device__ __forceinline__ void down_quant_rows(const float *act, int K, int n_f
     __syncthreads();
 }
 
-// One pass of a down group's DOWN_N (rank, row) tasks t0 + n ng: the tasks whose bit n of `take` is set get their row
-// at base_of(n, k, p) + r row_bytes (NULL: NaN, as row_dotN's skipped rows), dotted together, into ys[k][rr].
+// One pass of a down group's DOWN_N (rank, row) tasks t0 + n ng: each task's row at base_of(n, k, p) + r row_bytes
+// (NULL: NaN, as row_dotN's skipped rows), dotted together, into ys[k][rr].
 template <int TYPE, typename BaseOf>
 __device__ __forceinline__ void down_pass(int t0, int ng, int K, int t, int r0, int d, int pbase, long long row_bytes,
                                           const uint8_t *actq, long long aq_stride, int nitems, int lane,
-                                          unsigned take, BaseOf base_of, float (*ys)[DOWN_R]) {
+                                          BaseOf base_of, float (*ys)[DOWN_R]) {
     const uint8_t *rows[DOWN_N], *xqs[DOWN_N];
 #pragma unroll
     for (int n = 0; n < DOWN_N; n++) {
         const int task = t0 + n * ng, k = task / DOWN_R, r = r0 + task % DOWN_R, p = t * K + k;
         rows[n] = NULL;
         xqs[n] = actq;
-        if (task < K * DOWN_R && r < d && ((take >> n) & 1u)) {
+        if (task < K * DOWN_R && r < d) {
             const uint8_t *base = base_of(n, k, p);
             if (base) rows[n] = base + (size_t)r * (size_t)row_bytes;
             xqs[n] = actq + (size_t)(p - pbase) * (size_t)aq_stride;
@@ -722,7 +722,7 @@ __device__ __forceinline__ void down_pass(int t0, int ng, int K, int t, int r0, 
 #pragma unroll
     for (int n = 0; n < DOWN_N; n++) {
         const int task = t0 + n * ng;
-        if (task < K * DOWN_R && lane == 0 && ((take >> n) & 1u)) ys[task / DOWN_R][task % DOWN_R] = v[n];
+        if (task < K * DOWN_R && lane == 0) ys[task / DOWN_R][task % DOWN_R] = v[n];
     }
 }
 
@@ -787,36 +787,10 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         actq = dq_rows;
         pbase = t * K;
     }
-#if ST_DOWN_ROWS4 && DOWN_GUESS && DOWN_SPEC
-    if constexpr (TYPE != 0 && !JOIN) {
-        for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N) {
-            // lane n < DOWN_N: task n's expert id, in flight during the guessed rows' dots
-            const int my_task = t0 + lane * ng, my_k = my_task / DOWN_R;
-            const bool my_valid = lane < DOWN_N && my_task < K * DOWN_R && r0 + my_task % DOWN_R < d;
-            const int my_e = my_valid ? __ldcg(ids + (size_t)t * K + my_k) : -1;
-            // pass 0: every task from its guessed base; pass 1 (one copy of the dots' code): the tasks whose guess
-            // was wrong, from their ids
-            unsigned take = ~0u;
-            for (int pass = 0; pass < 2; pass++) {
-                down_pass<TYPE>(t0, ng, K, t, r0, d, pbase, row_bytes, actq, aq_stride, nitems, lane, take,
-                                [&](int n, int k, int) -> const uint8_t * {
-                                    if (pass == 0) return s_gb[k];
-                                    const int e = __shfl_sync(ST_WARP_MASK, my_e, n, G32);  // (uniform branch)
-                                    return e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2) : NULL;
-                                },
-                                ys);
-                if (pass == 1) break;
-                const unsigned long long b = __ballot_sync(ST_WARP_MASK, my_valid && my_e != s_ge[my_k]);
-                take = (unsigned)(b >> (threadIdx.x % ST_WARP_SIZE / G32 * G32));  // (this group's lanes)
-                if (!take) break;  // (uniform in the group)
-            }
-        }
-    } else
-#endif
 #if ST_DOWN_ROWS4
     if constexpr (TYPE != 0) {
         for (int t0 = g; t0 < K * DOWN_R; t0 += ng * DOWN_N)
-            down_pass<TYPE>(t0, ng, K, t, r0, d, pbase, row_bytes, actq, aq_stride, nitems, lane, ~0u,
+            down_pass<TYPE>(t0, ng, K, t, r0, d, pbase, row_bytes, actq, aq_stride, nitems, lane,
                             [&](int, int k, int p) -> const uint8_t * {
                                 const int e = ids[p];
 #if DOWN_GUESS

@@ -40,13 +40,6 @@
 #ifndef DOWN_GUESS
 #define DOWN_GUESS 1
 #endif
-// DOWN_SPEC (A/B build, default 0; with DOWN_GUESS, not the hybrid join): after the wait the down kernel's groups
-// start their row dots from the guessed bases at once, with each task's expert id loaded beside them and compared
-// after the dots (a second pass redoes the tasks whose guess was wrong: the same rows and arithmetic, so the same
-// outputs). The ids' L2 round trip leaves the chain between the wait and the rows' loads.
-#ifndef DOWN_SPEC
-#define DOWN_SPEC 0
-#endif
 // DOWN_TAILPRE (A/B build, default 0): the down kernel's rank-order sum takes its weights and residual elements from
 // shared memory, copied there asynchronously (cp.async) right after the wait: both L2 round trips, which sat after
 // the block's barrier, overlap the row dots instead (a register for the residual spilled: Q6_K 96 bytes with
