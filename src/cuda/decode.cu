@@ -10,7 +10,6 @@
 // dots them with the matching int8 activation block (cuda/qblock.h unpack + dp4a), then a butterfly sum: the same
 // arithmetic and order as st_k_mmvq with one warp per row (mmvq_impl.cuh), so the outputs match that kernel's.
 #include "cuda/decode_impl.cuh"
-#include "cuda/mma.cuh"  // cp.async (DOWN_TAILPRE)
 
 // ---- PDL switch -------------------------------------------------------------------------------------------------
 
@@ -771,15 +770,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     __syncthreads();  // (before the wait: costs the chain nothing)
 #endif
     st_pdl_wait_trigger<16>();
-#if DOWN_TAILPRE
-    // The rank sum's weights and the block's residual elements, copied into shared memory asynchronously now (no
-    // registers held across the dots) and used after the dots and the barrier.
-    __shared__ float s_w[DOWN_MAX_USED], s_add[DOWN_R];
-    if (!JOIN && threadIdx.x < K) tc_cp4(&s_w[threadIdx.x], wts + (size_t)t * K + threadIdx.x);
-    if (!JOIN && add && threadIdx.x < DOWN_R && r0 + (int)threadIdx.x < d)
-        tc_cp4(&s_add[threadIdx.x], add + (size_t)t * d + r0 + threadIdx.x);
-    tc_cp_commit();
-#endif
     int pbase = 0;  // the first rank row of actq
     if constexpr (SELFQ) {
         extern __shared__ __align__(16) uint8_t dq_rows[];  // [K][aq_stride]: token t's K rows, quantized here
@@ -814,9 +804,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         }
         if (lane == 0) ys[k][rr] = v;
     }
-#if DOWN_TAILPRE
-    tc_cp_wait<0>();  // this thread's copies have landed (the barrier shows them to the block)
-#endif
     __syncthreads();
     const int rr = threadIdx.x, r = r0 + rr;
     if constexpr (JOIN) {
@@ -837,14 +824,9 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
             for (int k = 0; k < K; k++) yk[(size_t)k * d + r] = ys[k][rr];
             return;
         }
-#if DOWN_TAILPRE
-        const float o = rank_sum(&ys[0][0], DOWN_R, rr, s_w, K);
-        out[(size_t)t * d + r] = add ? __fadd_rn(s_add[rr], o) : o;
-#else
         const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
         const size_t at = (size_t)t * d + r;
         out[at] = add ? __fadd_rn(add[at], o) : o;
-#endif
     }
 }
 

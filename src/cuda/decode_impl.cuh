@@ -40,13 +40,6 @@
 #ifndef DOWN_GUESS
 #define DOWN_GUESS 1
 #endif
-// DOWN_TAILPRE (A/B build, default 0): the down kernel's rank-order sum takes its weights and residual elements from
-// shared memory, copied there asynchronously (cp.async) right after the wait: both L2 round trips, which sat after
-// the block's barrier, overlap the row dots instead (a register for the residual spilled: Q6_K 96 bytes with
-// DOWN_SPEC).
-#ifndef DOWN_TAILPRE
-#define DOWN_TAILPRE 0
-#endif
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
