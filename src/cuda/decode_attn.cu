@@ -349,13 +349,6 @@ __global__ void __launch_bounds__(ATT_NT)
 #ifndef ATC_BLOCKS_PER_SM
 #define ATC_BLOCKS_PER_SM 1
 #endif
-// ATC_REGS (A/B build, default 0: the compiler's choice, 172 at head_dim 128): a register cap per thread through the
-// launch bounds, so that with PDL_EARLY the next blocks of the chain fit beside an attention block (8 warps x 172 =
-// 44K of the SM's 64K registers). ptxas (sm_90) at 128: 232 bytes of spill stores, 144 of loads.
-#ifndef ATC_REGS
-#define ATC_REGS 0
-#endif
-#define ATC_MINB(nw) (ATC_REGS ? 65536 / ((nw) * 32 * (ATC_REGS ? ATC_REGS : 1)) : ATC_BLOCKS_PER_SM)
 // ATC_L2_PREFETCH: the L2 prefetch of the block's K/V rows before the dependency wait, 1 (default) only when the
 // context takes one split per KV head, 2 always, 0 never. At depth 16K the prefetches (one per 128-byte line, all
 // blocks at once) flooded the memory system ahead of the blocks' own copies: tg64 @ d16384 319.5 vs 311.2 tok/s
@@ -795,7 +788,7 @@ __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_t
 #endif
 
 template <int HD, int NW>
-__global__ void __launch_bounds__(NW * 32, ATC_MINB(NW))
+__global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     k_attn_dec_tc(float *__restrict__ out, uint8_t *__restrict__ outq, int fmt, const float *__restrict__ q,
                   const __half *kc, const __half *vc, const int32_t *d_pos, int G, int n_head_kv, float scale,
                   int n_split, int single_max, float *__restrict__ ws_o, float *__restrict__ ws_ml,
