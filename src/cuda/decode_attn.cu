@@ -381,18 +381,12 @@ __global__ void __launch_bounds__(ATT_NT)
 // their rows are below the step's own K/V row (written by finished work). H200 (2026-12-01j, bench/ab.sh): tg128 @
 // d16384 344.49 (bulk) / 348.67 (1) / 357.13 (2) tok/s, d32768 299.39 / 311.69 (2), tg128 501.21 / 504.94 (2);
 // predicted +12-20% at 16K: the copies' issue was not what bound it (the merge levels are, below). Refuted: a lazy
-// rescale of the output (only where some head's max moved: 344.19), 3 blocks per SM with 2 stages (337.19).
+// rescale of the output (only where some head's max moved: 344.19), 3 blocks per SM with 2 stages (337.19); every
+// stage's tile issued before the wait, not ATC_ST - 1 (-DATC_EARLY=3, 2026-12-05: tg128 @ d16384 419.12 vs 422.02;
+// with PDL_EARLY, H100 2026-12-05e: 396.3 vs 403.2; docs/experiments/2026-12-05-atc-early.patch).
 #ifndef ATC_TMA
 #define ATC_TMA 2
 #endif
-// ATC_EARLY: tiles per warp issued before the dependency wait (ATC_TMA 2): ATC_ST - 1 (default), or ATC_ST (an A/B
-// build: every stage, the walk's first issue then skips the tile already in flight). Alone it lost (tg128 @ d16384
-// 419.12 vs 422.02, 2026-12-05: the window before the wait was short); re-added 2026-12-05c for the A/B with
-// PDL_EARLY, whose Q/K/V launch lets this one start (and its copies run) during Q/K/V.
-#ifndef ATC_EARLY
-#define ATC_EARLY (ATC_ST - 1)
-#endif
-static_assert(ATC_EARLY >= 1 && ATC_EARLY <= ATC_ST, "ATC_EARLY: 1 .. ATC_ST tiles");
 #define ATC_TMA_ON (ATC_TMA && ST_TC_BULK)  // (device code: the TMA path is compiled for this target)
 struct alignas(64) atc_tmap {  // a CUtensorMap's 128 opaque bytes (filled on the host)
     unsigned long long w[16];
@@ -724,7 +718,7 @@ __device__ __forceinline__ atc_tma_warp atc_tma_begin(uint8_t *smem, uint64_t (*
     }
     __syncwarp();
 #pragma unroll
-    for (int i = 0; i < ATC_EARLY; i++)
+    for (int i = 0; i < ATC_ST - 1; i++)
         if (i < s.nbw && start + (w + NW * i + 1) * ATC_TP <= complete) {
             atc_tma_issue<HD, NW>(s, i, tk, tv);
             s.early |= 1u << i;
@@ -745,8 +739,7 @@ __device__ __forceinline__ void atc_tiles_tma(const atc_tma_warp &s, const atc_t
     // the byte offset of 16-byte chunk c (of the row's HD / 8) in row r of a K or V stage
     auto at = [](int r, int c) { return (c / 8) * ATC_TMA_BOX + r * 128 + (((c % 8) ^ (r % 8)) << 4); };
     for (int i = 0; i < s.nbw; i++) {
-        if (ATC_EARLY < ATC_ST || i > 0 || !((s.early >> (ATC_ST - 1)) & 1u))  // (tile ATC_ST - 1 may be early)
-            atc_tma_issue<HD, NW>(s, i + ATC_ST - 1, tk, tv);
+        atc_tma_issue<HD, NW>(s, i + ATC_ST - 1, tk, tv);
         uint8_t *kst = atc_tma_stage<HD, NW>(s, i), *vst = kst + NB * ATC_TMA_BOX;
         tc_mbar_wait(&s.bar[i % ATC_ST], (unsigned)(i / ATC_ST) & 1u);  // tile i has landed
         const int p0 = s.start + (w + NW * i) * ATC_TP;
