@@ -31,15 +31,6 @@ __device__ __forceinline__ void tc_cp16(void *dst, const void *src, int src_byte
     for (int i = 0; i < 16; i++) d[i] = i < src_bytes ? p[i] : 0;
 #endif
 }
-// 4 bytes global -> shared, cached in L1 on the way (cp.async.ca; a plain copy without PTX).
-__device__ __forceinline__ void tc_cp4(void *dst, const void *src) {
-#if ST_TC_PTX
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
-#else
-    *(uint32_t *)dst = *(const uint32_t *)src;
-#endif
-}
 __device__ __forceinline__ void tc_cp_commit() {
 #if ST_TC_PTX
     asm volatile("cp.async.commit_group;\n" ::: "memory");

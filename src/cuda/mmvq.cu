@@ -52,10 +52,6 @@ extern "C" int st_cuda_quantize_q8_1(st_cuda_ctx *ctx, const float *x_dev, void 
 
 int st_mmvq_staging = -1;
 extern "C" void st_cuda_mmvq_set_staging(int on) { st_mmvq_staging = on < 0 ? -1 : on != 0; }
-int st_mmvq_bulk_on = -1;
-extern "C" void st_cuda_mmvq_set_bulk(int on) { st_mmvq_bulk_on = on < 0 ? -1 : on != 0; }
-static long long g_mmvq_bulk_launches;
-extern "C" long long st_cuda_mmvq_bulk_launches(void) { return g_mmvq_bulk_launches; }
 
 // Shared argument checks and launch of all three entry points.
 static int mmvq_run(st_cuda_ctx *ctx, const char *fn, int type, const void *W, const void *W2, int64_t ne0,
@@ -108,12 +104,6 @@ static int mmvq_run(st_cuda_ctx *ctx, const char *fn, int type, const void *W, c
     a.wpr = wpr;
     const int gpc = MMVQ_WARPS / wpr;
     const dim3 grid((unsigned)((groups + gpc - 1) / gpc), (unsigned)n_pairs);
-    const int ns = st_mmvq_bulk_stages(type, a, n_tok, glu, ctx->cc_major);
-    if (ns && (st_mmvq_bulk_kquant(type, a, ns, ctx->sm_count, stream) ||
-               st_mmvq_bulk_legacy(type, a, ns, ctx->sm_count, stream))) {
-        g_mmvq_bulk_launches++;
-        return st_cuda_check_launch(ctx, "mmvq_bulk");
-    }
     if (!(st_mmvq_launch_kquant(type, a, n_tok, glu, grid, stream) || st_mmvq_launch_iq(type, a, n_tok, glu, grid, stream) ||
           st_mmvq_launch_legacy(type, a, n_tok, glu, grid, stream) || st_mmvq_launch_float(type, a, n_tok, glu, grid, stream)))
         return st_err("%s: no kernel instantiated for %s", fn, ti->name);

@@ -45,12 +45,6 @@ int st_cuda_mmvq(st_cuda_ctx *ctx, int weight_type, const void *W_dev, int64_t n
 // 16-byte loads when a row is 16-byte aligned and fits (bit-identical outputs). On by default; off with
 // STRATA_MMVQ_STAGE=0 or here (1 on, 0 off, -1 back to the environment's choice; tests compare both).
 void st_cuda_mmvq_set_staging(int on);
-// One token's rows of LM-head-sized matrices (>= 8 MiB; k-quants and Q8_0, rows 16-byte aligned) by a persistent
-// kernel whose warps stream row pairs through a ring of bulk copies (sm_90; bit-identical outputs). Off by default
-// until measured; on with STRATA_MMVQ_BULK=1 or here (1 on, 0 off, -1 back to the environment's choice).
-void st_cuda_mmvq_set_bulk(int on);
-// Launches of the bulk-pipelined kernel so far in this process (tests check that the path was taken).
-long long st_cuda_mmvq_bulk_launches(void);
 // (Staged Q6_K rows with a half block per lane, STRATA_MMVQ_HB=1, lost on an H200: tg128 -2.3%, the LM head ~40 us
 // per token slower; removed 2026-12-05, docs/experiments/2026-12-05-mmvq-q6k-half-blocks.patch.)
 

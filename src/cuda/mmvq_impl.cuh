@@ -18,7 +18,6 @@
 #include "cuda/runtime.h"
 #include "cuda/act_math.h"  // the CPU's SwiGLU arithmetic
 #include "cuda/decode_common.cuh"  // PDL: st_pdl_wait / st_pdl_trigger, st_dec_launch (the staged kernel)
-#include "cuda/mma.cuh"            // bulk copies and mbarriers (st_k_mmvq_bulk)
 
 #define MMVQ_WARPS 4
 
@@ -176,15 +175,50 @@ __global__ void __launch_bounds__(MMVQ_WARPS * ST_WARP_SIZE) st_k_mmvq(const st_
     }
 }
 
-// The dot products of nrows (<= RW) consecutive one-token rows held in shared memory (row r at rows + r row_bytes)
-// with the activation a.xq, written to a.y[row0 + r] by lane r: per row the items and the order of the sums of
-// st_k_mmvq<TYPE, 1, 1, false> with one warp per row (lane l: items l, l + 32, ...; then the butterfly), so its
-// callers are bit-identical to that kernel.
-template <int TYPE, int RW>
-__device__ __forceinline__ void st_mmvq_rows_smem(const uint8_t *rows, const st_mmvq_args &a, int nrows,
-                                                  long long row0, int lane) {
-    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE);
+// Staged rows (one token, one warp per row, no ids, rows 16-byte aligned): for block layouts whose fields are not
+// 16-byte aligned (Q6_K's 210-byte blocks, Q3_K, Q2_K), each lane's item loads are many 2-byte loads scattered
+// over several blocks, so a warp-wide load touches many cache lines (the Q6_K LM head ran at 52% of bandwidth).
+// Here the warp first copies its ST_MMVQ_STAGE_ROWS rows into shared memory with 16-byte loads, all in flight
+// together, then unpacks the items from there. Per row, the same items per lane, the same order of the sums and
+// the same butterfly as st_k_mmvq<TYPE, 1, 1, false> with one warp per row: the outputs are bit-identical.
+#ifndef ST_MMVQ_STAGE_ROWS
+#define ST_MMVQ_STAGE_ROWS 2  // rows per warp
+#endif
+#define ST_MMVQ_STAGE_MAX_SMEM 49152  // dynamic shared bytes per block (MMVQ_WARPS x rows x row bytes)
+#define ST_MMVQ_STAGE_U 8             // 16-byte loads per lane in flight per pass
+
+template <int TYPE>
+__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(const st_mmvq_args a) {
+    constexpr int IPB = ST_QB_IPB(TYPE), TS = ST_QB_TSIZE(TYPE), RW = ST_MMVQ_STAGE_ROWS;
     constexpr int AMODE = ST_QB_AMODE(TYPE), BMODE = ST_QB_BMODE(TYPE);
+    extern __shared__ __align__(16) uint4 st_stage[];  // [MMVQ_WARPS][RW][row_bytes / 16]
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int n16 = (int)(a.row_bytes / 16);
+    const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + warp) * RW;
+    const int nrows = (int)min((long long)RW, (long long)a.n_out - row0);  // rows of this warp (<= 0: none)
+    if (nrows <= 0) return;  // whole warps; no block barrier below
+    uint4 *sw = st_stage + (size_t)warp * RW * n16;
+    const uint4 *src = (const uint4 *)(a.W + (size_t)row0 * (size_t)a.row_bytes);  // the warp's rows, contiguous
+    const int total = nrows * n16;
+    for (int c0 = 0; c0 < total; c0 += ST_WARP_SIZE * ST_MMVQ_STAGE_U) {
+        uint4 v[ST_MMVQ_STAGE_U];
+#pragma unroll
+        for (int u = 0; u < ST_MMVQ_STAGE_U; u++) {
+            const int c = c0 + u * ST_WARP_SIZE + lane;
+            if (c < total) v[u] = __ldcs(src + c);  // streamed: read once
+        }
+#pragma unroll
+        for (int u = 0; u < ST_MMVQ_STAGE_U; u++) {
+            const int c = c0 + u * ST_WARP_SIZE + lane;
+            if (c < total) sw[c] = v[u];
+        }
+    }
+    __syncwarp();
+    // The dependency wait after the staging: the rows are weights (no kernel's output), so a PDL launch (the LM head
+    // after the final norm) has its first wave's rows in flight while the previous kernel finishes.
+    st_pdl_wait();
+    st_pdl_trigger();
+    const uint8_t *rows = (const uint8_t *)sw;
     const uint8_t *xds = a.xq + (size_t)a.nitems * 32;
     float acc[RW];
 #pragma unroll
@@ -215,107 +249,6 @@ __device__ __forceinline__ void st_mmvq_rows_smem(const uint8_t *rows, const st_
     }
 }
 
-// Staged rows (one token, one warp per row, no ids, rows 16-byte aligned): for block layouts whose fields are not
-// 16-byte aligned (Q6_K's 210-byte blocks, Q3_K, Q2_K), each lane's item loads are many 2-byte loads scattered
-// over several blocks, so a warp-wide load touches many cache lines (the Q6_K LM head ran at 52% of bandwidth).
-// Here the warp first copies its ST_MMVQ_STAGE_ROWS rows into shared memory with 16-byte loads, all in flight
-// together, then unpacks the items from there. Per row, the same items per lane, the same order of the sums and
-// the same butterfly as st_k_mmvq<TYPE, 1, 1, false> with one warp per row: the outputs are bit-identical.
-#ifndef ST_MMVQ_STAGE_ROWS
-#define ST_MMVQ_STAGE_ROWS 2  // rows per warp
-#endif
-#define ST_MMVQ_STAGE_MAX_SMEM 49152  // dynamic shared bytes per block (MMVQ_WARPS x rows x row bytes)
-#define ST_MMVQ_STAGE_U 8             // 16-byte loads per lane in flight per pass
-
-template <int TYPE>
-__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_staged(const st_mmvq_args a) {
-    constexpr int RW = ST_MMVQ_STAGE_ROWS;
-    extern __shared__ __align__(16) uint4 st_stage[];  // [MMVQ_WARPS][RW][row_bytes / 16]
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    const int n16 = (int)(a.row_bytes / 16);
-    const long long row0 = ((long long)blockIdx.x * MMVQ_WARPS + warp) * RW;
-    const int nrows = (int)min((long long)RW, (long long)a.n_out - row0);  // rows of this warp (<= 0: none)
-    if (nrows <= 0) return;  // whole warps; no block barrier below
-    uint4 *sw = st_stage + (size_t)warp * RW * n16;
-    const uint4 *src = (const uint4 *)(a.W + (size_t)row0 * (size_t)a.row_bytes);  // the warp's rows, contiguous
-    const int total = nrows * n16;
-    for (int c0 = 0; c0 < total; c0 += ST_WARP_SIZE * ST_MMVQ_STAGE_U) {
-        uint4 v[ST_MMVQ_STAGE_U];
-#pragma unroll
-        for (int u = 0; u < ST_MMVQ_STAGE_U; u++) {
-            const int c = c0 + u * ST_WARP_SIZE + lane;
-            if (c < total) v[u] = __ldcs(src + c);  // streamed: read once
-        }
-#pragma unroll
-        for (int u = 0; u < ST_MMVQ_STAGE_U; u++) {
-            const int c = c0 + u * ST_WARP_SIZE + lane;
-            if (c < total) sw[c] = v[u];
-        }
-    }
-    __syncwarp();
-    // The dependency wait after the staging: the rows are weights (no kernel's output), so a PDL launch (the LM head
-    // after the final norm) has its first wave's rows in flight while the previous kernel finishes.
-    st_pdl_wait();
-    st_pdl_trigger();
-    st_mmvq_rows_smem<TYPE, RW>((const uint8_t *)sw, a, nrows, row0, lane);
-}
-
-// Bulk-pipelined rows (sm_90; one token, one warp per RW rows, no ids, rows 16-byte aligned; STRATA_MMVQ_BULK):
-// for LM-head-sized matrices. A persistent grid (as many blocks as fit at once): warp w of the grid takes row pairs
-// w, w + (warps in the grid), ..., each pair's two contiguous rows arriving by one bulk copy (TMA's 1-D form, issued
-// by lane 0) into a ring of ns stages in shared memory that completes on the stage's mbarrier, ns - 1 pairs ahead of
-// the one being computed. The staged kernel's warp instead loads its rows, then computes, then exits: its bytes are
-// in flight only while it loads, and every 4 warps pay a block's launch (the Q6_K LM head: 80 us for 255 MB,
-// 3.2 TB/s, 72% of the read roofline, 2026-12-05). The first ns - 1 pairs are issued before the PDL wait (weights).
-// Per row the arithmetic is st_mmvq_rows_smem's: bit-identical to st_k_mmvq<TYPE, 1, 1, false>.
-#define ST_MMVQ_BULK_ROWS 2       // rows per stage (one bulk copy)
-#define ST_MMVQ_BULK_MAX_ST 4     // stages per warp at most
-#define ST_MMVQ_BULK_SMEM 65536   // target dynamic shared bytes per block (fewer stages for wider rows)
-
-template <int TYPE>
-__global__ void __launch_bounds__(MMVQ_WARPS *ST_WARP_SIZE) st_k_mmvq_bulk(const st_mmvq_args a, int ns) {
-#if ST_TC_BULK
-    constexpr int RW = ST_MMVQ_BULK_ROWS;
-    extern __shared__ __align__(128) uint8_t st_bulk[];  // [MMVQ_WARPS][ns][RW * row_bytes]
-    __shared__ __align__(8) uint64_t bars[MMVQ_WARPS][ST_MMVQ_BULK_MAX_ST];
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    const size_t stage_bytes = (size_t)RW * (size_t)a.row_bytes;
-    uint8_t *sw = st_bulk + (size_t)warp * (size_t)ns * stage_bytes;
-    uint64_t *bar = bars[warp];
-    const long long n_pairs = ((long long)a.n_out + RW - 1) / RW;
-    const long long gw = (long long)blockIdx.x * MMVQ_WARPS + warp, n_gw = (long long)gridDim.x * MMVQ_WARPS;
-    const long long nk = gw < n_pairs ? (n_pairs - gw + n_gw - 1) / n_gw : 0;  // this warp's pairs
-    if (lane == 0) {
-        for (int s = 0; s < ns; s++) tc_mbar_init(&bar[s], 1);
-        tc_mbar_fence_init();
-    }
-    __syncwarp();
-    auto issue = [&](long long k) {  // the warp's k-th pair into stage k % ns (lane 0)
-        if (lane == 0 && k < nk) {
-            const long long row0 = (gw + k * n_gw) * RW;
-            const unsigned bytes = (unsigned)(min((long long)RW, (long long)a.n_out - row0) * a.row_bytes);
-            const int s = (int)(k % ns);
-            tc_mbar_expect_tx(&bar[s], bytes);
-            tc_bulk_g2s(sw + (size_t)s * stage_bytes, a.W + (size_t)row0 * (size_t)a.row_bytes, bytes, &bar[s]);
-        }
-    };
-    for (int k = 0; k < ns - 1; k++) issue(k);
-    st_pdl_wait();  // the activation: the previous kernel's output
-    st_pdl_trigger();
-    for (long long k = 0; k < nk; k++) {
-        issue(k + ns - 1);  // into the stage the warp finished reading in iteration k - 1 (the __syncwarp below)
-        const int s = (int)(k % ns);
-        tc_mbar_wait(&bar[s], (unsigned)((k / ns) & 1));
-        const long long row0 = (gw + k * n_gw) * RW;
-        const int nrows = (int)min((long long)RW, (long long)a.n_out - row0);
-        st_mmvq_rows_smem<TYPE, RW>(sw + (size_t)s * stage_bytes, a, nrows, row0, lane);
-        __syncwarp();
-    }
-#else
-    __trap();  // launched only where the device has bulk copies (st_mmvq_bulk_plan)
-#endif
-}
-
 extern int st_mmvq_staging;  // 1 on, 0 off, -1 from STRATA_MMVQ_STAGE at the first launch (mmvq.cu)
 // Whether (and with how much dynamic shared memory) st_k_mmvq_staged takes a launch that would otherwise run
 // st_k_mmvq<type, 1, 1, false> with one warp per row: returns the shared bytes, or 0 for "not staged".
@@ -344,54 +277,6 @@ static inline bool st_mmvq_pdl(void) {
                       dim3(ST_WARP_SIZE, MMVQ_WARPS), staged, s, a);                                        \
         return 1;
 
-extern int st_mmvq_bulk_on;  // 1 on, 0 off, -1 from STRATA_MMVQ_BULK at the first launch (mmvq.cu)
-#define ST_MMVQ_BULK_MIN_BYTES (8ll << 20)  // matrices from this size (the LM head; smaller ones are unmeasured)
-// The stages per warp of st_k_mmvq_bulk for a launch that would otherwise run st_k_mmvq<type, 1, 1, false> with one
-// warp per row or the staged kernel, or 0 for "not taken".
-static inline int st_mmvq_bulk_stages(int type, const st_mmvq_args &a, int n_tok, bool glu, int cc_major) {
-    if (glu || a.ids || n_tok != 1 || a.wpr != 1 || a.row_bytes % 16 || ST_QB_IS_FLOAT(type) || cc_major < 9 ||
-        (long long)a.n_out * a.row_bytes < ST_MMVQ_BULK_MIN_BYTES)
-        return 0;
-    const int on = env_switch(&st_mmvq_bulk_on, "STRATA_MMVQ_BULK", 0) != 0;
-    const long long stage = (long long)ST_MMVQ_BULK_ROWS * a.row_bytes;
-    int ns = ST_MMVQ_BULK_MAX_ST;
-    while (ns > 2 && MMVQ_WARPS * ns * stage > ST_MMVQ_BULK_SMEM) ns--;
-    return on && MMVQ_WARPS * ns * stage <= 2 * ST_MMVQ_BULK_SMEM ? ns : 0;
-}
-// Launches st_k_mmvq_bulk<TYPE> over as many blocks as fit on the device at once; 0 where the device cannot take it
-// (its shared memory), and the caller's other kernels run. The shared-memory attribute and the occupancy are set and
-// read once per device and size (the first, eager step), so a graph capture of the step makes no such calls.
-#define ST_MMVQ_BULK_DEVS 64
-template <int TYPE> static int st_mmvq_bulk_launch(const st_mmvq_args &a, int ns, int sm_count, cudaStream_t s) {
-    static size_t set_smem[ST_MMVQ_BULK_DEVS];  // per device: the size the attribute and per_sm are for (0: none)
-    static int set_per_sm[ST_MMVQ_BULK_DEVS];
-    const size_t smem = (size_t)MMVQ_WARPS * (size_t)ns * ST_MMVQ_BULK_ROWS * (size_t)a.row_bytes;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= ST_MMVQ_BULK_DEVS) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    if (set_smem[dev] != smem) {
-        int per_sm = 0;
-        if (cudaFuncSetAttribute(st_k_mmvq_bulk<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-                cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, st_k_mmvq_bulk<TYPE>, MMVQ_WARPS * ST_WARP_SIZE,
-                                                          smem) != cudaSuccess ||
-            per_sm < 1) {
-            (void)cudaGetLastError();
-            return 0;
-        }
-        set_smem[dev] = smem, set_per_sm[dev] = per_sm;
-    }
-    const long long pairs = ((long long)a.n_out + ST_MMVQ_BULK_ROWS - 1) / ST_MMVQ_BULK_ROWS;
-    const long long blocks = min((pairs + MMVQ_WARPS - 1) / MMVQ_WARPS, (long long)set_per_sm[dev] * sm_count);
-    st_dec_launch_if(st_mmvq_pdl(), st_k_mmvq_bulk<TYPE>, dim3((unsigned)blocks), dim3(ST_WARP_SIZE, MMVQ_WARPS), smem,
-                     s, a, ns);
-    return 1;
-}
-#define ST_MMVQ_BULK_CASE(T) \
-    case T: return st_mmvq_bulk_launch<T>(a, ns, sm_count, s);
-
 // Launches the kernel variant for (TYPE, token count class, glu).
 template <int TYPE>
 static void st_mmvq_launch_type(const st_mmvq_args &a, int n_tok, bool glu, dim3 grid, cudaStream_t s) {
@@ -419,9 +304,6 @@ int st_mmvq_launch_float(int type, const st_mmvq_args &a, int n_tok, bool glu, d
 int st_mmvq_launch_legacy(int type, const st_mmvq_args &a, int n_tok, bool glu, dim3 grid, cudaStream_t s);
 int st_mmvq_launch_kquant(int type, const st_mmvq_args &a, int n_tok, bool glu, dim3 grid, cudaStream_t s);
 int st_mmvq_launch_iq(int type, const st_mmvq_args &a, int n_tok, bool glu, dim3 grid, cudaStream_t s);
-// st_k_mmvq_bulk's dispatchers (mmvq_t_*.cu): 1 if the type has an instance there and it was launched, else 0.
-int st_mmvq_bulk_kquant(int type, const st_mmvq_args &a, int ns, int sm_count, cudaStream_t s);
-int st_mmvq_bulk_legacy(int type, const st_mmvq_args &a, int ns, int sm_count, cudaStream_t s);
 
 #define ST_MMVQ_CASE(T)                              \
     case T: st_mmvq_launch_type<T>(a, n_tok, glu, grid, s); return 1;

@@ -19,14 +19,3 @@ int st_mmvq_launch_kquant(int type, const st_mmvq_args &a, int n_tok, bool glu, 
     default: return 0;
     }
 }
-
-int st_mmvq_bulk_kquant(int type, const st_mmvq_args &a, int ns, int sm_count, cudaStream_t s) {
-    switch (type) {
-        ST_MMVQ_BULK_CASE(ST_TYPE_Q2_K)
-        ST_MMVQ_BULK_CASE(ST_TYPE_Q3_K)
-        ST_MMVQ_BULK_CASE(ST_TYPE_Q4_K)
-        ST_MMVQ_BULK_CASE(ST_TYPE_Q5_K)
-        ST_MMVQ_BULK_CASE(ST_TYPE_Q6_K)
-    default: return 0;
-    }
-}

@@ -13,10 +13,3 @@ int st_mmvq_launch_legacy(int type, const st_mmvq_args &a, int n_tok, bool glu, 
     default: return 0;
     }
 }
-
-int st_mmvq_bulk_legacy(int type, const st_mmvq_args &a, int ns, int sm_count, cudaStream_t s) {
-    switch (type) {
-        ST_MMVQ_BULK_CASE(ST_TYPE_Q8_0)
-    default: return 0;
-    }
-}

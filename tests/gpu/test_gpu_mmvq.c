@@ -232,10 +232,9 @@ static void test_plain(int type, int ne0, int n_out, int n_tok, st_rng *r) {
     if (fmt >= 0 && (fmt != ST_TYPE_Q8_K || ne0 % 256 == 0)) test_plain_fmt(type, ne0, n_out, n_tok, fmt, r);
 }
 
-// One token through the staged kernel (rows copied to shared memory first; bulk 0) or the bulk-pipelined one (bulk
-// 1) against the direct one: bit for bit. n_out is large enough for one warp per row (both kernels' condition) and
-// leaves a partial last block (staged) or row pair (bulk).
-static void test_staged(int type, int ne0, int n_out, int bulk, st_rng *r) {
+// One token through the staged kernel (rows copied to shared memory first) against the direct one: bit for bit.
+// n_out is large enough for one warp per row (the staged kernel's condition) and leaves a partial last block.
+static void test_staged(int type, int ne0, int n_out, st_rng *r) {
     const size_t row_bytes = st_row_size(type, ne0), wbytes = row_bytes * (size_t)n_out;
     const size_t xq_stride = (size_t)st_q8_1_row_bytes(ne0);
     uint8_t *W = xmalloc(wbytes);
@@ -251,16 +250,14 @@ static void test_staged(int type, int ne0, int n_out, int bulk, st_rng *r) {
     CK(st_cuda_memcpy_h2d(&g_ctx, dW, W, wbytes, NULL));
     CK(st_cuda_memcpy_h2d(&g_ctx, dx, x, sizeof(float) * (size_t)ne0, NULL));
     CK(st_cuda_quantize_q8_1(&g_ctx, dx, dxq, 1, ne0, s));
-    for (int v = 0; v < 2; v++) {  // v 0: the variant, 1: the direct kernel
-        st_cuda_mmvq_set_staging(v == 0 && !bulk);
-        st_cuda_mmvq_set_bulk(v == 0 && bulk);
+    for (int v = 0; v < 2; v++) {
+        st_cuda_mmvq_set_staging(v == 0);
         CK(st_cuda_memset(&g_ctx, dy, 0xff, sizeof(float) * (size_t)n_out, s));  // NaN poison
         CK(st_cuda_mmvq(&g_ctx, type, dW, ne0, n_out, dxq, 1, dy, s));
         CK(st_cuda_sync(&g_ctx, s));
         CK(st_cuda_memcpy_d2h(&g_ctx, y[v], dy, sizeof(float) * (size_t)n_out, NULL));
     }
     st_cuda_mmvq_set_staging(-1);
-    st_cuda_mmvq_set_bulk(-1);
     int bad = 0, first = -1;
     for (int i = 0; i < n_out; i++)
         if (memcmp(&y[0][i], &y[1][i], sizeof(float)) || y[0][i] != y[0][i]) {
@@ -270,9 +267,8 @@ static void test_staged(int type, int ne0, int n_out, int bulk, st_rng *r) {
     g_checks++;
     if (bad) {
         g_fail++;
-        printf("FAIL %s mmvq %s %dx%d: %d of %d outputs differ from the direct kernel (first row %d: %.9g vs "
-               "%.9g)\n", bulk ? "bulk" : "staged", st_type_name(type), ne0, n_out, bad, n_out, first, y[0][first],
-               y[1][first]);
+        printf("FAIL staged mmvq %s %dx%d: %d of %d outputs differ from the direct kernel (first row %d: %.9g vs "
+               "%.9g)\n", st_type_name(type), ne0, n_out, bad, n_out, first, y[0][first], y[1][first]);
     }
     st_cuda_free(&g_ctx, dW);
     st_cuda_free(&g_ctx, dxq);
@@ -477,17 +473,14 @@ static void timing(st_rng *r) {
                    bytes / sec / 1e9, 100 * bytes / sec / 1e9 / hbm);
         }
         // (b) the whole stack as one 2048 x 98304 matrix (steady-state streaming).
-        for (int bulk = 0; bulk < (g_ctx.cc_major >= 9 ? 2 : 1); bulk++) {  // the default path, then the bulk one
+        {
             const int rows = n_out * n_expert;
-            st_cuda_mmvq_set_bulk(bulk);
             CK(st_cuda_mmvq(&g_ctx, type, dW, ne0, rows, dxq, 1, dy, s));
             cudaEventRecord(e0, s);
             for (int it = 0; it < 20; it++) CK(st_cuda_mmvq(&g_ctx, type, dW, ne0, rows, dxq, 1, dy, s));
             cudaEventRecord(e1, s);
-            st_cuda_mmvq_set_bulk(-1);
             const double sec = time_loop(e0, e1, 20) / 20;
-            printf("  %-7s %-44s %8.2f us  %7.0f GB/s  %5.1f%%\n", st_type_name(type),
-                   bulk ? "mmvq 2048x98304 n_tok 1, bulk-pipelined" : "mmvq 2048x98304 n_tok 1", sec * 1e6,
+            printf("  %-7s %-44s %8.2f us  %7.0f GB/s  %5.1f%%\n", st_type_name(type), "mmvq 2048x98304 n_tok 1", sec * 1e6,
                    (double)wb / sec / 1e9, 100 * (double)wb / sec / 1e9 / hbm);
         }
         // (c) 4096 x 2048 (dense-layer shape), rotating over copies in the stack memory (> L2).
@@ -567,27 +560,10 @@ int main(int argc, char **argv) {
         const int before = g_fail;
         const int staged_types[] = {ST_TYPE_Q6_K, ST_TYPE_Q3_K, ST_TYPE_Q2_K};
         for (int i = 0; i < 3; i++) {
-            test_staged(staged_types[i], 2048, quick ? 4 * 32 * g_ctx.sm_count + 3 : 50003, 0, &r);
-            test_staged(staged_types[i], 4096, 32 * g_ctx.sm_count + 5, 0, &r);
+            test_staged(staged_types[i], 2048, quick ? 4 * 32 * g_ctx.sm_count + 3 : 50003, &r);
+            test_staged(staged_types[i], 4096, 32 * g_ctx.sm_count + 5, &r);
         }
         printf("%s staged rows == direct (Q6_K, Q3_K, Q2_K; 2048 and 4096 wide)\n", g_fail == before ? "PASS" : "FAIL");
-    }
-    if (g_ctx.cc_major >= 9) {  // bulk-pipelined rows == direct, bit for bit (>= 8 MiB, an odd n_out: a partial pair)
-        const int before = g_fail;
-        const long long launches = st_cuda_mmvq_bulk_launches();
-        const int bulk_types[] = {ST_TYPE_Q6_K, ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q3_K, ST_TYPE_Q2_K, ST_TYPE_Q8_0};
-        for (int i = 0; i < 6; i++) {
-            test_staged(bulk_types[i], 2048, quick ? 20001 : 151937, 1, &r);
-            test_staged(bulk_types[i], 4096, 8193, 1, &r);
-        }
-        g_checks++;
-        if (st_cuda_mmvq_bulk_launches() - launches != 12) {
-            g_fail++;
-            printf("FAIL bulk mmvq: %lld of 12 launches took the bulk kernel\n",
-                   st_cuda_mmvq_bulk_launches() - launches);
-        }
-        printf("%s bulk rows == direct (Q6_K, Q4_K, Q5_K, Q3_K, Q2_K, Q8_0; 2048 and 4096 wide)\n",
-               g_fail == before ? "PASS" : "FAIL");
     }
     const int failed = g_fail;
     if (!quick && !no_timing && !failed) timing(&r);
