@@ -127,7 +127,7 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
 // st_cuda_router_topk + st_cuda_moe_glu_q. n_used <= 32, n_expert <= 512. Default for one token
 // (STRATA_GLU_ROUTE=0: the router routes).
 // aff (NULL or gate0 NULL: the table): where every expert of the layer lies at a fixed stride (all in VRAM), the
-// launch may take expert e's rows at gate0 / up0 + e stride without the table's load (GLU_AFFINE builds;
+// launch may take expert e's rows at gate0 / up0 + e stride without the table's load (GLU_AFFINE, the default;
 // st_cuda_glu_affine_enabled says whether this build does).
 typedef struct {
     const void *gate0, *up0;  // expert 0's gate and up rows [n_ff][n_embd]

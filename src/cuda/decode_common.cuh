@@ -48,11 +48,13 @@ __device__ __forceinline__ void st_pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
-// PDL_EARLY (A/B build, default 0): bits of the launches that let their dependents be scheduled before their own
-// wait instead of after it (1 the span norm, 2 the router fold, 4 the decode attention, 8 Q/K/V and O, 16 the down
-// projection, 32 the GLU), so the next launch's blocks take SM slots, and start their pre-wait loads, as soon as
-// slots free up. Safe either way: a kernel's whole grid is resident before it triggers, and each wait still waits
-// for the whole previous grid.
+// PDL_EARLY (default 63: all; -DPDL_EARLY=0 for an A/B build): bits of the launches that let their dependents be
+// scheduled before their own wait instead of after it (1 the span norm, 2 the router fold, 4 the decode attention,
+// 8 Q/K/V and O, 16 the down projection, 32 the GLU), so the next launch's blocks take SM slots, and start their
+// pre-wait loads, as soon as slots free up. Safe either way: a kernel's whole grid is resident before it triggers,
+// and each wait still waits for the whole previous grid. H100, 2026-12-05e (bench/ab.sh): tg128 551.1 vs 550.2,
+// tg128 @ d16384 403.2 vs 395.0 (+2.1%: the attention's blocks, and their pre-wait K/V copies, may start during
+// Q/K/V).
 #ifndef PDL_EARLY
 #define PDL_EARLY 63
 #endif

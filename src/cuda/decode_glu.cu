@@ -24,11 +24,12 @@ struct glu_route {
     st_cuda_glu_affine aff;  // (GLU_AFFINE) expert e's gate / up rows at gate0 / up0 + e stride; gate0 NULL: the table
 };
 
-// GLU_AFFINE (A/B build, default 0): the routing launch takes its expert's gate / up rows from the affine layout
-// the engine passes (every weight in VRAM: expert e at a fixed stride) instead of the table. The table entry is an
-// L2 load that only the route can address, so it sat on the chain between the route and the rows' loads (~0.3-0.5
-// us per layer predicted; the table's entries staged in shared memory before the wait lost 3% on 2026-11-30,
-// when the ids came from the router, at the cost of every block's staging).
+// GLU_AFFINE (default 1; -DGLU_AFFINE=0 for an A/B build): the routing launch takes its expert's gate / up rows from
+// the affine layout the engine passes (every weight in VRAM: expert e at a fixed stride) instead of the table. The
+// table entry is an L2 load that only the route can address, so it sat on the chain between the route and the rows'
+// loads (the table's entries staged in shared memory before the wait lost 3% on 2026-11-30, when the ids came from
+// the router, at the cost of every block's staging). H100, 2026-12-05e (bench/ab.sh, PDL_EARLY on): tg128 553.1 vs
+// 551.0 (+0.4%; predicted +0.8-1.4%).
 #ifndef GLU_AFFINE
 #define GLU_AFFINE 1
 #endif

@@ -384,10 +384,11 @@ __device__ __forceinline__ void wn_quant_span(const float4 (&v)[WN_U], int sp, i
     }
 }
 
-// ROUTE_SORTED (A/B build, default 0; sm_80+ 32-lane groups, E <= 128): the top-K rounds of route_group_t from
-// lane lists sorted once (probability descending, id ascending: a 5-comparator network), so a round takes each
-// lane's head instead of scanning its PL values, and only the winning lane shifts its list. The same picks in the
-// same order (the order is total: ids differ). The route runs on every GLU block's chain after its wait.
+// ROUTE_SORTED (default 1, -DROUTE_SORTED=0 for an A/B build; sm_80+ 32-lane groups, E <= 128): the top-K rounds of
+// route_group_t from lane lists sorted once (probability descending, id ascending: a 5-comparator network), so a
+// round takes each lane's head instead of scanning its PL values, and only the winning lane shifts its list. The
+// same picks in the same order (the order is total: ids differ). The route runs on every GLU block's chain after
+// its wait. H100, 2026-12-05e (bench/ab.sh): tg128 551.6 vs 551.0 alone, with GLU_AFFINE 553.9 vs 553.1.
 #ifndef ROUTE_SORTED
 #define ROUTE_SORTED 1
 #endif
