@@ -698,6 +698,29 @@ __device__ __forceinline__ void down_quant_rows(const float *act, int K, int n_f
     __syncthreads();
 }
 
+#if DOWN_GUESS_COUNT
+// DOWN_GUESS_COUNT (diagnostic build, default 0; timings of such a build mean nothing): how often the down kernel's
+// guess (the ids read before its wait) names the expert the route chose. Threads k < K compare after the wait; each
+// block adds its hits and misses, and every 2^16 blocks thread 0 of the block that completes them prints the running
+// totals (device printf, flushed at the next synchronisation). A miss costs the table's round trip after the wait and
+// wastes the guessed rows' L2 prefetch; DOWN_SPEC (removed 2026-12-05e) paid a whole second pass of row dots for it.
+__device__ unsigned long long g_down_guess_stats[3];  // hits, misses, blocks
+__device__ __noinline__ void down_guess_count(const int32_t *ids_t, const int32_t *guess, int K) {
+    __shared__ int s_miss;
+    if (threadIdx.x == 0) s_miss = 0;
+    __syncthreads();
+    if ((int)threadIdx.x < K && __ldcg(ids_t + threadIdx.x) != guess[threadIdx.x]) atomicAdd(&s_miss, 1);
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    atomicAdd(&g_down_guess_stats[0], (unsigned long long)(K - s_miss));
+    atomicAdd(&g_down_guess_stats[1], (unsigned long long)s_miss);
+    const unsigned long long b = atomicAdd(&g_down_guess_stats[2], 1ull) + 1;
+    if ((b & 0xffffull) == 0)
+        printf("down guess: %llu blocks, %llu hits, %llu misses\n", b, __ldcg(&g_down_guess_stats[0]),
+               __ldcg(&g_down_guess_stats[1]));
+}
+#endif
+
 // One pass of a down group's DOWN_N (rank, row) tasks t0 + n ng: each task's row at base_of(n, k, p) + r row_bytes
 // (NULL: NaN, as row_dotN's skipped rows), dotted together, into ys[k][rr].
 template <int TYPE, typename BaseOf>
@@ -770,6 +793,9 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     __syncthreads();  // (before the wait: costs the chain nothing)
 #endif
     st_pdl_wait_trigger<16>();
+#if ST_DOWN_ROWS4 && DOWN_GUESS && DOWN_GUESS_COUNT
+    down_guess_count(ids + (size_t)t * K, s_ge, K);
+#endif
     int pbase = 0;  // the first rank row of actq
     if constexpr (SELFQ) {
         extern __shared__ __align__(16) uint8_t dq_rows[];  // [K][aq_stride]: token t's K rows, quantized here

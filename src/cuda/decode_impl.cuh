@@ -40,6 +40,9 @@
 #ifndef DOWN_GUESS
 #define DOWN_GUESS 1
 #endif
+#ifndef DOWN_GUESS_COUNT
+#define DOWN_GUESS_COUNT 0  // a diagnostic build (decode.cu down_guess_count)
+#endif
 // DEC_MINB_MULTI0: minimum resident blocks per SM of the mixed-type Q/K/V instance (k_mmvq_multi<0>): its 56
 // registers allow 4 per SM, so the Qwen3-30B-A3B shape's 640 blocks take 1.21 waves (Nsight Compute 2026-11-30);
 // 5 fits them in one at 48 registers with a few spills: tg128 393.7 vs 389.8 (bench/ab.sh, 2026-11-30). A/B build:
