@@ -880,7 +880,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
                                nullptr, pf);
 }
 
-#if DOWN_ROUTE_GUESS
+#if DOWN_ROUTE_GUESS && ST_DOWN_ROWS4 && DOWN_GUESS  // (the guess it replaces exists)
 template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     k_moe_down_rg(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
@@ -945,9 +945,9 @@ static int moe_down_sum(const char *what, int down_type, const void *const *tabl
     }
 #if DOWN_ROUTE_GUESS && ST_DOWN_ROWS4 && DOWN_GUESS
     if (route_logits && n_tok == 1 && !yk) {
-        if (n_used > G32 || n_expert > ROUTER_MAX_PER_LANE * G32)
-            return st_err("%s: the route guess takes at most %d of %d experts (%d of %d given)", what, G32,
-                          ROUTER_MAX_PER_LANE * G32, n_used, n_expert);
+        if (n_expert > ROUTER_MAX_PER_LANE * G32)  // (n_used <= DOWN_MAX_USED = G32: checked above)
+            return st_err("%s: the route guess routes at most %d experts (%d given)", what, ROUTER_MAX_PER_LANE * G32,
+                          n_expert);
         decltype(&k_moe_down_rg<0>) fn;  // (DEC_PICK's cases assign `fn`)
         DEC_PICK(fn, k_moe_down_rg, down_type);
         st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
