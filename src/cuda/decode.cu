@@ -631,6 +631,27 @@ extern "C" int st_cuda_router_logits(int w_type, const void *W, int64_t ne0, int
                          NULL, snap, stream);
 }
 
+// Test hook: route_ids_by_logits (GLU_FAST_ROUTE's ids) against route_group, one 32-lane block per row.
+__global__ void k_route_fast_check(const float *l, int E, int K, int norm, int32_t *ids_fast, int32_t *ok,
+                                   int32_t *ids_ref, float *w_ref) {
+    __shared__ int32_t s_ids[G32];
+    const int row = blockIdx.x;
+    const bool r = route_ids_by_logits(l + (size_t)row * E, E, K, s_ids);
+    if ((int)threadIdx.x < K) ids_fast[(size_t)row * K + threadIdx.x] = r ? s_ids[threadIdx.x] : -1;
+    if (threadIdx.x == 0) ok[row] = r;
+    route_group(l + (size_t)row * E, E, K, norm, ids_ref + (size_t)row * K, w_ref + (size_t)row * K);
+}
+
+extern "C" int st_cuda_route_fast_check(const float *logits, int n_rows, int n_expert, int n_used, int norm,
+                                        int32_t *ids_fast, int32_t *ok, int32_t *ids_ref, float *w_ref,
+                                        cudaStream_t stream) {
+    if (n_rows <= 0 || n_expert <= 0 || n_expert > 4 * G32 || n_used <= 0 || n_used > G32)
+        return st_err("st_cuda_route_fast_check: %d rows of %d experts (<= %d), %d used (<= %d)", n_rows, n_expert,
+                      4 * G32, n_used, G32);
+    k_route_fast_check<<<n_rows, G32, 0, stream>>>(logits, n_expert, n_used, norm, ids_fast, ok, ids_ref, w_ref);
+    return launch_check("route_fast_check");
+}
+
 extern "C" int st_cuda_router_norm_topk(int w_type, const void *W, int64_t ne0, int n_expert, float *x,
                                         const float *res, const float *norm_w, float eps, float *xn, void *xq,
                                         int act_format, int n_used, int norm, float *logits, int32_t *ids,
@@ -699,6 +720,7 @@ __device__ __forceinline__ void down_quant_rows(const float *act, int K, int n_f
 }
 
 #if DOWN_GUESS_COUNT
+#include <cstdio>  // (device printf)
 // DOWN_GUESS_COUNT (diagnostic build, default 0; timings of such a build mean nothing): how often the down kernel's
 // guess (the ids read before its wait) names the expert the route chose. Threads k < K compare after the wait; each
 // block adds its hits and misses, and every 2^16 blocks thread 0 of the block that completes them prints the running
@@ -765,6 +787,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
                                               const float *act = nullptr, int n_ff = 0, int fmt = 0,
                                               const float *rl = nullptr, int rnorm = 0) {
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
+    PH_MARK(0);
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32, ng = blockDim.x / G32;
     const int t = blockIdx.y, r0 = blockIdx.x * DOWN_R;
@@ -773,11 +796,10 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     __shared__ int32_t s_ge[DOWN_MAX_USED];
     __shared__ const uint8_t *s_gb[DOWN_MAX_USED];
     if constexpr (RG) {  // the route's ids into s_ge (each thread k < K reads its own and rewrites it below)
-        // The logits from L2 (__ldcg): this SM's L1 may still hold the previous layer's, read by its routing GLU.
-        __shared__ float s_rl[ROUTER_MAX_PER_LANE * G32], s_rw[G32];
-        for (int i = threadIdx.x; i < E; i += blockDim.x) s_rl[i] = __ldcg(rl + i);
-        __syncthreads();
-        if (g == 0) route_group(s_rl, E, K, rnorm, s_ge, s_rw);
+        // (route_group reads the logits from L2 by __ldcg, a global load: this SM's L1 may still hold the previous
+        // layer's, read by its routing GLU.)
+        __shared__ float s_rw[G32];
+        if (g == 0) route_group(rl, E, K, rnorm, s_ge, s_rw);
         __syncthreads();
     }
 #endif
@@ -808,6 +830,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     __syncthreads();  // (before the wait: costs the chain nothing)
 #endif
     st_pdl_wait_trigger<16>();
+    PH_MARK(1);
 #if ST_DOWN_ROWS4 && DOWN_GUESS && DOWN_GUESS_COUNT
     down_guess_count(ids + (size_t)t * K, s_ge, K);
 #endif
@@ -846,6 +869,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         if (lane == 0) ys[k][rr] = v;
     }
     __syncthreads();
+    PH_MARK(2);
     const int rr = threadIdx.x, r = r0 + rr;
     if constexpr (JOIN) {
         if (hy_any_cpu_rank(ids, K)) {  // (uniform in the block)
@@ -868,6 +892,8 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         const float o = rank_sum(&ys[0][0], DOWN_R, rr, wts + (size_t)t * K, K);
         const size_t at = (size_t)t * d + r;
         out[at] = add ? __fadd_rn(add[at], o) : o;
+        PH_MARK(3);
+        PH_DONE(1, "down (p1 wait, p2 rows, p3 rank sum + store)");
     }
 }
 

@@ -122,6 +122,12 @@ int st_cuda_moe_glu_q(int gu_type, const void *const *table, int n_expert, int64
                       const void *xq, const int32_t *ids, int n_tok, int n_used, float *act, void *actq,
                       int act_format, int32_t *counters, cudaStream_t stream);
 
+// Test hook: for each of n_rows rows of n_expert (<= 128) logits, the ids GLU_FAST_ROUTE's GLU blocks take from the
+// logits' top n_used + 1 (ids_fast [n_rows][n_used], -1 where ok[row] is 0: that path defers to the route) and the
+// route's ids and weights (ids_ref, w_ref [n_rows][n_used]). Where ok, ids_fast must equal ids_ref.
+int st_cuda_route_fast_check(const float *logits, int n_rows, int n_expert, int n_used, int norm, int32_t *ids_fast,
+                             int32_t *ok, int32_t *ids_ref, float *w_ref, cudaStream_t stream);
+
 // One token: the route from the router's logits [n_expert] (as st_cuda_router_topk's last block: ids and weights
 // written, [n_used]) taken inside the GLU launch, then st_cuda_moe_glu_q of those experts; bit for bit
 // st_cuda_router_topk + st_cuda_moe_glu_q. n_used <= 32, n_expert <= 512. Default for one token

@@ -798,6 +798,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     constexpr int DT = HD / 8;           // dim tiles of P . V
     constexpr int NT = NW * 32;          // threads per block
     static_assert(HD == 64 || HD == 128, "head_dim");
+    PH_MARK(0);
     constexpr int SOS = HD + 1;          // row stride of the block-merge buffer (HD: 16-way bank conflicts)
     static_assert(sizeof(float) * (NW * 8 * (SOS + 2) + 8 * HD) <= ATC_ST * NU * NT * 16,
                   "merge buffers fit in the staging");
@@ -858,6 +859,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     }
 #endif
     st_pdl_wait_trigger<4>();  // q and this step's K/V row come from earlier work
+    PH_MARK(1);
     if (split >= n_act) return;  // idle split (uniform per block)
 
     // Query fragments: head g's query as hi (A rows g) + lo (rows g + 8), in the permuted dim order; the scale is
@@ -1011,10 +1013,14 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
         ws_o[k * HD + d] = acc;
         if (d == 0) ws_ml[2 * k] = M, ws_ml[2 * k + 1] = ls;
     }
+#define ATC_PH_DONE PH_DONE(0, "attention (p1 wait, p2 split, p3 level-1 arrive, p4 its merge + level-2 arrive, p5 merge)")
+    PH_MARK(2);
     if (direct) {
         if (!outq) return;  // uniform
         __syncthreads();
         block_quant<false>(fmt, sout, outq, G * HD * n_head_kv / 32, kvh * (G * HD / 32), G * HD / 32);
+        PH_MARK(5);
+        ATC_PH_DONE;
         return;
     }
 
@@ -1023,16 +1029,30 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     int target = n_act;
     if (n_grp > 1) {
         const int grp = split / ATC_SG, gs0 = grp * ATC_SG, gn = min(ATC_SG, n_act - gs0);
-        if (!st_block_arrive_last<true>(counters + n_head_kv + kvh * ATC_NG + grp, gn, s_last)) return;
+        const bool grp_last = st_block_arrive_last<true>(counters + n_head_kv + kvh * ATC_NG + grp, gn, s_last);
+        PH_MARK(3);
+        if (!grp_last) {
+            ATC_PH_DONE;
+            return;
+        }
         atc_merge<HD>(ws_o, ws_ml, n_split, gs0, gn, G, kvh, ws_o1, ws_ml1, ATC_NG, grp, NULL, NULL);
         target = n_grp;
     }
-    if (!st_block_arrive_last<true>(&counters[kvh], target, s_last)) return;
+    const bool head_last = st_block_arrive_last<true>(&counters[kvh], target, s_last);
+    PH_MARK(4);
+    if (!head_last) {
+        ATC_PH_DONE;
+        return;
+    }
     if (n_grp > 1) atc_merge<HD>(ws_o1, ws_ml1, ATC_NG, 0, n_grp, G, kvh, NULL, NULL, 0, 0, out, sout);
     else atc_merge<HD>(ws_o, ws_ml, n_split, 0, n_act, G, kvh, NULL, NULL, 0, 0, out, sout);
-    if (!outq) return;  // uniform
-    const int nb = G * HD * n_head_kv / 32;
-    block_quant<false>(fmt, sout, outq, nb, kvh * (G * HD / 32), G * HD / 32);
+    if (outq) {  // uniform
+        const int nb = G * HD * n_head_kv / 32;
+        block_quant<false>(fmt, sout, outq, nb, kvh * (G * HD / 32), G * HD / 32);
+    }
+    PH_MARK(5);
+    ATC_PH_DONE;
+#undef ATC_PH_DONE
 }
 
 extern "C" int st_cuda_attn_dec_supported(int head_dim, int n_head, int n_head_kv, int act_format) {

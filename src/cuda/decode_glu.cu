@@ -89,15 +89,39 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
     if (lane == 0)
 #pragma unroll
         for (int j = 0; j < R; j++) arow[r + j * DEC_GROUPS] = v[j];
+    PH_MARK(3);  // (thread 0: its own group's rows done)
     if (!actq) return;  // f32 output only (st_cuda_moe_glu): the down kernel quantizes
     // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % (R DEC_GROUPS) == 0, so a
     // block lies in one chunk).
     const int per_chunk = chunk_rows / (R * DEC_GROUPS), chunk = bx / per_chunk;
     __shared__ int last;
-    if (!st_block_arrive_last(counters + (size_t)p * (size_t)(n_ff / chunk_rows) + chunk, per_chunk, last)) return;
+    const bool is_last = st_block_arrive_last(counters + (size_t)p * (size_t)(n_ff / chunk_rows) + chunk, per_chunk,
+                                              last);
+    PH_MARK(4);
+    if (!is_last) {
+        PH_DONE(0, "glu (p1 wait, p2 route, p3 rows, p4 arrive, p5 chunk quant)");
+        return;
+    }
     block_quant<true>(fmt, arow + (size_t)chunk * chunk_rows, actq + (size_t)p * (size_t)aq_stride, n_ff / 32,
                       chunk * chunk_rows / 32, chunk_rows / 32);
+    PH_MARK(5);
+    PH_DONE(0, "glu (p1 wait, p2 route, p3 rows, p4 arrive, p5 chunk quant)");
 }
+
+// GLU_FAST_ROUTE (A/B build, default 0): the routing GLU blocks take their ids from the logits' top K + 1
+// (route_ids_by_logits; route_group where it cannot answer), and a side column of blocks (grid.x one wider; only
+// rank 0's works) runs route_group for the ids and weights the down kernel reads, so no GLU block computes the
+// softmax on its way to its rows. The DEC_PHASE_PROBE of 2026-12-05f put the route at ~4,100 cycles of each GLU
+// block's chain after its wait (H100).
+#ifndef GLU_FAST_ROUTE
+#define GLU_FAST_ROUTE 0
+#endif
+#if GLU_FAST_ROUTE
+// (one out-of-line copy for the side column and the fallback: two inlined routes cost the rows' registers spills)
+static __device__ __noinline__ void glu_route_group(const float *l, int E, int K, int norm, int32_t *ids, float *w) {
+    route_group(l, E, K, norm, ids, w);
+}
+#endif
 
 // One token's route from the router's logits, by warp 0 of the block (route_group, as the router kernel's last block
 // would), into the block's shared memory; returns rank p's expert. write: also ids and weights to rt (one block).
@@ -117,13 +141,33 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
               const uint8_t *__restrict__ xq, long long xq_stride, const int32_t *__restrict__ ids, int K,
               float *act, uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
               int32_t *counters, const glu_route rt) {
+    PH_MARK(0);
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
     const int lane = threadIdx.x % G32, g = threadIdx.x / G32;
     const int p = blockIdx.y, t = p / K, r = blockIdx.x * R * DEC_GROUPS + g;
     st_pdl_wait_trigger<32>();  // ids (or logits), xq: earlier kernels
+    PH_MARK(1);
     int e;
+#if GLU_FAST_ROUTE
+    if constexpr (ROUTE) {
+        if (blockIdx.x == gridDim.x - 1) {  // the side column
+            if (p == 0 && g == 0) glu_route_group(rt.logits, E, K, rt.norm, rt.ids, rt.weights);
+            return;
+        }
+        __shared__ int32_t s_ids[G32];
+        __shared__ float s_w[G32];
+        if (g == 0 && !route_ids_by_logits(rt.logits, E, K, s_ids))
+            glu_route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+        __syncthreads();
+        e = s_ids[p];
+    } else {
+        e = ids[p];
+    }
+#else
     if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
     else e = ids[p];
+#endif
+    PH_MARK(2);
     glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
                       aq_stride, fmt, chunk_rows, counters, ROUTE ? &rt.aff : nullptr);
 }
@@ -230,7 +274,8 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
         return st_err("st_cuda_moe_route_glu_q: gate/up type %s has no routing instance", st_type_name(gu_type));
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
     const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL, {NULL, NULL, 0}};
-    const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)), (unsigned)(n_tok * n_used));
+    const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)) + (GLU_FAST_ROUTE && route ? 1u : 0u),
+                    (unsigned)(n_tok * n_used));  // (GLU_FAST_ROUTE: the side column)
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
                   (int)(n_embd / 32), (long long)st_row_size(gu_type, n_embd), (int)n_ff, (const uint8_t *)xq,
                   (long long)st_q8_1_row_bytes(n_embd), ids, n_used, act, (uint8_t *)actq,

@@ -494,6 +494,72 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
         weights[lane] = w;
     }
 }
+// GLU_FAST_ROUTE (A/B build, default 0; decode_glu.cu): the routing GLU blocks take their expert ids from the top
+// K + 1 of the logits themselves (softmax is monotone, so no max / exp / sum / division before the K rounds), and
+// only a side block computes route_group's weights. route_ids_by_logits gives route_group's ids exactly or says it
+// cannot (returns false: the caller falls back to route_group): route_group picks by p = RN(a RN(1 / sum)) with
+// a = (float)exp((double)(l - max)), monotone non-decreasing in l, so a larger logit never ranks below a smaller one;
+// the two orders differ only where distinct logits give equal p. The ids are route_group's when every adjacent pair
+// of the first K + 1 picks has a_k >= 2^-100 and a_k > a_{k+1} (1 + 2^-20): their products by the same inv (>= 1 /
+// E) then lie more than two ulps apart, above the normal range's floor, and every unpicked expert's a is at most
+// a_K. Falls back on a NaN or all -inf logits, exact ties (equal a), E <= K, and K + 1 > 32.
+static __device__ bool route_ids_by_logits(const float *l, int E, int K, int32_t *ids) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && ST_WARP_SIZE == 32
+    const int lane = threadIdx.x % G32;
+    if (E > 4 * G32 || K + 1 > G32 || E <= K) return false;  // (uniform)
+    unsigned key[4];  // order-preserving bits of the logit (negative: all bits flipped, else the sign set); 0: none
+    int id[4];
+    bool nan = false;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int e = lane + j * G32;
+        const float x = e < E ? __ldcg(l + e) : 0.0f;
+        const unsigned u = __float_as_uint(x);
+        nan |= e < E && x != x;
+        key[j] = e < E ? ((u & 0x80000000u) ? ~u : u | 0x80000000u) : 0u;
+        id[j] = e;
+    }
+    if (__any_sync(0xffffffffu, nan)) return false;
+    // (key, id) sorted once per lane as route_group_t's lists: key descending, id ascending
+#define RIL_CSWAP(a, b)                                                                     \
+    do {                                                                                    \
+        const bool sw = key[b] > key[a] || (key[b] == key[a] && id[b] < id[a]);            \
+        const unsigned tk = sw ? key[b] : key[a];                                           \
+        const int ti = sw ? id[b] : id[a];                                                  \
+        key[b] = sw ? key[a] : key[b], id[b] = sw ? id[a] : id[b], key[a] = tk, id[a] = ti; \
+    } while (0)
+    RIL_CSWAP(0, 1);
+    RIL_CSWAP(2, 3);
+    RIL_CSWAP(0, 2);
+    RIL_CSWAP(1, 3);
+    RIL_CSWAP(1, 2);
+#undef RIL_CSWAP
+    unsigned my_key = 0u;
+    int my_id = 0;
+    for (int k = 0; k <= K; k++) {
+        const unsigned mk = __reduce_max_sync(0xffffffffu, key[0]);
+        const int bi = (int)__reduce_min_sync(0xffffffffu, key[0] == mk ? (unsigned)id[0] : 0x7fffffffu);
+        if (key[0] == mk && id[0] == bi) {  // this lane's head was taken: the list moves up
+            key[0] = key[1], key[1] = key[2], key[2] = key[3], key[3] = 0u;
+            id[0] = id[1], id[1] = id[2], id[2] = id[3];
+        }
+        if (lane == k) my_key = mk, my_id = bi;
+    }
+    // the picks' logits back from their keys; a as route_group computes it (the difference in float, exp in double)
+    const float my_l = __uint_as_float((my_key & 0x80000000u) ? my_key & 0x7fffffffu : ~my_key);
+    const float mx = __shfl_sync(0xffffffffu, my_l, 0);
+    const float a = lane <= K ? (float)exp((double)(my_l - mx)) : 0.0f;
+    const float a_next = __shfl_down_sync(0xffffffffu, a, 1);
+    const bool ok = lane >= K || (a >= 0x1p-100f && (double)a > (double)a_next * (1.0 + 0x1p-20));
+    if (!__all_sync(0xffffffffu, ok && mx > -INFINITY)) return false;
+    if (lane < K) ids[lane] = my_id;
+    return true;
+#else
+    (void)l, (void)E, (void)K, (void)ids;
+    return false;
+#endif
+}
+
 // PL: experts per lane the code is unrolled for (E <= 32 PL); the common E <= 128 gets a 4x smaller body (this runs
 // once per token per layer, so its instructions come cold from L2: code size is latency here).
 static __device__ void route_group(const float *l, int E, int K, int norm, int32_t *ids, float *weights) {

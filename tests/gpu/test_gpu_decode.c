@@ -885,6 +885,74 @@ static void test_route_glu(void) {
     report("route_glu (the route inside the GLU launch == router_topk + moe_glu_q, bit for bit)");
 }
 
+// GLU_FAST_ROUTE's ids from the logits' top K + 1 (route_ids_by_logits) against route_group: where the fast path
+// answers, its ids must be the route's; on random logits it must answer almost always (else the switch buys nothing),
+// and it must decline rows where the order by logits and by probability may differ: exact ties, adjacent floats at
+// the top or at the K / K + 1 boundary, +0 / -0, a NaN, probabilities that underflow, E <= K.
+static void test_route_fast_case(int E, int K, int n_rows) {
+    float *l = xmalloc(sizeof(float) * (size_t)n_rows * E);
+    int *must_decline = xmalloc(sizeof(int) * (size_t)n_rows);
+    for (int r = 0; r < n_rows; r++) {
+        float *x = l + (size_t)r * E;
+        for (int e = 0; e < E; e++) x[e] = st_rng_normal(&g_rng) * 2.0f;
+        const int a = (int)st_rng_below(&g_rng, (uint32_t)E), b = (a + 1 + (int)st_rng_below(&g_rng, (uint32_t)E - 1)) % E;
+        must_decline[r] = E <= K;
+        // (cases 1, 5, 6: the rest 50 below, so the crafted values are the top picks; adjacent floats below 1, whose
+        // probabilities differ by less than the check's 2^-20 margin)
+        if (r % 8 == 1 || r % 8 == 5 || r % 8 == 6)
+            for (int e = 0; e < E; e++) x[e] -= 50.0f;
+        switch (r % 8) {
+            case 1: x[a] = 0.5f, x[b] = nextafterf(0.5f, 1.0f), must_decline[r] = 1; break;  // adjacent, at the top
+            case 2: x[a] = x[b] = 7.0f, must_decline[r] = 1; break;                           // an exact tie
+            case 3: x[a] = NAN, must_decline[r] = 1; break;
+            case 4:  // all but three far below: the K + 1 picks' probabilities underflow
+                for (int e = 0; e < E; e++) x[e] = e < 3 ? (float)e : -200.0f - (float)e;
+                must_decline[r] = K >= 3;
+                break;
+            case 5: x[a] = 0.0f, x[b] = -0.0f, must_decline[r] = 1; break;  // equal, with different bits
+            case 6:  // the K-th and (K + 1)-th picks adjacent floats
+                if (K + 1 <= E) {
+                    for (int k = 0; k < K; k++) x[(a + k) % E] = 0.9f - 0.05f * (float)k;
+                    x[(a + K) % E] = nextafterf(x[(a + K - 1) % E], 0.0f), must_decline[r] = 1;
+                }
+                break;
+            default: break;
+        }
+    }
+    float *dl = dup_h2d(l, sizeof(float) * (size_t)n_rows * E), *dw = dalloc(sizeof(float) * (size_t)n_rows * K);
+    int32_t *dfast = dalloc(sizeof(int32_t) * (size_t)n_rows * K), *dref = dalloc(sizeof(int32_t) * (size_t)n_rows * K);
+    int32_t *dok = dalloc(sizeof(int32_t) * (size_t)n_rows);
+    CKL(st_cuda_route_fast_check(dl, n_rows, E, K, 1, dfast, dok, dref, dw, 0));
+    int32_t *fast = xmalloc(sizeof(int32_t) * (size_t)n_rows * K), *ref = xmalloc(sizeof(int32_t) * (size_t)n_rows * K);
+    int32_t *ok = xmalloc(sizeof(int32_t) * (size_t)n_rows);
+    d2h(fast, dfast, sizeof(int32_t) * (size_t)n_rows * K), d2h(ref, dref, sizeof(int32_t) * (size_t)n_rows * K);
+    d2h(ok, dok, sizeof(int32_t) * (size_t)n_rows);
+    int n_plain = 0, n_plain_ok = 0, wrong = 0, bad_accept = 0;
+    for (int r = 0; r < n_rows; r++) {
+        if (ok[r] && memcmp(fast + (size_t)r * K, ref + (size_t)r * K, sizeof(int32_t) * K) != 0) wrong++;
+        if (ok[r] && must_decline[r]) bad_accept++;
+        if (r % 8 == 0 || r % 8 == 7) n_plain++, n_plain_ok += ok[r] != 0;
+    }
+    const int want_ok = E > K ? n_plain - n_plain / 100 : 0;  // >= 99% of the plain rows where E > K
+    if (wrong || bad_accept || n_plain_ok < want_ok) {
+        printf("  route_fast E %d K %d: %d rows with other ids than the route, %d accepted that must be declined, "
+               "%d of %d plain rows answered (want >= %d)\n", E, K, wrong, bad_accept, n_plain_ok, n_plain, want_ok);
+        g_fail_cur++;
+    }
+    free(l), free(must_decline), free(fast), free(ref), free(ok);
+    void *bufs[] = {dl, dw, dfast, dref, dok};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+}
+
+static void test_route_fast(void) {
+    test_route_fast_case(128, 8, g_quick ? 2048 : 16384);  // Qwen3-30B-A3B
+    test_route_fast_case(16, 4, 2048);
+    test_route_fast_case(32, 2, 2048);
+    test_route_fast_case(9, 8, 2048);
+    test_route_fast_case(8, 8, 512);  // E <= K: always declined
+    report("route_fast (GLU_FAST_ROUTE's ids from the logits' top K + 1 == route_group's wherever it answers)");
+}
+
 // ---- attention v2 ------------------------------------------------------------------------------------------------
 
 static st_pool *g_pool;
@@ -1275,6 +1343,7 @@ int main(int argc, char **argv) {
     test_router_fold();
     test_moe();
     test_route_glu();
+    test_route_fast();
     g_pool = st_pool_create(0);
     test_attn_dec();
     test_attn_rope();
