@@ -776,16 +776,13 @@ __device__ __forceinline__ void down_pass(int t0, int ng, int K, int t, int r0, 
 // the CPU's output, as st_cuda_hy_combine would after a down_split.
 // SELFQ (st_cuda_moe_down_q): the input is the GLU's f32 output act, which every block quantizes itself
 // (down_quant_rows) into shared rows of stride aq_stride, so the GLU launch ends without its chunk tail.
-// RG (DOWN_ROUTE_GUESS, one token): the guess is the route of the router's logits rl (norm rnorm), taken by warp 0
-// before the wait, instead of the ids array, which the GLU launch writes only after its own wait and route.
-template <int TYPE, bool JOIN, bool SELFQ = false, bool RG = false>
+template <int TYPE, bool JOIN, bool SELFQ = false>
 __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems,
                                               long long row_bytes, int d, const uint8_t *__restrict__ actq,
                                               long long aq_stride, const int32_t *__restrict__ ids,
                                               const float *__restrict__ wts, int K, float *out, const float *add,
                                               float *yk, const st_hy_join_args *join, int pf,
-                                              const float *act = nullptr, int n_ff = 0, int fmt = 0,
-                                              const float *rl = nullptr, int rnorm = 0) {
+                                              const float *act = nullptr, int n_ff = 0, int fmt = 0) {
     __shared__ float ys[DOWN_MAX_USED][DOWN_R];
     PH_MARK(0);
     dec_stage_tables<TYPE>();  // (DEC_SMEM_TABLES)
@@ -795,13 +792,6 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
     // The guess (below the wait's rows): expert id and down-matrix base of each rank, read before the wait.
     __shared__ int32_t s_ge[DOWN_MAX_USED];
     __shared__ const uint8_t *s_gb[DOWN_MAX_USED];
-    if constexpr (RG) {  // the route's ids into s_ge (each thread k < K reads its own and rewrites it below)
-        // (route_group reads the logits from L2 by __ldcg, a global load: this SM's L1 may still hold the previous
-        // layer's, read by its routing GLU.)
-        __shared__ float s_rw[G32];
-        if (g == 0) route_group(rl, E, K, rnorm, s_ge, s_rw);
-        __syncthreads();
-    }
 #endif
     if (threadIdx.x < K) {
         // Before the wait, while the GLU finishes: each rank's expert and its down rows' base, and (pf) the block's
@@ -809,11 +799,7 @@ __device__ __forceinline__ void moe_down_body(int type, const uint8_t *const *__
         // orders that before this read): a wasted prefetch and a guess the row dots find wrong after the wait, never
         // a wrong result. (The table entries of a layer's experts hold valid bytes whenever the layer's routing
         // count has run, hybrid.h rule 1, and the router that runs it finished before this block started.)
-#if ST_DOWN_ROWS4 && DOWN_GUESS
-        const int e = RG ? s_ge[threadIdx.x] : __ldcg(ids + (size_t)t * K + threadIdx.x);
-#else
         const int e = __ldcg(ids + (size_t)t * K + threadIdx.x);
-#endif
         const uint8_t *base = e >= 0 && e < E ? st_tbl_entry(tbl, 3 * e + 2) : NULL;
         if (!JOIN && (pf & 1) && base && r0 < d)
             st_prefetch_l2_range(base + (size_t)r0 * (size_t)row_bytes,
@@ -906,20 +892,6 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
                                nullptr, pf);
 }
 
-#if DOWN_ROUTE_GUESS && ST_DOWN_ROWS4 && DOWN_GUESS  // (the guess it replaces exists)
-template <int TYPE>
-__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
-    k_moe_down_rg(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
-                  const uint8_t *__restrict__ actq, long long aq_stride, const int32_t *__restrict__ ids,
-                  const float *__restrict__ wts, int K, float *out, const float *add, int pf,
-                  const float *__restrict__ rl, int rnorm) {
-    moe_down_body<TYPE, false, false, true>(type, tbl, E, nitems, row_bytes, d, actq, aq_stride, ids, wts, K, out, add,
-                                            nullptr, nullptr, pf, nullptr, 0, 0, rl, rnorm);
-}
-#define DEC_PICK_CASE_k_moe_down_rg(T) \
-    case T: fn = k_moe_down_rg<T>; break;
-#endif
-
 template <int TYPE>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB_DOWN)
     k_moe_down_join(int type, const uint8_t *const *__restrict__ tbl, int E, int nitems, long long row_bytes, int d,
@@ -949,7 +921,7 @@ static int down_prefetch_env(void) {
 static int moe_down_sum(const char *what, int down_type, const void *const *table, int n_expert, int64_t n_embd,
                         int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
                         int n_used, float *out, const float *add, float *yk, const st_hy_join_args *join,
-                        const float *route_logits, int route_norm, cudaStream_t stream) {
+                        cudaStream_t stream) {
     const st_type_info *ti = st_type_get(down_type);
     if (!ti || !st_cuda_dec_supported(down_type) || n_ff <= 0 || n_ff % ti->block_size || n_ff > INT32_MAX / 2)
         return st_err("%s: down type %s with rows of %lld is not supported", what, st_type_name(down_type),
@@ -969,22 +941,6 @@ static int moe_down_sum(const char *what, int down_type, const void *const *tabl
                       (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, *join);
         return launch_check(what);
     }
-#if DOWN_ROUTE_GUESS && ST_DOWN_ROWS4 && DOWN_GUESS
-    if (route_logits && n_tok == 1 && !yk) {
-        if (n_expert > ROUTER_MAX_PER_LANE * G32)  // (n_used <= DOWN_MAX_USED = G32: checked above)
-            return st_err("%s: the route guess routes at most %d experts (%d given)", what, ROUTER_MAX_PER_LANE * G32,
-                          n_expert);
-        decltype(&k_moe_down_rg<0>) fn;  // (DEC_PICK's cases assign `fn`)
-        DEC_PICK(fn, k_moe_down_rg, down_type);
-        st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
-                      (int)(n_ff / 32), (long long)st_row_size(down_type, n_ff), (int)n_embd, (const uint8_t *)actq,
-                      (long long)st_q8_1_row_bytes(n_ff), ids, weights, n_used, out, add, down_prefetch_env(),
-                      route_logits, route_norm);
-        return launch_check(what);
-    }
-#else
-    (void)route_logits, (void)route_norm;
-#endif
     decltype(&k_moe_down<0>) fn;
     DEC_PICK(fn, k_moe_down, down_type);
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, down_type, (const uint8_t *const *)table, n_expert,
@@ -998,7 +954,7 @@ extern "C" int st_cuda_moe_down_split(int down_type, const void *const *table, i
                                       int n_used, float *out, const float *add, float *yk, cudaStream_t stream) {
     if (!yk) return st_err("st_cuda_moe_down_split: no per-rank output");
     return moe_down_sum("st_cuda_moe_down_split", down_type, table, n_expert, n_embd, n_ff, actq, ids_gpu, weights, 1,
-                        n_used, out, add, yk, NULL, NULL, 0, stream);
+                        n_used, out, add, yk, NULL, stream);
 }
 
 extern "C" int st_cuda_moe_down_join(int down_type, const void *const *table, int n_expert, int64_t n_embd,
@@ -1008,23 +964,14 @@ extern "C" int st_cuda_moe_down_join(int down_type, const void *const *table, in
     if (!join || !join->y_cpu || !join->seq || !join->bell || !join->leader)
         return st_err("st_cuda_moe_down_join: the join's CPU rows, doorbell and leader words must be given");
     return moe_down_sum("st_cuda_moe_down_join", down_type, table, n_expert, n_embd, n_ff, actq, ids_gpu, weights, 1,
-                        n_used, out, add, NULL, join, NULL, 0, stream);
+                        n_used, out, add, NULL, join, stream);
 }
 
 extern "C" int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd,
                                     int64_t n_ff, const void *actq, const int32_t *ids, const float *weights, int n_tok,
                                     int n_used, float *out, const float *add, cudaStream_t stream) {
     return moe_down_sum("st_cuda_moe_down_sum", down_type, table, n_expert, n_embd, n_ff, actq, ids, weights, n_tok,
-                        n_used, out, add, NULL, NULL, NULL, 0, stream);
-}
-
-extern "C" int st_cuda_moe_down_route_guess(int down_type, const void *const *table, int n_expert, int64_t n_embd,
-                                            int64_t n_ff, const void *actq, const int32_t *ids, const float *weights,
-                                            int n_used, const float *router_logits, int norm, float *out,
-                                            const float *add, cudaStream_t stream) {
-    if (!router_logits) return st_err("st_cuda_moe_down_route_guess: no router logits");
-    return moe_down_sum("st_cuda_moe_down_route_guess", down_type, table, n_expert, n_embd, n_ff, actq, ids, weights,
-                        1, n_used, out, add, NULL, NULL, router_logits, norm, stream);
+                        n_used, out, add, NULL, NULL, stream);
 }
 
 // ---- MoE down projection with the input quantization in its prologue ------------------------------------------

@@ -167,14 +167,6 @@ int st_cuda_dec_down_guess_poison(int on);
 int st_cuda_moe_down_sum(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
                          const void *actq, const int32_t *ids, const float *weights, int n_tok, int n_used,
                          float *out, const float *add, cudaStream_t stream);
-// st_cuda_moe_down_sum of one token whose ids and weights st_cuda_moe_route_glu_q wrote from router_logits (norm as
-// given to it). DOWN_ROUTE_GUESS builds (A/B, default 0) take each block's guess of the ranks' experts, read before
-// its dependency wait, from routing router_logits itself instead of from ids, which the GLU launch writes only after
-// its own wait; the outputs are the same either way (a wrong guess costs the table's round trip).
-int st_cuda_moe_down_route_guess(int down_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,
-                                 const void *actq, const int32_t *ids, const float *weights, int n_used,
-                                 const float *router_logits, int norm, float *out, const float *add,
-                                 cudaStream_t stream);
 // Hybrid decode with CPU misses (cuda/hybrid.h, one token): st_cuda_moe_down_sum of ids_gpu, whose -1 ranks the
 // CPU computes. When no rank is -1 it is st_cuda_moe_down_sum (out written); otherwise out is left alone and every
 // rank's unweighted row goes to yk [n_used][n_embd] (-1 ranks: NaN) for st_cuda_hy_combine's rank-order sum.

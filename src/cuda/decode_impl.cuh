@@ -40,13 +40,6 @@
 #ifndef DOWN_GUESS
 #define DOWN_GUESS 1
 #endif
-// DOWN_ROUTE_GUESS (A/B build, default 0; one token, the route in the GLU launch): the down kernel's guess comes from
-// routing the router's logits in every block before its wait (st_cuda_moe_down_route_guess), not from the ids array,
-// which the GLU launch writes only after its own wait and route: blocks resident before that read the previous
-// layer's ids, miss, and prefetch the wrong rows.
-#ifndef DOWN_ROUTE_GUESS
-#define DOWN_ROUTE_GUESS 0
-#endif
 #ifndef DOWN_GUESS_COUNT
 #define DOWN_GUESS_COUNT 0  // a diagnostic build (decode.cu down_guess_count)
 #endif

@@ -971,12 +971,8 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
                             : RUN(DEC_SKIP_GLU, st_cuda_moe_glu_q(L->gate_exps.type, (const void *const *)L->experts,
                                                                   E, d, F, s->xq, s->d_ids, n, K, s->ffn_a, s->xq2,
                                                                   dfmt, s->dec_counters, st))) ||
-                RUN(DEC_SKIP_DOWN,
-                    glu_routes ? st_cuda_moe_down_route_guess(L->down_exps.type, (const void *const *)L->experts, E, d,
-                                                              F, s->xq2, s->d_ids, s->d_wts, K, s->router,
-                                                              hp->expert_weights_norm, s->x, s->x, st)
-                               : st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F,
-                                                      s->xq2, s->d_ids, s->d_wts, n, K, s->x, s->x, st)))
+                RUN(DEC_SKIP_DOWN, st_cuda_moe_down_sum(L->down_exps.type, (const void *const *)L->experts, E, d, F,
+                                                        s->xq2, s->d_ids, s->d_wts, n, K, s->x, s->x, st)))
                 return -1;
             continue;
         }
