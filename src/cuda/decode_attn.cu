@@ -1013,7 +1013,8 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
         ws_o[k * HD + d] = acc;
         if (d == 0) ws_ml[2 * k] = M, ws_ml[2 * k + 1] = ls;
     }
-#define ATC_PH_DONE PH_DONE(0, "attention (p1 wait, p2 split, p3 level-1 arrive, p4 its merge + level-2 arrive, p5 merge)")
+#define ATC_PH_DONE \
+    PH_DONE(0, "attention (p1 wait, p2 split, p3 level-1 arrive, p4 its merge + level-2 arrive, p5 merge)")
     PH_MARK(2);
     if (direct) {
         if (!outq) return;  // uniform

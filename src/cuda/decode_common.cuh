@@ -96,8 +96,8 @@ static __device__ __noinline__ void ph_done(int kern, const char *name) {
             const unsigned long long n = __ldcg(&g_ph[kern][2 * i + 1]);
             m[i] = n ? (double)__ldcg(&g_ph[kern][2 * i]) / (double)n : 0.0;
         }
-        printf("phase %s: %llu blocks; mean cycles: p1 %.0f p2 %.0f p3 %.0f p4 %.0f p5 %.0f (p5 in %llu blocks)\n", name, b,
-               m[1], m[2], m[3], m[4], m[5], __ldcg(&g_ph[kern][2 * 5 + 1]));
+        printf("phase %s: %llu blocks; mean cycles: p1 %.0f p2 %.0f p3 %.0f p4 %.0f p5 %.0f (p5 in %llu blocks)\n",
+               name, b, m[1], m[2], m[3], m[4], m[5], __ldcg(&g_ph[kern][2 * 5 + 1]));
     }
 }
 #define PH_MARK(i) ph_mark(i)

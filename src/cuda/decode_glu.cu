@@ -108,13 +108,14 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
     PH_DONE(0, "glu (p1 wait, p2 route, p3 rows, p4 arrive, p5 chunk quant)");
 }
 
-// GLU_FAST_ROUTE (A/B build, default 0): the routing GLU blocks take their ids from the logits' top K + 1
-// (route_ids_by_logits; route_group where it cannot answer), and a side column of blocks (grid.x one wider; only
-// rank 0's works) runs route_group for the ids and weights the down kernel reads, so no GLU block computes the
-// softmax on its way to its rows. The DEC_PHASE_PROBE of 2026-12-05f put the route at ~4,100 cycles of each GLU
-// block's chain after its wait (H100).
+// GLU_FAST_ROUTE (default 1; -DGLU_FAST_ROUTE=0 for an A/B build): the routing GLU blocks take their ids from the
+// logits' top K + 1 (route_ids_by_logits; route_group where it cannot answer), and a side column of blocks (grid.x
+// one wider; only rank 0's works) runs route_group for the ids and weights the down kernel reads, so no GLU block
+// computes the softmax on its way to its rows. The DEC_PHASE_PROBE of 2026-12-05f put the route at ~4,100 cycles of
+// each GLU block's chain after its wait, ~3,100 with this (H100); bench/ab.sh on the H100: tg128 562.89 vs 558.55
+// (+0.78%), tg128 @ d16384 407.61 vs 407.04 (bench/results/2026-12-05f-h100.md).
 #ifndef GLU_FAST_ROUTE
-#define GLU_FAST_ROUTE 0
+#define GLU_FAST_ROUTE 1
 #endif
 #if GLU_FAST_ROUTE
 // (one out-of-line copy for the side column and the fallback: two inlined routes cost the rows' registers spills)

@@ -494,7 +494,7 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
         weights[lane] = w;
     }
 }
-// GLU_FAST_ROUTE (A/B build, default 0; decode_glu.cu): the routing GLU blocks take their expert ids from the top
+// GLU_FAST_ROUTE (default 1; decode_glu.cu): the routing GLU blocks take their expert ids from the top
 // K + 1 of the logits themselves (softmax is monotone, so no max / exp / sum / division before the K rounds), and
 // only a side block computes route_group's weights. route_ids_by_logits gives route_group's ids exactly or says it
 // cannot (returns false: the caller falls back to route_group): route_group picks by p = RN(a RN(1 / sum)) with

@@ -784,11 +784,15 @@ static void test_moe(void) {
 // The one-token default (st_cuda_router_logits + st_cuda_moe_route_glu_q) against router_topk + moe_glu_q, bit for
 // bit: the residual stream after moe_down_sum, the selected ids and their weights. (Until 2026-12-03e this case also
 // checked the one-launch MoE FFN, st_cuda_dec_moe: removed, docs/experiments/2026-12-03e-moe-one-launch.patch.)
-static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K, int d, int F, int norm) {
+// ties: only 4 distinct router rows (expert e's is row e % 4), so the logits tie in every top K + 1 and the GLU
+// blocks' ids from the logits (GLU_FAST_ROUTE) defer to the route.
+static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K, int d, int F, int norm, int ties) {
     const int gfmt = st_cuda_act_format(gu_type), dfmt = st_cuda_act_format(down_type);
     const size_t gu_exp = st_row_size(gu_type, d) * F, dn_exp = st_row_size(down_type, F) * d;
     uint8_t *hg = rand_weights(gu_type, (int64_t)E * F, d), *hu = rand_weights(gu_type, (int64_t)E * F, d),
             *hd = rand_weights(down_type, (int64_t)E * d, F), *hr = rand_weights(rt, E, d);
+    const size_t rrow = st_row_size(rt, d);
+    for (int e = 4; ties && e < E; e++) memcpy(hr + rrow * e, hr + rrow * (e % 4), rrow);
     uint8_t *dg = dup_h2d(hg, gu_exp * E), *du = dup_h2d(hu, gu_exp * E), *ddn = dup_h2d(hd, dn_exp * E);
     void *drouter = dup_h2d(hr, st_row_size(rt, d) * E);
     const void **tbl = xmalloc(sizeof(void *) * 3 * E);
@@ -867,13 +871,14 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
 
 static void test_route_glu(void) {
     const int E = g_quick ? 32 : 128, d = g_quick ? 512 : 2048;
-    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q6_K, E, 8, d, 768, 1);   // Qwen3-30B-A3B Q4_K_M
-    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q4_K, E, 8, d, 768, 1);
-    test_route_glu_case(ST_TYPE_F16, ST_TYPE_Q5_K, ST_TYPE_Q3_K, 16, 4, 1024, 512, 0);
-    test_route_glu_case(ST_TYPE_BF16, ST_TYPE_Q8_0, ST_TYPE_Q4_0, 32, 2, 256, 96, 1);  // Q8_0 inputs, 32-row chunks
-    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_1, ST_TYPE_Q5_1, 8, 8, 256, 512, 1);   // Q8_1 inputs, all experts
-    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q6_K, ST_TYPE_Q6_K, 16, 4, 512, 256, 1);  // Q6_K gate/up
-    if (!g_quick) test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q2_K, ST_TYPE_Q8_0, 64, 6, 4096, 1536, 1);
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q6_K, E, 8, d, 768, 1, 0);   // Qwen3-30B-A3B Q4_K_M
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q4_K, E, 8, d, 768, 1, 0);
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_K, ST_TYPE_Q6_K, E, 8, d, 768, 1, 1);   // tied logits
+    test_route_glu_case(ST_TYPE_F16, ST_TYPE_Q5_K, ST_TYPE_Q3_K, 16, 4, 1024, 512, 0, 0);
+    test_route_glu_case(ST_TYPE_BF16, ST_TYPE_Q8_0, ST_TYPE_Q4_0, 32, 2, 256, 96, 1, 0);  // Q8_0 inputs, 32-row chunks
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q4_1, ST_TYPE_Q5_1, 8, 8, 256, 512, 1, 0);   // Q8_1 inputs, all experts
+    test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q6_K, ST_TYPE_Q6_K, 16, 4, 512, 256, 1, 0);  // Q6_K gate/up
+    if (!g_quick) test_route_glu_case(ST_TYPE_F32, ST_TYPE_Q2_K, ST_TYPE_Q8_0, 64, 6, 4096, 1536, 1, 0);
     report("route_glu (the route inside the GLU launch == router_topk + moe_glu_q, bit for bit)");
 }
 
@@ -887,7 +892,8 @@ static void test_route_fast_case(int E, int K, int n_rows) {
     for (int r = 0; r < n_rows; r++) {
         float *x = l + (size_t)r * E;
         for (int e = 0; e < E; e++) x[e] = st_rng_normal(&g_rng) * 2.0f;
-        const int a = (int)st_rng_below(&g_rng, (uint32_t)E), b = (a + 1 + (int)st_rng_below(&g_rng, (uint32_t)E - 1)) % E;
+        const int a = (int)st_rng_below(&g_rng, (uint32_t)E);
+        const int b = (a + 1 + (int)st_rng_below(&g_rng, (uint32_t)E - 1)) % E;  // (another expert)
         must_decline[r] = E <= K;
         // (cases 1, 5, 6: the rest 50 below, so the crafted values are the top picks; adjacent floats below 1, whose
         // probabilities differ by less than the check's 2^-20 margin)
