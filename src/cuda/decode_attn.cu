@@ -941,6 +941,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
             qa[kk][sub ? 2 : 0] = atc_h2(hi);
             qa[kk][sub ? 3 : 1] = atc_h2(__floats2half2_rn(x0 - hf.x, x1 - hf.y));
         }
+    PH_MARK(2);  // (the query's fragments ready: QK-norm, RoPE, the own K/V row stored)
     float o[DT][4];
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
@@ -962,6 +963,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 1, 32);
     lsum += __shfl_xor_sync(ST_WARP_FULL_MASK, lsum, 2, 32);
     __syncthreads();  // every warp is done with its staging: the merges reuse it
+    PH_MARK(3);
 
     // Block merge of the NW warp partials into the split's partial.
     float *so = (float *)smem;                             // [NW][8][SOS]
@@ -1013,14 +1015,15 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
         ws_o[k * HD + d] = acc;
         if (d == 0) ws_ml[2 * k] = M, ws_ml[2 * k + 1] = ls;
     }
-#define ATC_PH_DONE \
-    PH_DONE(0, "attention (p1 wait, p2 split, p3 level-1 arrive, p4 its merge + level-2 arrive, p5 merge)")
-    PH_MARK(2);
+#define ATC_PH_DONE                                                                                         \
+    PH_DONE(0, "attention (p1 wait, p2 query, p3 tiles, p4 block merge, p5 level-1 arrive, p6 its merge + level-2 " \
+               "arrive, p7 final merge + quantization)")
+    PH_MARK(4);
     if (direct) {
         if (!outq) return;  // uniform
         __syncthreads();
         block_quant<false>(fmt, sout, outq, G * HD * n_head_kv / 32, kvh * (G * HD / 32), G * HD / 32);
-        PH_MARK(5);
+        PH_MARK(7);
         ATC_PH_DONE;
         return;
     }
@@ -1031,7 +1034,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     if (n_grp > 1) {
         const int grp = split / ATC_SG, gs0 = grp * ATC_SG, gn = min(ATC_SG, n_act - gs0);
         const bool grp_last = st_block_arrive_last<true>(counters + n_head_kv + kvh * ATC_NG + grp, gn, s_last);
-        PH_MARK(3);
+        PH_MARK(5);
         if (!grp_last) {
             ATC_PH_DONE;
             return;
@@ -1040,7 +1043,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
         target = n_grp;
     }
     const bool head_last = st_block_arrive_last<true>(&counters[kvh], target, s_last);
-    PH_MARK(4);
+    PH_MARK(6);
     if (!head_last) {
         ATC_PH_DONE;
         return;
@@ -1051,7 +1054,7 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
         const int nb = G * HD * n_head_kv / 32;
         block_quant<false>(fmt, sout, outq, nb, kvh * (G * HD / 32), G * HD / 32);
     }
-    PH_MARK(5);
+    PH_MARK(7);
     ATC_PH_DONE;
 #undef ATC_PH_DONE
 }

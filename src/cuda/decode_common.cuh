@@ -66,15 +66,15 @@ template <int BIT> __device__ __forceinline__ void st_pdl_wait_trigger() {
 
 // DEC_PHASE_PROBE (diagnostic build, default 0; its tok/s mean nothing): where a launch's block time goes. Thread 0 of
 // each probed block stamps clock64() at the kernel's marks (ph_mark(i): 0 entry, 1 the PDL wait released, then the
-// kernel's own phases) and at its exit adds each phase's cycles (mark i - mark i - 1) to per-kernel totals
+// kernel's own phases) and at its exit adds each phase's cycles (mark i - the last mark reached before it) to totals
 // (ph_done); every 2^12 blocks it prints the running mean cycles per block of each phase (device printf, flushed at
-// the next synchronisation). Phase n_marks - 1 -> "last" counts only blocks that passed it (a chunk's last block).
+// the next synchronisation). A phase counts only the blocks that reached its mark (e.g. a chunk's last block).
 #ifndef DEC_PHASE_PROBE
 #define DEC_PHASE_PROBE 0
 #endif
 #if DEC_PHASE_PROBE
 #include <cstdio>
-#define PH_MARKS 6
+#define PH_MARKS 8
 static __shared__ long long s_ph[PH_MARKS];            // this block's marks (cycles; -1: not reached)
 static __device__ unsigned long long g_ph[2][2 * PH_MARKS];  // [kernel][phase i: cycles sum, blocks reaching it]
 static __device__ __forceinline__ void ph_mark(int i) {
@@ -84,10 +84,11 @@ static __device__ __forceinline__ void ph_mark(int i) {
 }
 static __device__ __noinline__ void ph_done(int kern, const char *name) {
     if (threadIdx.x != 0) return;
-    for (int i = 1; i < PH_MARKS; i++)
-        if (s_ph[i] >= 0 && s_ph[i - 1] >= 0) {
-            atomicAdd(&g_ph[kern][2 * i], (unsigned long long)(s_ph[i] - s_ph[i - 1]));
+    for (int i = 1, prev = 0; i < PH_MARKS; i++)
+        if (s_ph[i] >= 0) {  // phase i: from the last mark reached before it
+            atomicAdd(&g_ph[kern][2 * i], (unsigned long long)(s_ph[i] - s_ph[prev]));
             atomicAdd(&g_ph[kern][2 * i + 1], 1ull);
+            prev = i;
         }
     const unsigned long long b = atomicAdd(&g_ph[kern][1], 1ull) + 1;
     if ((b & 0xfffull) == 0) {
@@ -96,8 +97,10 @@ static __device__ __noinline__ void ph_done(int kern, const char *name) {
             const unsigned long long n = __ldcg(&g_ph[kern][2 * i + 1]);
             m[i] = n ? (double)__ldcg(&g_ph[kern][2 * i]) / (double)n : 0.0;
         }
-        printf("phase %s: %llu blocks; mean cycles: p1 %.0f p2 %.0f p3 %.0f p4 %.0f p5 %.0f (p5 in %llu blocks)\n",
-               name, b, m[1], m[2], m[3], m[4], m[5], __ldcg(&g_ph[kern][2 * 5 + 1]));
+        printf("phase %s: %llu blocks; mean cycles: p1 %.0f p2 %.0f p3 %.0f p4 %.0f p5 %.0f p6 %.0f p7 %.0f (blocks "
+               "reaching p5 %llu, p6 %llu, p7 %llu)\n",
+               name, b, m[1], m[2], m[3], m[4], m[5], m[6], m[7], __ldcg(&g_ph[kern][2 * 5 + 1]),
+               __ldcg(&g_ph[kern][2 * 6 + 1]), __ldcg(&g_ph[kern][2 * 7 + 1]));
     }
 }
 #define PH_MARK(i) ph_mark(i)
