@@ -113,7 +113,8 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
 // one wider; only rank 0's works) runs route_group for the ids and weights the down kernel reads, so no GLU block
 // computes the softmax on its way to its rows. The DEC_PHASE_PROBE of 2026-12-05f put the route at ~4,100 cycles of
 // each GLU block's chain after its wait, ~3,100 with this (H100); bench/ab.sh on the H100: tg128 562.89 vs 558.55
-// (+0.78%), tg128 @ d16384 407.61 vs 407.04 (bench/results/2026-12-05f-h100.md).
+// (+0.78%), tg128 @ d16384 407.61 vs 407.04 (bench/results/2026-12-05f-h100.md). Its predecessor with block (0, 0)
+// routing in full as the writer among the row blocks lost 1.4% (2026-12-04d, docs/experiments/2026-12-04d-*.patch).
 #ifndef GLU_FAST_ROUTE
 #define GLU_FAST_ROUTE 1
 #endif
