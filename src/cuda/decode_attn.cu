@@ -1017,13 +1017,13 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     }
 #define ATC_PH_DONE                                                                                         \
     PH_DONE(0, "attention (p1 wait, p2 query, p3 tiles, p4 block merge, p5 level-1 arrive, p6 its merge + level-2 " \
-               "arrive, p7 final merge + quantization)")
+               "arrive, p7 final merge, p8 quantization)")
     PH_MARK(4);
     if (direct) {
         if (!outq) return;  // uniform
         __syncthreads();
         block_quant<false>(fmt, sout, outq, G * HD * n_head_kv / 32, kvh * (G * HD / 32), G * HD / 32);
-        PH_MARK(7);
+        PH_MARK(8);
         ATC_PH_DONE;
         return;
     }
@@ -1050,11 +1050,12 @@ __global__ void __launch_bounds__(NW * 32, ATC_BLOCKS_PER_SM)
     }
     if (n_grp > 1) atc_merge<HD>(ws_o1, ws_ml1, ATC_NG, 0, n_grp, G, kvh, NULL, NULL, 0, 0, out, sout);
     else atc_merge<HD>(ws_o, ws_ml, n_split, 0, n_act, G, kvh, NULL, NULL, 0, 0, out, sout);
+    PH_MARK(7);
     if (outq) {  // uniform
         const int nb = G * HD * n_head_kv / 32;
         block_quant<false>(fmt, sout, outq, nb, kvh * (G * HD / 32), G * HD / 32);
     }
-    PH_MARK(7);
+    PH_MARK(8);
     ATC_PH_DONE;
 #undef ATC_PH_DONE
 }

@@ -74,7 +74,7 @@ template <int BIT> __device__ __forceinline__ void st_pdl_wait_trigger() {
 #endif
 #if DEC_PHASE_PROBE
 #include <cstdio>
-#define PH_MARKS 8
+#define PH_MARKS 9
 static __shared__ long long s_ph[PH_MARKS];            // this block's marks (cycles; -1: not reached)
 static __device__ unsigned long long g_ph[2][2 * PH_MARKS];  // [kernel][phase i: cycles sum, blocks reaching it]
 static __device__ __forceinline__ void ph_mark(int i) {
@@ -97,10 +97,10 @@ static __device__ __noinline__ void ph_done(int kern, const char *name) {
             const unsigned long long n = __ldcg(&g_ph[kern][2 * i + 1]);
             m[i] = n ? (double)__ldcg(&g_ph[kern][2 * i]) / (double)n : 0.0;
         }
-        printf("phase %s: %llu blocks; mean cycles: p1 %.0f p2 %.0f p3 %.0f p4 %.0f p5 %.0f p6 %.0f p7 %.0f (blocks "
-               "reaching p5 %llu, p6 %llu, p7 %llu)\n",
-               name, b, m[1], m[2], m[3], m[4], m[5], m[6], m[7], __ldcg(&g_ph[kern][2 * 5 + 1]),
-               __ldcg(&g_ph[kern][2 * 6 + 1]), __ldcg(&g_ph[kern][2 * 7 + 1]));
+        printf("phase %s: %llu blocks; mean cycles: p1 %.0f p2 %.0f p3 %.0f p4 %.0f p5 %.0f p6 %.0f p7 %.0f p8 %.0f "
+               "(blocks reaching p5 %llu, p6 %llu, p7 %llu, p8 %llu)\n",
+               name, b, m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], __ldcg(&g_ph[kern][2 * 5 + 1]),
+               __ldcg(&g_ph[kern][2 * 6 + 1]), __ldcg(&g_ph[kern][2 * 7 + 1]), __ldcg(&g_ph[kern][2 * 8 + 1]));
     }
 }
 #define PH_MARK(i) ph_mark(i)

@@ -89,7 +89,7 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
     if (lane == 0)
 #pragma unroll
         for (int j = 0; j < R; j++) arow[r + j * DEC_GROUPS] = v[j];
-    PH_MARK(3);  // (thread 0: its own group's rows done)
+    PH_MARK(4);  // (thread 0: its own group's rows done)
     if (!actq) return;  // f32 output only (st_cuda_moe_glu): the down kernel quantizes
     // The last block to finish a chunk of chunk_rows rows quantizes it (chunk_rows % (R DEC_GROUPS) == 0, so a
     // block lies in one chunk).
@@ -97,15 +97,15 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
     __shared__ int last;
     const bool is_last = st_block_arrive_last(counters + (size_t)p * (size_t)(n_ff / chunk_rows) + chunk, per_chunk,
                                               last);
-    PH_MARK(4);
+    PH_MARK(5);
     if (!is_last) {
-        PH_DONE(0, "glu (p1 wait, p2 route, p3 rows, p4 arrive, p5 chunk quant)");
+        PH_DONE(0, "glu (p1 wait, p2 logits loaded, p3 route, p4 rows, p5 arrive, p6 chunk quant)");
         return;
     }
     block_quant<true>(fmt, arow + (size_t)chunk * chunk_rows, actq + (size_t)p * (size_t)aq_stride, n_ff / 32,
                       chunk * chunk_rows / 32, chunk_rows / 32);
-    PH_MARK(5);
-    PH_DONE(0, "glu (p1 wait, p2 route, p3 rows, p4 arrive, p5 chunk quant)");
+    PH_MARK(6);
+    PH_DONE(0, "glu (p1 wait, p2 logits loaded, p3 route, p4 rows, p5 arrive, p6 chunk quant)");
 }
 
 // GLU_FAST_ROUTE (default 1; -DGLU_FAST_ROUTE=0 for an A/B build): the routing GLU blocks take their ids from the
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
     else e = ids[p];
 #endif
-    PH_MARK(2);
+    PH_MARK(3);  // (GLU_FAST_ROUTE: mark 2, the logits loaded, inside route_ids_by_logits)
     glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
                       aq_stride, fmt, chunk_rows, counters, ROUTE ? &rt.aff : nullptr);
 }

@@ -520,6 +520,7 @@ static __device__ bool route_ids_by_logits(const float *l, int E, int K, int32_t
         id[j] = e;
     }
     if (__any_sync(0xffffffffu, nan)) return false;
+    PH_MARK(2);  // (DEC_PHASE_PROBE: the logits are in; the vote consumed them)
     // (key, id) sorted once per lane as route_group_t's lists: key descending, id ascending
 #define RIL_CSWAP(a, b)                                                                     \
     do {                                                                                    \
