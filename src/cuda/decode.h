@@ -138,6 +138,10 @@ int st_cuda_route_fast_check(const float *logits, int n_rows, int n_expert, int 
 typedef struct {
     const void *gate0, *up0;  // expert 0's gate and up rows [n_ff][n_embd]
     long long stride;         // bytes from expert e to e + 1 (may be negative); all three 16-byte aligned
+    // (GLU_SIDE_DOWN_PF builds; down0 NULL: none) expert e's down matrix [n_embd][n_ff] at down0 + e down_stride,
+    // down_bytes long, which the launch's side block prefetches into L2 once it has routed
+    const void *down0;
+    long long down_stride, down_bytes;
 } st_cuda_glu_affine;
 int st_cuda_glu_affine_enabled(void);
 int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, int n_expert, int64_t n_embd, int64_t n_ff,

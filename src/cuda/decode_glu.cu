@@ -16,12 +16,47 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
 // ROUTE (one token): the ids are not an input; every block routes the token itself from the router's logits
 // (route_group, the CPU's route, as the router kernel's last block would) and block (0, 0) writes ids and weights
 // for the down kernel: the router launch ends with its logits, without its fence / counter / route tail.
+// GLU_SIDE_DOWN_PF (A/B build, default 0; with GLU_FAST_ROUTE): the side block, once it has routed, bulk-prefetches
+// the chosen experts' whole down matrices into L2 (st_cuda_glu_affine's down0; one instruction per expert, ~1.3 MB
+// each at the 30B shape), GLU_SIDE_DOWN_PF_NS nanoseconds later (0: at once), so the down weights stream while the
+// GLU's row blocks are still on theirs and through the GLU's tail (chunk arrivals and quantization, ~2 us per layer
+// in which DRAM idles), instead of from when the down's own blocks become resident. The phase probe of 2026-12-05f
+// puts the down's row dots at ~9,500 cycles after its wait. Against it: the 2026-11-30j GLU blocks' prefetch of the
+// down matrices before their row dots lost 2.1% (contention), after them +0.4%.
+#ifndef GLU_SIDE_DOWN_PF
+#define GLU_SIDE_DOWN_PF 0
+#endif
+#ifndef GLU_SIDE_DOWN_PF_NS
+#define GLU_SIDE_DOWN_PF_NS 0
+#endif
+// st_cuda_glu_affine as the kernels take it (the down matrices only in GLU_SIDE_DOWN_PF builds: the other builds'
+// kernel parameters stay as measured)
+struct glu_affine {
+    const void *gate0, *up0;  // expert e's gate / up rows at gate0 / up0 + e stride; gate0 NULL: the table
+    long long stride;
+#if GLU_SIDE_DOWN_PF
+    const void *down0;  // expert e's down matrix at down0 + e down_stride, down_bytes long; NULL: no prefetch
+    long long down_stride, down_bytes;
+#endif
+};
+static glu_affine glu_affine_of(const st_cuda_glu_affine *a) {
+    glu_affine g;
+    memset(&g, 0, sizeof g);
+    if (a) {
+        g.gate0 = a->gate0, g.up0 = a->up0, g.stride = a->stride;
+#if GLU_SIDE_DOWN_PF
+        g.down0 = a->down0, g.down_stride = a->down_stride, g.down_bytes = a->down_bytes;
+#endif
+    }
+    return g;
+}
+
 struct glu_route {
     const float *logits;  // [E] the router's logits
     int norm;             // renormalise the top-k weights
     int32_t *ids;         // [K] out
     float *weights;       // [K] out
-    st_cuda_glu_affine aff;  // (GLU_AFFINE) expert e's gate / up rows at gate0 / up0 + e stride; gate0 NULL: the table
+    glu_affine aff;       // (GLU_AFFINE) the experts' affine layout
 };
 
 // GLU_AFFINE (default 1; -DGLU_AFFINE=0 for an A/B build): the routing launch takes its expert's gate / up rows from
@@ -46,7 +81,7 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
                                          long long row_bytes, int n_ff, const uint8_t *__restrict__ xq,
                                          long long xq_stride, int t, int p, int bx, int lane, int r, float *act,
                                          uint8_t *__restrict__ actq, long long aq_stride, int fmt, int chunk_rows,
-                                         int32_t *counters, const st_cuda_glu_affine *aff = nullptr) {
+                                         int32_t *counters, const glu_affine *aff = nullptr) {
     float v[R];
 #pragma unroll
     for (int j = 0; j < R; j++) v[j] = f_nan();
@@ -153,7 +188,20 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
 #if GLU_FAST_ROUTE
     if constexpr (ROUTE) {
         if (blockIdx.x == gridDim.x - 1) {  // the side column
-            if (p == 0 && g == 0) glu_route_group(rt.logits, E, K, rt.norm, rt.ids, rt.weights);
+            if (p == 0 && g == 0) {
+                glu_route_group(rt.logits, E, K, rt.norm, rt.ids, rt.weights);
+#if GLU_SIDE_DOWN_PF
+                if (rt.aff.down0 && lane < K) {  // (lane k reads back the id it wrote itself)
+#if GLU_SIDE_DOWN_PF_NS > 0
+                    __nanosleep(GLU_SIDE_DOWN_PF_NS);
+#endif
+                    const int ek = rt.ids[lane];
+                    if (ek >= 0 && ek < E)
+                        st_prefetch_l2_range((const uint8_t *)rt.aff.down0 + (long long)ek * rt.aff.down_stride,
+                                             (size_t)rt.aff.down_bytes);
+                }
+#endif
+            }
             return;
         }
         __shared__ int32_t s_ids[G32];
@@ -275,7 +323,7 @@ static int moe_glu(int gu_type, const void *const *table, int n_expert, int64_t 
     if (route && fn == k_moe_glu<0, 1>)
         return st_err("st_cuda_moe_route_glu_q: gate/up type %s has no routing instance", st_type_name(gu_type));
     const int rows = fn == k_moe_glu<0, 1> ? 1 : R;
-    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL, {NULL, NULL, 0}};
+    const glu_route rt0 = route ? *rt : glu_route{NULL, 0, NULL, NULL, glu_affine_of(NULL)};
     const dim3 grid((unsigned)(n_ff / (rows * DEC_GROUPS)) + (GLU_FAST_ROUTE && route ? 1u : 0u),
                     (unsigned)(n_tok * n_used));  // (GLU_FAST_ROUTE: the side column)
     st_dec_launch(fn, grid, dim3(DEC_THREADS), 0, stream, gu_type, (const uint8_t *const *)table, n_expert,
@@ -301,7 +349,7 @@ extern "C" int st_cuda_moe_route_glu_q(int gu_type, const void *const *table, in
     if (aff && aff->gate0 && (!aff->up0 || ((uintptr_t)aff->gate0 & 15) || ((uintptr_t)aff->up0 & 15) ||
                               aff->stride % 16))
         return st_err("st_cuda_moe_route_glu_q: the affine experts need gate0, up0 and the stride 16-byte aligned");
-    const glu_route rt = {logits, norm, ids, weights, aff ? *aff : st_cuda_glu_affine{NULL, NULL, 0}};
+    const glu_route rt = {logits, norm, ids, weights, glu_affine_of(aff)};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
                    NULL, stream);
 }
@@ -330,7 +378,7 @@ extern "C" int st_cuda_moe_route_glu_hy(int gu_type, const void *const *table, i
     hy.cnt.pf.progress = NULL;  // (the branch off: no plan reads it; with the branch, the router's snapshot launch
                                 // set it, hybrid.h st_hy_snap_args)
     if (split) hy.split = *split, hy.has_split = 1;
-    const glu_route rt = {logits, norm, ids, weights, {NULL, NULL, 0}};
+    const glu_route rt = {logits, norm, ids, weights, glu_affine_of(NULL)};
     return moe_glu(gu_type, table, n_expert, n_embd, n_ff, xq, NULL, 1, n_used, act, actq, act_format, counters, &rt,
                    &hy, stream);
 }

@@ -959,7 +959,9 @@ static int step(st_gpu_session *s, int n, int out_first, int out_rows) {
             // Every weight in VRAM (no hybrid): the table is affine (build_expert_tables), so the routing GLU
             // launch may address its expert's rows without it (decode.h st_cuda_glu_affine).
             const long long gu_stride = (long long)L->gate_exps.ne[1] * (long long)L->gate_exps.row_bytes;
-            const st_cuda_glu_affine aff = {L->gate_exps.d, L->up_exps.d, gu_stride};
+            const long long dn_stride = (long long)L->down_exps.ne[1] * (long long)L->down_exps.row_bytes;
+            const st_cuda_glu_affine aff = {L->gate_exps.d, L->up_exps.d, gu_stride, L->down_exps.d, dn_stride,
+                                            dn_stride};  // (the down matrices: GLU_SIDE_DOWN_PF builds)
             const int aff_ok = L->up_exps.type == L->gate_exps.type && L->up_exps.ne[1] == L->gate_exps.ne[1] &&
                                gu_stride % 16 == 0;  // (as the table's entries are: 16-byte aligned)
             if ((glu_routes ? st_cuda_moe_route_glu_q(L->gate_exps.type, (const void *const *)L->experts, E, d, F,

@@ -803,7 +803,8 @@ static void test_route_glu_case(int rt, int gu_type, int down_type, int E, int K
     void *dtbl = dup_h2d(tbl, sizeof(void *) * 3 * E);
     // The affine runs (GLU_AFFINE, the default): the same experts by gate0 / up0 + e stride (a negative stride
     // here), and a table whose gate / up entries all name expert 0, so a GLU that read the table would differ.
-    const st_cuda_glu_affine aff = {dg + (size_t)(E - 1) * gu_exp, du + (size_t)(E - 1) * gu_exp, -(long long)gu_exp};
+    const st_cuda_glu_affine aff = {dg + (size_t)(E - 1) * gu_exp, du + (size_t)(E - 1) * gu_exp, -(long long)gu_exp,
+                                    ddn + (size_t)(E - 1) * dn_exp, -(long long)dn_exp, (long long)dn_exp};
     for (int e = 0; e < E; e++) tbl[3 * e] = tbl[0], tbl[3 * e + 1] = tbl[1];
     void *dtbl_aff = dup_h2d(tbl, sizeof(void *) * 3 * E);
     const int n_runs = st_cuda_glu_affine_enabled() ? 5 : 3;
