@@ -9,13 +9,6 @@ extern "C" size_t st_cuda_dec_counters_bytes(int64_t n_ff_exp, int n_used, int n
     return sizeof(int32_t) * (size_t)(1 + (int64_t)(n_used > 0 ? n_used : 1) * (n_tok > 0 ? n_tok : 1) * chunks);
 }
 
-// grid (n_ff / (R DEC_GROUPS), n_pairs): group g of block (bx, p) computes rows bx R DEC_GROUPS + g + j DEC_GROUPS,
-// j < R, of pair p. R = 2 (default): the two rows' gate and up weights in flight together and the activation block
-// loaded once per item (rows_dot_x), and half the groups, so the Qwen3-30B-A3B shape's 384 blocks fit in one wave
-// (R = 1: 768 blocks at 5 per SM, 1.16 waves). The per-row arithmetic is the same either way (bit-identical).
-// ROUTE (one token): the ids are not an input; every block routes the token itself from the router's logits
-// (route_group, the CPU's route, as the router kernel's last block would) and block (0, 0) writes ids and weights
-// for the down kernel: the router launch ends with its logits, without its fence / counter / route tail.
 // GLU_SIDE_DOWN_PF (A/B build, default 0; with GLU_FAST_ROUTE): the side block, once it has routed, bulk-prefetches
 // the chosen experts' whole down matrices into L2 (st_cuda_glu_affine's down0; one instruction per expert, ~1.3 MB
 // each at the 30B shape), GLU_SIDE_DOWN_PF_NS nanoseconds later (0: at once), so the down weights stream while the
@@ -51,6 +44,14 @@ static glu_affine glu_affine_of(const st_cuda_glu_affine *a) {
     return g;
 }
 
+// grid (n_ff / (R DEC_GROUPS), n_pairs): group g of block (bx, p) computes rows bx R DEC_GROUPS + g + j DEC_GROUPS,
+// j < R, of pair p. R = 2 (default): the two rows' gate and up weights in flight together and the activation block
+// loaded once per item (rows_dot_x), and half the groups, so the Qwen3-30B-A3B shape's 384 blocks fit in one wave
+// (R = 1: 768 blocks at 5 per SM, 1.16 waves). The per-row arithmetic is the same either way (bit-identical).
+// ROUTE (one token): the ids are not an input; every block routes the token itself from the router's logits
+// (route_group, the CPU's route, as the router kernel's last block would) and block (0, 0) writes ids and weights
+// for the down kernel: the router launch ends with its logits, without its fence / counter / route tail. With
+// GLU_FAST_ROUTE (the default) the blocks take only their ids, and a side column writes ids and weights (below).
 struct glu_route {
     const float *logits;  // [E] the router's logits
     int norm;             // renormalise the top-k weights
