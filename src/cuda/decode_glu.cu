@@ -154,19 +154,44 @@ __device__ __forceinline__ void glu_rows(int type, const uint8_t *const *__restr
 #ifndef GLU_FAST_ROUTE
 #define GLU_FAST_ROUTE 1
 #endif
-#if GLU_FAST_ROUTE
-// (one out-of-line copy for the side column and the fallback: two inlined routes cost the rows' registers spills)
+// (GLU_FAST_ROUTE: one out-of-line copy for the side column and the fallback; two inlined routes cost the rows'
+// registers spills)
 static __device__ __noinline__ void glu_route_group(const float *l, int E, int K, int norm, int32_t *ids, float *w) {
     route_group(l, E, K, norm, ids, w);
+}
+#if GLU_FAST_ROUTE
+// The side column's work, by warp 0 of rank 0's side block: the ids and weights the down kernel reads, then
+// (GLU_SIDE_DOWN_PF) the chosen experts' down matrices into L2.
+static __device__ __forceinline__ void glu_side_route(const glu_route &rt, int E, int K, int lane) {
+    glu_route_group(rt.logits, E, K, rt.norm, rt.ids, rt.weights);
+#if GLU_SIDE_DOWN_PF
+    if (!rt.aff.down0 || lane >= K) return;
+#if GLU_SIDE_DOWN_PF_NS > 0
+    __nanosleep(GLU_SIDE_DOWN_PF_NS);
+#endif
+    const int ek = rt.ids[lane];  // (the id this lane wrote itself)
+    if (ek >= 0 && ek < E)
+        st_prefetch_l2_range((const uint8_t *)rt.aff.down0 + (long long)ek * rt.aff.down_stride,
+                             (size_t)rt.aff.down_bytes);
+#else
+    (void)lane;
+#endif
 }
 #endif
 
 // One token's route from the router's logits, by warp 0 of the block (route_group, as the router kernel's last block
 // would), into the block's shared memory; returns rank p's expert. write: also ids and weights to rt (one block).
+// FAST (GLU_FAST_ROUTE, never with write): the ids from the logits' top K + 1 where route_ids_by_logits can answer.
+template <bool FAST = false>
 __device__ __forceinline__ int glu_route_rank(const glu_route &rt, int E, int K, int p, int g, bool write) {
     __shared__ int32_t s_ids[G32];
     __shared__ float s_w[G32];
-    if (g == 0) route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+    if constexpr (FAST) {
+        if (g == 0 && !route_ids_by_logits(rt.logits, E, K, s_ids))
+            glu_route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+    } else if (g == 0) {
+        route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
+    }
     __syncthreads();
     const int e = s_ids[p];
     if (write && threadIdx.x < K) rt.ids[threadIdx.x] = s_ids[threadIdx.x], rt.weights[threadIdx.x] = s_w[threadIdx.x];
@@ -186,38 +211,19 @@ __global__ void __launch_bounds__(DEC_THREADS, R == 2 ? 3 : 0)
     st_pdl_wait_trigger<32>();  // ids (or logits), xq: earlier kernels
     PH_MARK(1);
     int e;
-#if GLU_FAST_ROUTE
     if constexpr (ROUTE) {
+#if GLU_FAST_ROUTE
         if (blockIdx.x == gridDim.x - 1) {  // the side column
-            if (p == 0 && g == 0) {
-                glu_route_group(rt.logits, E, K, rt.norm, rt.ids, rt.weights);
-#if GLU_SIDE_DOWN_PF
-                if (rt.aff.down0 && lane < K) {  // (lane k reads back the id it wrote itself)
-#if GLU_SIDE_DOWN_PF_NS > 0
-                    __nanosleep(GLU_SIDE_DOWN_PF_NS);
-#endif
-                    const int ek = rt.ids[lane];
-                    if (ek >= 0 && ek < E)
-                        st_prefetch_l2_range((const uint8_t *)rt.aff.down0 + (long long)ek * rt.aff.down_stride,
-                                             (size_t)rt.aff.down_bytes);
-                }
-#endif
-            }
+            if (p == 0 && g == 0) glu_side_route(rt, E, K, lane);
             return;
         }
-        __shared__ int32_t s_ids[G32];
-        __shared__ float s_w[G32];
-        if (g == 0 && !route_ids_by_logits(rt.logits, E, K, s_ids))
-            glu_route_group(rt.logits, E, K, rt.norm, s_ids, s_w);
-        __syncthreads();
-        e = s_ids[p];
+        e = glu_route_rank<true>(rt, E, K, p, g, false);
+#else
+        e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
+#endif
     } else {
         e = ids[p];
     }
-#else
-    if constexpr (ROUTE) e = glu_route_rank(rt, E, K, p, g, blockIdx.x == 0 && p == 0);
-    else e = ids[p];
-#endif
     PH_MARK(3);  // (GLU_FAST_ROUTE: mark 2, the logits loaded, inside route_ids_by_logits)
     glu_rows<TYPE, R>(type, tbl, e, E, nitems, row_bytes, n_ff, xq, xq_stride, t, p, blockIdx.x, lane, r, act, actq,
                       aq_stride, fmt, chunk_rows, counters, ROUTE ? &rt.aff : nullptr);

@@ -393,13 +393,19 @@ __device__ __forceinline__ void wn_quant_span(const float4 (&v)[WN_U], int sp, i
 #define ROUTE_SORTED 1
 #endif
 
-// (p, id) pairs a, b in (p descending, id ascending) order.
-__device__ __forceinline__ void route_cswap(float &pa, int &ia, float &pb, int &ib) {
+// (key, id) pairs a, b in (key descending, id ascending) order.
+template <typename T> __device__ __forceinline__ void route_cswap(T &pa, int &ia, T &pb, int &ib) {
     const bool sw = pb > pa || (pb == pa && ib < ia);
-    const float tp = sw ? pb : pa;
+    const T tp = sw ? pb : pa;
     const int ti = sw ? ib : ia;
     pb = sw ? pa : pb, ib = sw ? ia : ib;
     pa = tp, ia = ti;
+}
+// A lane's four (key, id) pairs sorted in that order (a 5-comparator network).
+template <typename T> __device__ __forceinline__ void route_sort4(T (&k)[4], int (&id)[4]) {
+    route_cswap(k[0], id[0], k[1], id[1]), route_cswap(k[2], id[2], k[3], id[3]);
+    route_cswap(k[0], id[0], k[2], id[2]), route_cswap(k[1], id[1], k[3], id[3]);
+    route_cswap(k[1], id[1], k[2], id[2]);
 }
 
 // The CPU's route of one token by one 32-lane group: logits l[E] (read from L2) -> ids/weights in rank order.
@@ -438,9 +444,7 @@ static __device__ void route_group_t(const float *l, int E, int K, int norm, int
 #pragma unroll
         for (int j = 0; j < 4; j++)
             if (!(p[j] >= 0.0f)) p[j] = -1.0f;  // NaN: never picked (the scan's p > bv), like "none"
-        route_cswap(p[0], id[0], p[1], id[1]), route_cswap(p[2], id[2], p[3], id[3]);
-        route_cswap(p[0], id[0], p[2], id[2]), route_cswap(p[1], id[1], p[3], id[3]);
-        route_cswap(p[1], id[1], p[2], id[2]);
+        route_sort4(p, id);
         for (int k = 0; k < K; k++) {
             // (the scan's key: p >= 0 as its float bits + 1, "none" 0; the lowest id among the largest)
             const unsigned key = p[0] >= 0.0f ? __float_as_uint(p[0]) + 1u : 0u;
@@ -521,20 +525,7 @@ static __device__ bool route_ids_by_logits(const float *l, int E, int K, int32_t
     }
     if (__any_sync(0xffffffffu, nan)) return false;
     PH_MARK(2);  // (DEC_PHASE_PROBE: the logits are in; the vote consumed them)
-    // (key, id) sorted once per lane as route_group_t's lists: key descending, id ascending
-#define RIL_CSWAP(a, b)                                                                     \
-    do {                                                                                    \
-        const bool sw = key[b] > key[a] || (key[b] == key[a] && id[b] < id[a]);            \
-        const unsigned tk = sw ? key[b] : key[a];                                           \
-        const int ti = sw ? id[b] : id[a];                                                  \
-        key[b] = sw ? key[a] : key[b], id[b] = sw ? id[a] : id[b], key[a] = tk, id[a] = ti; \
-    } while (0)
-    RIL_CSWAP(0, 1);
-    RIL_CSWAP(2, 3);
-    RIL_CSWAP(0, 2);
-    RIL_CSWAP(1, 3);
-    RIL_CSWAP(1, 2);
-#undef RIL_CSWAP
+    route_sort4(key, id);  // (once per lane, as route_group_t's lists)
     unsigned my_key = 0u;
     int my_id = 0;
     for (int k = 0; k <= K; k++) {
